@@ -1,0 +1,347 @@
+"""Give the training DataLoader a DistributedSampler and call ``set_epoch`` every epoch.
+
+``DataLoader(train_set, batch_size=B, shuffle=S)`` becomes
+``DataLoader(train_set, batch_size=B // dist.get_world_size(),
+sampler=DistributedSampler(train_set, shuffle=S))``, so each process loads a
+disjoint shard and the global batch stays ``B``. ``loader.sampler.set_epoch(epoch)``
+goes first in the loop that runs epochs, even when that loop only calls a
+function which iterates the loader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import (
+    Assignment,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
+
+from . import _names as names
+from ._base import Dp2ddpCodemod, argument, call_to, resolves_to
+
+EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
+NO_SPACE = cst.SimpleWhitespace("")
+# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
+BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
+
+
+def _keyword(name: str, value: cst.BaseExpression, comma: cst.Comma | cst.MaybeSentinel = cst.MaybeSentinel.DEFAULT) -> cst.Arg:
+    return cst.Arg(value, keyword=cst.Name(name), equal=cst.AssignEqual(NO_SPACE, NO_SPACE), comma=comma)
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+@dataclass(frozen=True)
+class _LoaderPlan:
+    call: cst.Call
+    reference: cst.BaseExpression | None  # what the loader is bound to
+    dataset: cst.BaseExpression
+    hoisted_dataset: str | None  # name the dataset expression moves to
+
+
+class AddDistributedSamplerCommand(Dp2ddpCodemod):
+    DESCRIPTION = "Give the training DataLoader a DistributedSampler, keep the global batch, call set_epoch."
+    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (
+        PositionProvider,
+        QualifiedNameProvider,
+        ParentNodeProvider,
+        ScopeProvider,
+    )
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument(
+            "--keep-per-process-batch",
+            dest="keep_per_process_batch",
+            action="store_true",
+            help="Keep batch_size per process; the effective batch grows with the world size.",
+        )
+
+    def __init__(self, context: CodemodContext, keep_per_process_batch: bool = False) -> None:
+        super().__init__(context)
+        self.keep_per_process_batch = keep_per_process_batch
+        self.plans: dict[cst.Call, _LoaderPlan] = {}
+        self.hoists: dict[cst.SimpleStatementLine, _LoaderPlan] = {}
+        self.set_epochs: dict[cst.For, list[cst.BaseExpression]] = {}
+        self.dist = "dist"
+
+    # -- detection, on the original tree --------------------------------------------
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        super().visit_Module(node)
+        self.dist = self.facts.distributed_alias
+        loaders = m.findall(node, call_to(names.DATA_LOADER), metadata_resolver=self)
+        if not loaders:
+            self.report(self.facts.model_wraps[0] if self.facts.model_wraps else node, "DDP306")
+            return True
+        iterable_classes = {
+            c.name.value
+            for c in m.findall(node, m.ClassDef(), metadata_resolver=self)
+            if isinstance(c, cst.ClassDef)
+            and any(self.matches(b.value, resolves_to(names.ITERABLE_DATASET)) for b in c.bases)
+        }
+        for call in loaders:
+            assert isinstance(call, cst.Call)
+            self._plan_loader(node, call, only_loader=len(loaders) == 1, iterable_classes=iterable_classes)
+        return True
+
+    def _plan_loader(self, module: cst.Module, call: cst.Call, only_loader: bool, iterable_classes: set[str]) -> None:
+        sampler = argument(call, SAMPLER, "sampler")
+        if sampler is not None and self.matches(sampler, call_to(names.DISTRIBUTED_SAMPLER)):
+            return  # Converted already.
+        parent = self.get_metadata(ParentNodeProvider, call)
+        reference = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+        if not self._is_training_loader(call, reference, only_loader):
+            return
+        for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
+            if argument(call, position, keyword) is not None:
+                self.report(call, "DDP301", argument=keyword)
+                return
+        positional = [a for a in call.args if a.keyword is None]
+        if len(positional) > SHUFFLE + 1 or any(a.star for a in call.args):
+            self.report(call, "DDP303", count=len(positional))
+            return
+        dataset = argument(call, 0, "dataset")
+        if dataset is None:
+            return
+        if self._is_iterable_dataset(module, dataset, iterable_classes):
+            self.report(call, "DDP302")
+            return
+        hoisted_dataset = None
+        if not m.matches(dataset, m.Name() | m.Attribute()):
+            statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, cst.Assign) else None
+            if not isinstance(statement, cst.SimpleStatementLine) or reference is None:
+                self.report(call, "DDP304")
+                return
+            hoisted_dataset = self._dataset_name(reference, call)
+        plan = _LoaderPlan(call, reference, dataset, hoisted_dataset)
+        self.plans[call] = plan
+        if hoisted_dataset is not None:
+            assert isinstance(statement, cst.SimpleStatementLine)
+            self.hoists[statement] = plan
+        self._report_batch(call)
+        if reference is None:
+            self.report(call, "DDP305", loader="loader")
+        else:
+            self._plan_set_epoch(module, call, reference)
+
+    def _is_training_loader(self, call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool) -> bool:
+        name = _code(reference) if reference is not None else ""
+        if "train" in name.lower():
+            return True
+        if EVALUATION_NAME.search(name):
+            return False
+        shuffle = argument(call, SHUFFLE, "shuffle")
+        if shuffle is not None and not m.matches(shuffle, m.Name("False") | m.Name("None")):
+            return True
+        return only_loader
+
+    def _is_iterable_dataset(self, module: cst.Module, dataset: cst.BaseExpression, iterable_classes: set[str]) -> bool:
+        built_by_class = m.Call(func=m.Name(m.MatchIfTrue(lambda n: n in iterable_classes)))
+        if m.matches(dataset, built_by_class):
+            return True
+        if isinstance(dataset, cst.Name):
+            assigned = m.Assign(targets=[m.AssignTarget(m.Name(dataset.value))], value=built_by_class)
+            return bool(m.findall(module, assigned))
+        return False
+
+    def _dataset_name(self, reference: cst.BaseExpression, call: cst.Call) -> str:
+        base = reference.attr.value if isinstance(reference, cst.Attribute) else _code(reference)
+        stem = re.sub(r"_?(data)?_?loader$", "", base, flags=re.IGNORECASE)
+        candidate = f"{stem}_dataset" if stem else "dataset"
+        scope = self.get_metadata(ScopeProvider, call)
+        while scope is not None and candidate in scope:
+            candidate = f"{candidate}_"
+        return candidate
+
+    def _report_batch(self, call: cst.Call) -> None:
+        batch = argument(call, BATCH_SIZE, "batch_size")
+        shown = _code(batch) if batch is not None else "1"
+        if self.keep_per_process_batch:
+            self.report(call, "DDP308", batch=shown)
+            return
+        if isinstance(batch, cst.Integer):
+            size = int(batch.evaluated_value)
+            fits = [w for w in (2, 4, 8) if size % w == 0]
+            misses = [w for w in (2, 4, 8) if size % w]
+            divisibility = f"{size} divides by {', '.join(map(str, fits)) or 'none of 2, 4, 8'} processes"
+            if misses:
+                divisibility += f" but not by {', '.join(map(str, misses))}"
+        else:
+            divisibility = "the global batch changes unless it divides by the number of processes"
+        self.report(batch if batch is not None else call, "DDP307", batch=shown, divisibility=divisibility)
+
+    # -- finding the epoch loop ----------------------------------------------------
+
+    def _plan_set_epoch(self, module: cst.Module, call: cst.Call, reference: cst.BaseExpression) -> None:
+        loader = _code(reference)
+        functions = self._functions(module)
+        candidates: list[tuple[int, cst.For]] = []
+        for loop in m.findall(module, m.For(target=m.Name()), metadata_resolver=self):
+            assert isinstance(loop, cst.For) and isinstance(loop.target, cst.Name)
+            if self._mentions(loop.iter, loader) or not self._can_see(loop, call, reference):
+                continue
+            if not self._reaches(loop.body, loader, functions, depth=2):
+                continue
+            preference = 1 if "ep" in loop.target.value.lower() else 0
+            candidates.append((preference, loop))
+        if not candidates:
+            self.report(call, "DDP305", loader=loader)
+            return
+        best = max(p for p, _ in candidates)
+        chosen = [loop for p, loop in candidates if p == best]
+        # The innermost loop that runs epochs; an outer one repeats whole runs.
+        innermost = [loop for loop in chosen if not any(o is not loop and self._encloses(loop, o) for o in chosen)]
+        for loop in innermost:
+            if m.findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("set_epoch")))):
+                continue
+            self.set_epochs.setdefault(loop, []).append(reference)
+
+    def _encloses(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+        return bool(m.findall(outer.body, m.MatchIfTrue(lambda n: n is inner)))  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _mentions(node: cst.CSTNode, loader: str) -> bool:
+        return any(
+            _code(found) == loader for found in m.findall(node, m.Name() | m.Attribute())
+        )
+
+    @staticmethod
+    def _functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
+        """Functions and methods of the script, by the name a call would use."""
+        functions: dict[str, cst.FunctionDef] = {}
+        for statement in module.body:
+            if isinstance(statement, cst.FunctionDef):
+                functions[statement.name.value] = statement
+            elif isinstance(statement, cst.ClassDef):
+                for member in statement.body.body:
+                    if isinstance(member, cst.FunctionDef):
+                        functions.setdefault(f"self.{member.name.value}", member)
+        return functions
+
+    def _reaches(self, node: cst.CSTNode, loader: str, functions: dict[str, cst.FunctionDef], depth: int) -> bool:
+        """Whether running ``node`` touches ``loader``, directly or through functions it calls."""
+        if self._mentions(node, loader):
+            return True
+        if depth == 0:
+            return False
+        for found in m.findall(node, m.Call(func=m.Name() | m.Attribute(value=m.Name("self")))):
+            assert isinstance(found, cst.Call)
+            function = functions.get(_code(found.func))
+            if function is not None and self._reaches(function.body, loader, functions, depth - 1):
+                return True
+        return False
+
+    def _can_see(self, loop: cst.For, call: cst.Call, reference: cst.BaseExpression) -> bool:
+        """Whether ``reference`` at the loop means the loader bound at ``call``."""
+        if m.matches(reference, m.Attribute(value=m.Name("self"))):
+            return self._enclosing_class(loop) is self._enclosing_class(call) is not None
+        base = reference
+        while isinstance(base, cst.Attribute):
+            base = base.value
+        if not isinstance(base, cst.Name):
+            return False
+        scope = self.get_metadata(ScopeProvider, loop.body, None)
+        if scope is None or base.value not in scope:
+            return False
+        bound_here = self.get_metadata(ScopeProvider, call)
+        return any(
+            isinstance(a, Assignment) and a.scope is bound_here for a in scope[base.value]
+        )
+
+    def _enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        while not isinstance(node, cst.Module):
+            node = self.get_metadata(ParentNodeProvider, node)
+            if isinstance(node, cst.ClassDef):
+                return node
+        return None
+
+    # -- rewriting ------------------------------------------------------------------
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        plan = self.plans.get(original_node)
+        if plan is None:
+            return updated_node
+        dataset = cst.Name(plan.hoisted_dataset) if plan.hoisted_dataset else plan.dataset
+        shuffle = argument(updated_node, SHUFFLE, "shuffle") or cst.Name("False")
+        sampler = cst.Call(
+            func=cst.Name("DistributedSampler"),
+            args=[cst.Arg(dataset), _keyword("shuffle", shuffle)],
+        )
+        AddImportsVisitor.add_needed_import(self.context, "torch.utils.data.distributed", "DistributedSampler")
+        args: list[cst.Arg] = []
+        placed = False
+        for position, arg in enumerate(updated_node.args):
+            keyword = arg.keyword.value if arg.keyword else ("dataset", "batch_size", "shuffle")[position]
+            if keyword == "dataset":
+                args.append(arg.with_changes(value=dataset) if plan.hoisted_dataset else arg)
+            elif keyword == "batch_size":
+                args.append(_keyword("batch_size", self._per_process(arg.value), arg.comma))
+            elif keyword == "shuffle":
+                args.append(_keyword("sampler", sampler, arg.comma))
+                placed = True
+            else:
+                args.append(arg)
+        if not placed:
+            after = next((i for i, a in enumerate(args) if a.keyword and a.keyword.value == "batch_size"), len(args) - 1)
+            comma = args[after].comma
+            args[after] = args[after].with_changes(comma=cst.MaybeSentinel.DEFAULT if comma == cst.MaybeSentinel.DEFAULT else comma)
+            args.insert(after + 1, _keyword("sampler", sampler, comma if after + 1 < len(args) else cst.MaybeSentinel.DEFAULT))
+        return updated_node.with_changes(args=args)
+
+    def _per_process(self, batch: cst.BaseExpression) -> cst.BaseExpression:
+        if self.keep_per_process_batch:
+            return batch
+        if not m.matches(batch, m.Name() | m.Attribute() | m.Integer() | m.Call() | m.Subscript()):
+            batch = batch.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return cst.BinaryOperation(
+            left=batch,
+            operator=cst.FloorDivide(),
+            right=cst.Call(func=cst.parse_expression(f"{self.dist}.get_world_size")),
+        )
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        plan = self.hoists.get(original_node)
+        if plan is None or plan.hoisted_dataset is None:
+            return updated_node
+        # The dataset is needed twice now, by the sampler and the loader.
+        dataset = cst.SimpleStatementLine(
+            [cst.Assign([cst.AssignTarget(cst.Name(plan.hoisted_dataset))], plan.dataset)],
+            leading_lines=updated_node.leading_lines,
+        )
+        return cst.FlattenSentinel([dataset, updated_node.with_changes(leading_lines=[])])
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
+        references = self.set_epochs.get(original_node)
+        if not references:
+            return updated_node
+        assert isinstance(original_node.target, cst.Name)
+        epoch = original_node.target.value
+        calls = [
+            cst.parse_statement(f"{_code(reference)}.sampler.set_epoch({epoch})") for reference in references
+        ]
+        body = updated_node.body
+        return updated_node.with_changes(body=body.with_changes(body=[*calls, *body.body]))
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.plans and not self.keep_per_process_batch:
+            if self.dist == "dist":
+                AddImportsVisitor.add_needed_import(self.context, "torch.distributed", asname="dist")
+            else:
+                AddImportsVisitor.add_needed_import(self.context, "torch.distributed")
+        return updated_node

@@ -1,0 +1,114 @@
+"""Add one distributed setup that works under torchrun, SLURM srun and plain ``python``.
+
+The script gains a ``setup_distributed()`` helper, called first thing in the
+``if __name__ == "__main__":`` entry, or after the imports of a script with
+no entry guard. It joins the process group (NCCL with CUDA, else gloo),
+selects this process's GPU, and destroys the group at exit.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod.visitors import AddImportsVisitor
+
+from . import _names as names
+from ._base import MAIN_GUARD, Dp2ddpCodemod, call_to, insert_helper, parse_helper
+
+SETUP_HELPER_SOURCE = f'''
+def {names.SETUP_HELPER}() -> None:
+    """Join the process group: one process per GPU, or per CPU slot under torchrun.
+
+    torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; SLURM's srun sets
+    SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS instead. Started as plain
+    ``python script.py`` on a machine with several GPUs, the script restarts
+    itself under torchrun with one process per GPU, as DataParallel used them
+    all; otherwise it runs as a single process.
+    """
+    if "RANK" not in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        os.environ["RANK"] = os.environ["SLURM_PROCID"]
+        os.environ["LOCAL_RANK"] = os.environ["SLURM_LOCALID"]
+        os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
+        hosts = subprocess.run(
+            ["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()
+        os.environ.setdefault("MASTER_ADDR", hosts[0])
+        os.environ.setdefault("MASTER_PORT", "29500")
+    if "RANK" not in os.environ and torch.cuda.device_count() > 1:
+        nproc = torch.cuda.device_count()
+        os.execv(sys.executable, [
+            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={{nproc}}", "--", *sys.argv,
+        ])
+    backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if "RANK" in os.environ:
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    atexit.register(dist.destroy_process_group)
+'''
+
+SETUP_CALL = m.SimpleStatementLine([m.Expr(m.Call(func=m.Name(names.SETUP_HELPER)))])
+
+
+class AddLaunchWrapperCommand(Dp2ddpCodemod):
+    DESCRIPTION = "Add a distributed setup for torchrun, SLURM and plain python, called at the entry point."
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        super().visit_Module(node)
+        self.entry = self._entry_point(node)
+        if self.entry is None and names.SETUP_HELPER not in self.facts.helpers:
+            self.report(self.facts.model_wraps[0] if self.facts.model_wraps else node, "DDP101")
+        return False
+
+    def _needs_distributed(self, statement: cst.CSTNode) -> bool:
+        needs = m.Call(func=m.Name(names.WRAP_HELPER)) | call_to(
+            names.DATA_PARALLEL | names.DATA_LOADER | names.DISTRIBUTED_SAMPLER
+        )
+        return bool(m.findall(statement, needs, metadata_resolver=self))
+
+    def _entry_point(self, module: cst.Module) -> str | None:
+        """Where setup goes: "main" (the entry guard), "top" (after the imports) or nowhere."""
+        top_level_training = any(
+            self._needs_distributed(statement)
+            for statement in module.body
+            if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not m.matches(statement, MAIN_GUARD)
+        )
+        if top_level_training:
+            return "top"
+        if any(m.matches(statement, MAIN_GUARD) for statement in module.body):
+            return "main"
+        return None
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.entry is None or names.SETUP_HELPER in self.facts.helpers:
+            return updated_node
+        source = SETUP_HELPER_SOURCE
+        if self.facts.distributed_alias != "dist":
+            source = re.sub(r"\bdist\.", f"{self.facts.distributed_alias}.", source)
+        module = insert_helper(updated_node, parse_helper(source))
+        body = list(module.body)
+        call = cst.parse_statement(f"{names.SETUP_HELPER}()")
+        if self.entry == "main":
+            index = next(i for i, s in enumerate(body) if m.matches(s, MAIN_GUARD))
+            guard = body[index]
+            assert isinstance(guard, cst.If) and isinstance(guard.body, cst.IndentedBlock)
+            body[index] = guard.with_changes(body=guard.body.with_changes(body=[call, *guard.body.body]))
+        else:
+            index = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == names.SETUP_HELPER)
+            helpers = m.FunctionDef(name=m.Name(names.SETUP_HELPER) | m.Name(names.WRAP_HELPER))
+            while index + 1 < len(body) and m.matches(body[index + 1], helpers):
+                index += 1
+            body.insert(index + 1, call.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
+        for module_name in ("atexit", "os", "subprocess", "sys", "torch"):
+            AddImportsVisitor.add_needed_import(self.context, module_name)
+        if self.facts.distributed_alias == "dist":
+            AddImportsVisitor.add_needed_import(self.context, "torch.distributed", asname="dist")
+        else:
+            AddImportsVisitor.add_needed_import(self.context, "torch.distributed")
+        return module.with_changes(body=body)

@@ -1,0 +1,204 @@
+"""Replace ``nn.DataParallel`` with ``DistributedDataParallel`` on this process's device.
+
+Every spelling resolves through ``QualifiedNameProvider``: ``torch.nn.DataParallel``,
+``nn.DataParallel``, ``torch.nn.parallel.DataParallel`` and imported aliases.
+The wrap becomes a call to a small ``wrap_ddp`` helper added to the script,
+which moves the model to this process's GPU and binds DDP to it there
+(``device_ids=[local_rank]``), or leaves ``device_ids`` unset on CPU.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
+from libcst.helpers import get_full_name_for_node
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+
+from . import _names as names
+from ._base import (
+    DEVICE_MOVE,
+    Dp2ddpCodemod,
+    argument,
+    call_to,
+    insert_helper,
+    parse_helper,
+    resolves_to,
+    without_device_move,
+)
+
+WRAP_HELPER_SOURCE = f'''
+def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> DistributedDataParallel:
+    """Wrap ``model`` in DistributedDataParallel on this process's device.
+
+    Stands in for nn.DataParallel. On GPUs the model moves to the device that
+    setup_distributed() selected and DDP copies each batch there, as
+    DataParallel did; on CPU, DDP must be given no device_ids.
+    """
+    if torch.cuda.is_available():
+        device = torch.cuda.current_device()
+        return DistributedDataParallel(model.to(device), device_ids=[device], **kwargs)
+    return DistributedDataParallel(model, **kwargs)
+'''
+
+DATA_PARALLEL_IMPORT_MODULES = ("torch.nn", "torch.nn.parallel", "torch.nn.parallel.data_parallel")
+
+
+class ReplaceDataParallelCommand(Dp2ddpCodemod):
+    DESCRIPTION = "Replace nn.DataParallel with DistributedDataParallel on this process's device."
+    RUNS_ON_MENTION = True
+    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (
+        PositionProvider,
+        QualifiedNameProvider,
+        ParentNodeProvider,
+    )
+
+    def __init__(self, context: CodemodContext) -> None:
+        super().__init__(context)
+        # Original DataParallel calls to convert, mapped to whether their
+        # statement leaves its `if`, which drops the device moves it guarded.
+        self.conversions: dict[cst.Call, bool] = {}
+        self.hoisted: set[cst.If] = set()
+        self.needs_ddp_import = False
+
+    # -- detection, on the original tree --------------------------------------------
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        super().visit_Module(node)
+        for call in self.facts.submodule_wraps:
+            self.report(call, "DDP201")
+        for call in self.facts.model_wraps:
+            self._plan_conversion(call)
+        return True
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        for base in node.bases:
+            if self.matches(base.value, resolves_to(names.DATA_PARALLEL)):
+                self.report(node.name, "DDP203", name=node.name.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.matches(node, call_to(names.FUNCTIONAL_DATA_PARALLEL)):
+            self.report(node, "DDP202")
+
+    def _plan_conversion(self, call: cst.Call) -> None:
+        statement, conditions = self._enclosing_statement(call)
+        hoisted = False
+        if conditions:
+            if_node = conditions[0]
+            block = if_node.body
+            if (
+                len(conditions) == 1
+                and isinstance(if_node, cst.If)
+                and if_node.orelse is None
+                and statement is not None
+                and isinstance(block, cst.IndentedBlock)
+                and block.body[-1] is statement
+            ):
+                self.hoisted.add(if_node)
+                hoisted = True
+            else:
+                self.report(call, "DDP204")
+        self.conversions[call] = hoisted
+
+    def _enclosing_statement(
+        self, call: cst.Call
+    ) -> tuple[cst.BaseStatement | None, list[cst.If | cst.IfExp]]:
+        """The statement holding ``call`` and the conditions around it, innermost first."""
+        statement: cst.BaseStatement | None = None
+        conditions: list[cst.If | cst.IfExp] = []
+        node: cst.CSTNode = call
+        while not isinstance(node, (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            parent = self.get_metadata(ParentNodeProvider, node)
+            if isinstance(parent, cst.IfExp):
+                conditions.append(parent)
+            if isinstance(node, cst.SimpleStatementLine) and statement is None:
+                statement = node
+            if isinstance(node, cst.If):
+                conditions.append(node)
+            node = parent
+        return statement, conditions
+
+    # -- rewriting ------------------------------------------------------------------
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if original_node in self.conversions:
+            return self._wrap_call(updated_node, drop_device_moves=self.conversions[original_node])
+        inner = original_node.func.value if isinstance(original_node.func, cst.Attribute) else None
+        if isinstance(inner, cst.Call) and inner in self.conversions and m.matches(original_node, DEVICE_MOVE):
+            # DataParallel(model).cuda(): the helper already moved the model.
+            assert isinstance(updated_node.func, cst.Attribute)
+            return updated_node.func.value
+        if self.matches(
+            original_node,
+            m.Call(func=m.Name("isinstance"), args=[m.Arg(), m.Arg(value=resolves_to(names.DATA_PARALLEL))]),
+        ):
+            return self._isinstance_accepting_ddp(updated_node)
+        return updated_node
+
+    def _wrap_call(self, call: cst.Call, drop_device_moves: bool) -> cst.Call:
+        wrapped = argument(call, 0, "module")
+        assert wrapped is not None
+        if drop_device_moves:
+            wrapped = without_device_move(wrapped)
+        args = [cst.Arg(wrapped)]
+        dim = argument(call, 3, "dim")
+        if dim is not None:
+            args.append(
+                cst.Arg(
+                    dim,
+                    keyword=cst.Name("dim"),
+                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                )
+            )
+        return cst.Call(func=cst.Name(names.WRAP_HELPER), args=args)
+
+    def _isinstance_accepting_ddp(self, call: cst.Call) -> cst.Call:
+        """``isinstance(m, nn.DataParallel)`` must stay true for the DDP model."""
+        classes = call.args[1].value
+        ddp = cst.Element(cst.Name("DistributedDataParallel"))
+        self.needs_ddp_import = True
+        updated = cst.Tuple([cst.Element(classes), ddp])
+        return call.with_changes(args=[call.args[0], call.args[1].with_changes(value=updated)])
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if original_node not in self.hoisted:
+            return updated_node
+        # Under DDP every process wraps the model, so the wrap leaves its `if`.
+        block = updated_node.body
+        assert isinstance(block, cst.IndentedBlock)
+        *rest, wrap = block.body
+        if not rest:
+            return wrap.with_changes(leading_lines=[*updated_node.leading_lines, *wrap.leading_lines])
+        return cst.FlattenSentinel([updated_node.with_changes(body=block.with_changes(body=rest)), wrap])
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.conversions:
+            self.needs_ddp_import = True
+            AddImportsVisitor.add_needed_import(self.context, "torch")
+            if names.WRAP_HELPER not in self.facts.helpers:
+                updated_node = insert_helper(updated_node, parse_helper(WRAP_HELPER_SOURCE))
+            for module in DATA_PARALLEL_IMPORT_MODULES:
+                for alias in self._imported_aliases(original_node, module):
+                    RemoveImportsVisitor.remove_unused_import(self.context, module, "DataParallel", alias)
+        if self.needs_ddp_import:
+            AddImportsVisitor.add_needed_import(self.context, "torch.nn.parallel", "DistributedDataParallel")
+        return updated_node
+
+    @staticmethod
+    def _imported_aliases(module: cst.Module, source: str) -> list[str | None]:
+        aliases: list[str | None] = []
+        for statement in module.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                    continue
+                if small.module is None or get_full_name_for_node(small.module) != source:
+                    continue
+                for alias in small.names:
+                    if get_full_name_for_node(alias.name) == "DataParallel":
+                        aliases.append(alias.evaluated_alias)
+        return aliases

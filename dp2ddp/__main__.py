@@ -1,0 +1,3 @@
+from dp2ddp.cli import main
+
+main()

@@ -1,0 +1,47 @@
+"""Counts what happened to each file and alone decides the exit code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXIT_OK = 0
+EXIT_WORK_FOUND = 1
+EXIT_ERROR = 2
+
+
+@dataclass
+class Report:
+    # Under --check or --diff nothing is written: files "would be" converted.
+    dry_run: bool = False
+    check: bool = False
+    changed: int = 0
+    unchanged: int = 0
+    failed: int = 0
+
+    def done(self, changed: bool) -> None:
+        if changed:
+            self.changed += 1
+        else:
+            self.unchanged += 1
+
+    def fail(self) -> None:
+        self.failed += 1
+
+    @property
+    def exit_code(self) -> int:
+        if self.failed:
+            return EXIT_ERROR
+        if self.check and self.changed:
+            return EXIT_WORK_FOUND
+        return EXIT_OK
+
+    def summary(self) -> str:
+        verb = "would be converted" if self.dry_run else "converted"
+        return (
+            f"{_files(self.changed)} {verb}, {_files(self.unchanged)} unchanged, "
+            f"{_files(self.failed)} failed"
+        )
+
+
+def _files(count: int) -> str:
+    return f"{count} file{'' if count == 1 else 's'}"

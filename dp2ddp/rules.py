@@ -1,0 +1,125 @@
+"""Stable finding codes with their messages, in one place.
+
+A codemod never writes a message inline: it reports a code and the values
+that fill the code's message template, so wording stays consistent between
+``convert``'s migration report and the unit tests that expect it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Severity = Literal["warning", "note"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    severity: Severity
+    message: str
+
+
+RULES: dict[str, Rule] = {
+    rule.code: rule
+    for rule in (
+        Rule(
+            "DDP001",
+            "already-distributed",
+            "note",
+            "already uses torch.distributed ({what}); left unchanged",
+        ),
+        Rule(
+            "DDP101",
+            "no-entry-point",
+            "warning",
+            "no `if __name__ == \"__main__\":` entry or top-level training code; "
+            "call setup_distributed() first thing in the script that starts training",
+        ),
+        Rule(
+            "DDP201",
+            "data-parallel-submodule",
+            "warning",
+            "DataParallel wraps a sub-module; left unchanged: wrap the whole model "
+            "in DistributedDataParallel instead",
+        ),
+        Rule(
+            "DDP202",
+            "functional-data-parallel",
+            "warning",
+            "functional nn.parallel.data_parallel cannot be converted; left unchanged: "
+            "call the module directly and wrap the model in DistributedDataParallel",
+        ),
+        Rule(
+            "DDP203",
+            "data-parallel-subclass",
+            "warning",
+            "subclass of DataParallel `{name}` cannot be converted; left unchanged",
+        ),
+        Rule(
+            "DDP204",
+            "conditional-wrap",
+            "warning",
+            "the DDP wrap is conditional: every process must wrap the model, or "
+            "gradients are not averaged; check the condition holds whenever the "
+            "world size is above 1",
+        ),
+        Rule(
+            "DDP301",
+            "loader-has-sampler",
+            "warning",
+            "DataLoader already has `{argument}=`; left unchanged: shard it across "
+            "processes yourself (e.g. wrap it for DistributedSampler)",
+        ),
+        Rule(
+            "DDP302",
+            "iterable-dataset",
+            "warning",
+            "DataLoader over an IterableDataset cannot take a sampler; left unchanged: "
+            "shard the stream by rank inside the dataset",
+        ),
+        Rule(
+            "DDP303",
+            "loader-arguments",
+            "warning",
+            "DataLoader with {count} positional arguments; left unchanged: pass "
+            "arguments after `shuffle` by keyword",
+        ),
+        Rule(
+            "DDP304",
+            "dataset-expression",
+            "warning",
+            "the dataset is built inside the DataLoader call of a non-assignment; "
+            "left unchanged: bind the dataset to a name first",
+        ),
+        Rule(
+            "DDP305",
+            "no-epoch-loop",
+            "warning",
+            "no epoch loop found for `{loader}`: call `{loader}.sampler.set_epoch(epoch)` "
+            "at the start of every epoch, or every epoch repeats one order",
+        ),
+        Rule(
+            "DDP306",
+            "no-data-loader",
+            "warning",
+            "no DataLoader in this file: give the training loader a DistributedSampler "
+            "where it is built, and call set_epoch every epoch",
+        ),
+        Rule(
+            "DDP307",
+            "global-batch-kept",
+            "note",
+            "global batch kept: each process loads `{batch} // world_size` samples; "
+            "{divisibility}",
+        ),
+        Rule(
+            "DDP308",
+            "per-process-batch-kept",
+            "note",
+            "per-process batch kept: the effective batch becomes `{batch} * world_size`; "
+            "scale the learning rate to match",
+        ),
+    )
+}

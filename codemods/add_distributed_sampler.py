@@ -103,7 +103,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if sampler is not None and self.matches(sampler, call_to(names.DISTRIBUTED_SAMPLER)):
             return  # Converted already.
         parent = self.get_metadata(ParentNodeProvider, call)
-        reference = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+        statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, (cst.Assign, cst.Return)) else None
+        reference, bound_at = self._binding(module, call, parent)
         if not self._is_training_loader(call, reference, only_loader):
             return
         for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
@@ -122,8 +123,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return
         hoisted_dataset = None
         if not m.matches(dataset, m.Name() | m.Attribute()):
-            statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, cst.Assign) else None
-            if not isinstance(statement, cst.SimpleStatementLine) or reference is None:
+            if not isinstance(statement, cst.SimpleStatementLine):
                 self.report(call, "DDP304")
                 return
             hoisted_dataset = self._dataset_name(reference, call)
@@ -133,10 +133,37 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             assert isinstance(statement, cst.SimpleStatementLine)
             self.hoists[statement] = plan
         self._report_batch(call)
-        if reference is None:
+        if reference is None or bound_at is None:
             self.report(call, "DDP305", loader="loader")
         else:
-            self._plan_set_epoch(module, call, reference)
+            self._plan_set_epoch(module, call, reference, bound_at)
+
+    def _binding(
+        self, module: cst.Module, call: cst.Call, parent: cst.CSTNode
+    ) -> tuple[cst.BaseExpression | None, cst.CSTNode | None]:
+        """What the loader is bound to, and the node that binds it.
+
+        ``loader = DataLoader(...)`` binds it directly. ``return DataLoader(...)``
+        in ``build_train_loader()`` binds it wherever the script assigns
+        ``x = build_train_loader()`` or ``self.x = self.build_train_loader()``.
+        """
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            return parent.targets[0].target, call
+        if not isinstance(parent, cst.Return):
+            return None, None
+        function: cst.CSTNode = parent
+        while not isinstance(function, (cst.FunctionDef, cst.Module)):
+            function = self.get_metadata(ParentNodeProvider, function)
+        if not isinstance(function, cst.FunctionDef):
+            return None, None
+        name = function.name.value
+        builder = m.Call(func=m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
+        assignments = m.findall(module, m.Assign(targets=[m.AssignTarget()], value=builder))
+        if len(assignments) != 1:
+            return None, None
+        assignment = assignments[0]
+        assert isinstance(assignment, cst.Assign)
+        return assignment.targets[0].target, assignment.value
 
     def _is_training_loader(self, call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool) -> bool:
         name = _code(reference) if reference is not None else ""
@@ -158,8 +185,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return bool(m.findall(module, assigned))
         return False
 
-    def _dataset_name(self, reference: cst.BaseExpression, call: cst.Call) -> str:
-        base = reference.attr.value if isinstance(reference, cst.Attribute) else _code(reference)
+    def _dataset_name(self, reference: cst.BaseExpression | None, call: cst.Call) -> str:
+        if reference is None:
+            base = ""
+        else:
+            base = reference.attr.value if isinstance(reference, cst.Attribute) else _code(reference)
         stem = re.sub(r"_?(data)?_?loader$", "", base, flags=re.IGNORECASE)
         candidate = f"{stem}_dataset" if stem else "dataset"
         scope = self.get_metadata(ScopeProvider, call)
@@ -186,13 +216,15 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     # -- finding the epoch loop ----------------------------------------------------
 
-    def _plan_set_epoch(self, module: cst.Module, call: cst.Call, reference: cst.BaseExpression) -> None:
+    def _plan_set_epoch(
+        self, module: cst.Module, call: cst.Call, reference: cst.BaseExpression, bound_at: cst.CSTNode
+    ) -> None:
         loader = _code(reference)
         functions = self._functions(module)
         candidates: list[tuple[int, cst.For]] = []
         for loop in m.findall(module, m.For(target=m.Name()), metadata_resolver=self):
             assert isinstance(loop, cst.For) and isinstance(loop.target, cst.Name)
-            if self._mentions(loop.iter, loader) or not self._can_see(loop, call, reference):
+            if self._mentions(loop.iter, loader) or not self._can_see(loop, bound_at, reference):
                 continue
             if not self._reaches(loop.body, loader, functions, depth=2):
                 continue
@@ -245,10 +277,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 return True
         return False
 
-    def _can_see(self, loop: cst.For, call: cst.Call, reference: cst.BaseExpression) -> bool:
-        """Whether ``reference`` at the loop means the loader bound at ``call``."""
+    def _can_see(self, loop: cst.For, bound_at: cst.CSTNode, reference: cst.BaseExpression) -> bool:
+        """Whether ``reference`` at the loop means the loader bound at ``bound_at``."""
         if m.matches(reference, m.Attribute(value=m.Name("self"))):
-            return self._enclosing_class(loop) is self._enclosing_class(call) is not None
+            return self._enclosing_class(loop) is self._enclosing_class(bound_at) is not None
         base = reference
         while isinstance(base, cst.Attribute):
             base = base.value
@@ -257,7 +289,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         scope = self.get_metadata(ScopeProvider, loop.body, None)
         if scope is None or base.value not in scope:
             return False
-        bound_here = self.get_metadata(ScopeProvider, call)
+        bound_here = self.get_metadata(ScopeProvider, bound_at)
         return any(
             isinstance(a, Assignment) and a.scope is bound_here for a in scope[base.value]
         )

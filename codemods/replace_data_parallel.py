@@ -44,6 +44,24 @@ def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> DistributedDataPara
     return DistributedDataParallel(model, **kwargs)
 '''
 
+# "cuda:0" and .cuda(0) meant "the GPU DataParallel gathers on"; under DDP each
+# process has its own, which plain "cuda" and .cuda() name after set_device.
+FIRST_GPU_STRING = m.SimpleString(m.MatchIfTrue(lambda value: value.strip("'\"") == "cuda:0"))
+FIRST_GPU_CALL = m.Call(func=m.Attribute(attr=m.Name("cuda")), args=[m.Arg(m.Integer("0"), keyword=None)])
+VISIBLE_DEVICES = m.Subscript(
+    value=m.Attribute(value=m.Name("os"), attr=m.Name("environ")),
+    slice=[m.SubscriptElement(m.Index(m.SimpleString(m.MatchIfTrue(lambda v: v.strip("'\"") == "CUDA_VISIBLE_DEVICES"))))],
+)
+
+
+def _cuda_string(node: cst.SimpleString) -> cst.SimpleString:
+    return node.with_changes(value=node.value.replace("cuda:0", "cuda"))
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
 DATA_PARALLEL_IMPORT_MODULES = ("torch.nn", "torch.nn.parallel", "torch.nn.parallel.data_parallel")
 
 
@@ -61,7 +79,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         # Original DataParallel calls to convert, mapped to whether their
         # statement leaves its `if`, which drops the device moves it guarded.
         self.conversions: dict[cst.Call, bool] = {}
-        self.hoisted: set[cst.If] = set()
+        # Each `if` whose DataParallel wrap moves after it, with that statement.
+        self.hoisted: dict[cst.If, cst.SimpleStatementLine] = {}
         self.needs_ddp_import = False
 
     # -- detection, on the original tree --------------------------------------------
@@ -82,26 +101,55 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
     def visit_Call(self, node: cst.Call) -> None:
         if self.matches(node, call_to(names.FUNCTIONAL_DATA_PARALLEL)):
             self.report(node, "DDP202")
+        elif m.matches(node, FIRST_GPU_CALL) and not self.matches(
+            node, m.Call(func=m.Attribute(value=call_to(names.DATA_PARALLEL)))
+        ):
+            self.report(node, "DDP205", literal=".cuda(0)", replacement=".cuda()")
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if m.matches(node, FIRST_GPU_STRING):
+            self.report(node, "DDP205", literal=node.value, replacement=_cuda_string(node).value)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if m.matches(node, VISIBLE_DEVICES) and isinstance(self.get_metadata(ParentNodeProvider, node), cst.AssignTarget):
+            self.report(node, "DDP206")
+
+    def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
+        return _cuda_string(updated_node) if m.matches(original_node, FIRST_GPU_STRING) else updated_node
 
     def _plan_conversion(self, call: cst.Call) -> None:
         statement, conditions = self._enclosing_statement(call)
         hoisted = False
         if conditions:
-            if_node = conditions[0]
-            block = if_node.body
-            if (
-                len(conditions) == 1
-                and isinstance(if_node, cst.If)
-                and if_node.orelse is None
-                and statement is not None
-                and isinstance(block, cst.IndentedBlock)
-                and block.body[-1] is statement
-            ):
-                self.hoisted.add(if_node)
+            if len(conditions) == 1 and statement is not None and self._can_leave_if(statement, conditions[0]):
+                assert isinstance(conditions[0], cst.If)
+                self.hoisted[conditions[0]] = statement
                 hoisted = True
             else:
                 self.report(call, "DDP204")
         self.conversions[call] = hoisted
+
+    @staticmethod
+    def _can_leave_if(statement: cst.SimpleStatementLine, condition: cst.If | cst.IfExp) -> bool:
+        """Whether ``model = DataParallel(model)`` can move after its plain ``if``.
+
+        It can when the ``if`` has no ``else`` and nothing after the wrap in
+        the ``if`` uses the model, so running the wrap later changes nothing else.
+        """
+        if not isinstance(condition, cst.If) or condition.orelse is not None:
+            return False
+        block = condition.body
+        if not isinstance(block, cst.IndentedBlock) or statement not in block.body:
+            return False
+        wrap = statement.body[0]
+        if len(statement.body) != 1 or not m.matches(wrap, m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
+            return False
+        assert isinstance(wrap, cst.Assign)
+        target = wrap.targets[0].target
+        while isinstance(target, cst.Attribute):
+            target = target.value
+        later = block.body[block.body.index(statement) + 1 :]
+        return not any(m.findall(s, m.Name(target.value)) for s in later)  # type: ignore[attr-defined]
 
     def _enclosing_statement(
         self, call: cst.Call
@@ -131,6 +179,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             # DataParallel(model).cuda(): the helper already moved the model.
             assert isinstance(updated_node.func, cst.Attribute)
             return updated_node.func.value
+        if m.matches(original_node, FIRST_GPU_CALL):
+            return updated_node.with_changes(args=[])
         if self.matches(
             original_node,
             m.Call(func=m.Name("isinstance"), args=[m.Arg(), m.Arg(value=resolves_to(names.DATA_PARALLEL))]),
@@ -163,13 +213,18 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         updated = cst.Tuple([cst.Element(classes), ddp])
         return call.with_changes(args=[call.args[0], call.args[1].with_changes(value=updated)])
 
-    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
-        if original_node not in self.hoisted:
+    def leave_If(
+        self, original_node: cst.If, updated_node: cst.If
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
+        wrap_statement = self.hoisted.get(original_node)
+        if wrap_statement is None:
             return updated_node
-        # Under DDP every process wraps the model, so the wrap leaves its `if`.
+        # Under DDP every process must wrap the model, so the wrap leaves its `if`.
         block = updated_node.body
         assert isinstance(block, cst.IndentedBlock)
-        *rest, wrap = block.body
+        index = list(original_node.body.body).index(wrap_statement)
+        wrap = block.body[index]
+        rest = [*block.body[:index], *block.body[index + 1 :]]
         if not rest:
             return wrap.with_changes(leading_lines=[*updated_node.leading_lines, *wrap.leading_lines])
         return cst.FlattenSentinel([updated_node.with_changes(body=block.with_changes(body=rest)), wrap])

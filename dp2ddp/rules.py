@@ -66,6 +66,19 @@ RULES: dict[str, Rule] = {
             "world size is above 1",
         ),
         Rule(
+            "DDP205",
+            "first-gpu-literal",
+            "note",
+            "`{literal}` would put every process on GPU 0; now `{replacement}`, this process's GPU",
+        ),
+        Rule(
+            "DDP206",
+            "visible-devices-in-script",
+            "warning",
+            "the script sets CUDA_VISIBLE_DEVICES: every process sees the same GPUs, so start "
+            "no more processes than it lists, or set it in the shell instead",
+        ),
+        Rule(
             "DDP301",
             "loader-has-sampler",
             "warning",

@@ -17,38 +17,33 @@ from libcst.codemod.visitors import AddImportsVisitor
 from . import _names as names
 from ._base import MAIN_GUARD, Dp2ddpCodemod, call_to, insert_helper, parse_helper
 
+# One statement per line and a one-line docstring: LibCST re-indents lines
+# and newlines to the script's own style (tabs, CRLF), not text inside them.
 SETUP_HELPER_SOURCE = f'''
 def {names.SETUP_HELPER}() -> None:
-    """Join the process group: one process per GPU, or per CPU slot under torchrun.
-
-    torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; SLURM's srun sets
-    SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS instead. Started as plain
-    ``python script.py`` on a machine with several GPUs, the script restarts
-    itself under torchrun with one process per GPU, as DataParallel used them
-    all; otherwise it runs as a single process.
-    """
+    """Join the process group under torchrun, SLURM srun or plain python."""
+    # torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; srun sets the SLURM_* equivalents.
     if "RANK" not in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
         os.environ["RANK"] = os.environ["SLURM_PROCID"]
         os.environ["LOCAL_RANK"] = os.environ["SLURM_LOCALID"]
         os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
-        hosts = subprocess.run(
-            ["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-            capture_output=True, text=True, check=True,
-        ).stdout.split()
-        os.environ.setdefault("MASTER_ADDR", hosts[0])
+        nodelist = os.environ["SLURM_JOB_NODELIST"]
+        hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True)
+        os.environ.setdefault("MASTER_ADDR", hosts.stdout.split()[0])
         os.environ.setdefault("MASTER_PORT", "29500")
+    # Plain `python script.py` on several GPUs: restart under torchrun, one process per GPU,
+    # so the script still uses every GPU as it did with DataParallel.
     if "RANK" not in os.environ and torch.cuda.device_count() > 1:
         nproc = torch.cuda.device_count()
-        os.execv(sys.executable, [
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={{nproc}}", "--", *sys.argv,
-        ])
+        command = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={{nproc}}", "--", *sys.argv]
+        os.execv(sys.executable, [sys.executable, *command])
     backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if "RANK" in os.environ:
         dist.init_process_group(backend)
     else:
+        # A single process: an in-memory store needs no address or port.
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     atexit.register(dist.destroy_process_group)
 '''

@@ -30,17 +30,17 @@ from ._base import (
     without_device_move,
 )
 
+# One statement per line and a one-line docstring, so that LibCST renders the
+# helper in the script's own indentation and newline style.
 WRAP_HELPER_SOURCE = f'''
 def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> DistributedDataParallel:
-    """Wrap ``model`` in DistributedDataParallel on this process's device.
-
-    Stands in for nn.DataParallel. On GPUs the model moves to the device that
-    setup_distributed() selected and DDP copies each batch there, as
-    DataParallel did; on CPU, DDP must be given no device_ids.
-    """
+    """Wrap ``model`` in DistributedDataParallel on this process's device."""
+    # Stands in for nn.DataParallel: on GPUs the model moves to the GPU that
+    # setup_distributed() selected, and DDP copies each batch there as DataParallel did.
     if torch.cuda.is_available():
         device = torch.cuda.current_device()
         return DistributedDataParallel(model.to(device), device_ids=[device], **kwargs)
+    # On CPU, DDP must be given no device_ids.
     return DistributedDataParallel(model, **kwargs)
 '''
 

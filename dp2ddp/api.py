@@ -59,6 +59,14 @@ def _run(source: str, codemods: Iterable[type[Codemod]], options: ConvertOptions
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:
+        # CPython's own message and position are the ones users know; LibCST's
+        # stand in only for syntax that CPython accepts and LibCST does not.
+        try:
+            compile(source, "<script>", "exec")
+        except SyntaxError as python_error:
+            raise ConversionError(
+                f"syntax error: {python_error.msg}", python_error.lineno, python_error.offset
+            ) from None
         raise ConversionError(f"cannot parse: {error.message}", error.raw_line, error.raw_column + 1) from None
     code = source
     # Each codemod reports positions in the code it was given; map them back

@@ -50,7 +50,10 @@ def read_source(path: Path) -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as error:
-        raise SourceError(f"{path}: {error}") from None
+        if "unknown encoding" in str(error):
+            raise SourceError(f"{path}: {error}") from None
+        # Undecodable bytes in the first two lines: the UTF-8 decode below says where.
+        encoding = "utf-8"
     try:
         # Decoding bytes keeps "\r\n" as it is, so the newline style survives.
         text = data.decode(encoding)

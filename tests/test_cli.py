@@ -1,0 +1,208 @@
+"""The dp2ddp command line as a user drives it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dp2ddp.cli import main
+from tests.conftest import FIXTURES
+
+DP_SCRIPT = """\
+import torch
+import torch.nn as nn
+
+
+def main():
+    model = nn.DataParallel(nn.Linear(2, 2))
+    return model
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(DP_SCRIPT, encoding="utf-8")
+    return path
+
+
+def test_convert_rewrites_in_place_and_reports(script: Path) -> None:
+    code, _, err = run("convert", str(script))
+    assert code == 0
+    text = script.read_text(encoding="utf-8")
+    assert "wrap_ddp(nn.Linear(2, 2))" in text and "setup_distributed()" in text
+    assert "1 file converted, 0 files unchanged, 0 files failed" in err
+
+
+def test_diff_prints_the_change_and_writes_nothing(script: Path) -> None:
+    code, out, _ = run("convert", "--diff", str(script))
+    assert code == 0
+    assert script.read_text(encoding="utf-8") == DP_SCRIPT
+    assert f"--- a/{script}" in out
+    assert "-    model = nn.DataParallel(nn.Linear(2, 2))" in out
+    assert "+    model = wrap_ddp(nn.Linear(2, 2))" in out
+
+
+def test_check_exits_1_when_work_is_found_and_0_when_clean(script: Path) -> None:
+    assert run("convert", "--check", str(script))[0] == 1
+    assert script.read_text(encoding="utf-8") == DP_SCRIPT
+    run("convert", str(script))
+    assert run("convert", "--check", str(script))[0] == 0
+
+
+def test_output_writes_elsewhere_and_keeps_the_input(script: Path, tmp_path: Path) -> None:
+    target = tmp_path / "train_ddp.py"
+    code, _, _ = run("convert", str(script), "-o", str(target))
+    assert code == 0
+    assert script.read_text(encoding="utf-8") == DP_SCRIPT
+    assert "wrap_ddp" in target.read_text(encoding="utf-8")
+
+
+def test_output_refuses_several_inputs(script: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.py"
+    other.write_text(DP_SCRIPT, encoding="utf-8")
+    code, _, err = run("convert", str(script), str(other), "-o", str(tmp_path / "x.py"))
+    assert code == 2
+    assert "--output takes exactly one input file" in err
+
+
+def test_syntax_error_exits_2_names_the_place_and_leaves_the_file(tmp_path: Path, script: Path) -> None:
+    broken = tmp_path / "broken.py"
+    source = "import torch\n\ndef main(:\n    pass\n"
+    broken.write_text(source, encoding="utf-8")
+    code, _, err = run("convert", str(tmp_path))
+    assert code == 2
+    assert f"error: {broken}:3:" in err
+    assert broken.read_text(encoding="utf-8") == source
+    # The other file is still converted.
+    assert "wrap_ddp" in script.read_text(encoding="utf-8")
+    assert "1 file converted, 0 files unchanged, 1 file failed" in err
+
+
+def test_non_utf8_file_gives_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "latin.py"
+    data = "# caf\xe9\nimport torch\n".encode("latin-1")
+    path.write_bytes(data)
+    code, _, err = run("convert", str(path))
+    assert code == 2
+    assert f"{path}:1: not valid utf-8 (byte 0xe9)" in err
+    assert "Traceback" not in err
+    assert path.read_bytes() == data
+
+
+def test_declared_encoding_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "latin.py"
+    path.write_bytes(("# -*- coding: latin-1 -*-\n# caf\xe9\n" + DP_SCRIPT).encode("latin-1"))
+    assert run("convert", str(path))[0] == 0
+    text = path.read_bytes().decode("latin-1")
+    assert "# caf\xe9" in text and "wrap_ddp" in text
+
+
+def test_crlf_newlines_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "crlf.py"
+    path.write_bytes(DP_SCRIPT.replace("\n", "\r\n").encode())
+    assert run("convert", str(path))[0] == 0
+    data = path.read_bytes()
+    assert b"wrap_ddp" in data
+    assert data.count(b"\n") == data.count(b"\r\n")
+
+
+def test_tab_indentation_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "tabs.py"
+    path.write_text(DP_SCRIPT.replace("    ", "\t"), encoding="utf-8")
+    assert run("convert", str(path))[0] == 0
+    text = path.read_text(encoding="utf-8")
+    assert "wrap_ddp" in text
+    indented = [line for line in text.splitlines() if line[:1].isspace()]
+    assert indented and all(line.startswith("\t") for line in indented)
+    compile(text, str(path), "exec")
+
+
+def test_bom_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "bom.py"
+    path.write_bytes(b"\xef\xbb\xbf" + DP_SCRIPT.encode())
+    assert run("convert", str(path))[0] == 0
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert path.read_bytes().count(b"\xef\xbb\xbf") == 1
+
+
+def test_file_mode_is_kept(script: Path) -> None:
+    script.chmod(0o754)
+    run("convert", str(script))
+    assert script.stat().st_mode & 0o777 == 0o754
+
+
+def test_directories_are_searched_recursively(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    nested = tmp_path / "pkg" / "sub" / "train.py"
+    nested.write_text(DP_SCRIPT, encoding="utf-8")
+    (tmp_path / "pkg" / "notes.txt").write_text("DataParallel", encoding="utf-8")
+    code, _, err = run("convert", str(tmp_path))
+    assert code == 0
+    assert "wrap_ddp" in nested.read_text(encoding="utf-8")
+    assert "1 file converted, 0 files unchanged" in err
+
+
+def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
+    code, _, err = run("convert", str(tmp_path / "nope.py"))
+    assert code == 2
+    assert "no such file or directory" in err
+
+
+def test_only_and_skip_select_codemods(script: Path) -> None:
+    assert run("convert", "--only", "replace_data_parallel", str(script))[0] == 0
+    text = script.read_text(encoding="utf-8")
+    assert "wrap_ddp(" in text and "def setup_distributed" not in text
+
+
+def test_unknown_codemod_name_is_rejected(script: Path) -> None:
+    code, _, err = run("convert", "--skip", "replace_everything", str(script))
+    assert code == 2
+    assert "unknown codemod replace_everything" in err
+    assert script.read_text(encoding="utf-8") == DP_SCRIPT
+
+
+def test_findings_are_printed_with_path_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "sub.py"
+    path.write_text("import torch\nmodel.features = torch.nn.DataParallel(model.features)\n", encoding="utf-8")
+    code, _, err = run("convert", str(path))
+    assert code == 0
+    assert f"{path}:2:18: DDP201 DataParallel wraps a sub-module" in err
+
+
+def test_keep_per_process_batch(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text((FIXTURES / "mnist_argparse" / "before.py").read_text(encoding="utf-8"), encoding="utf-8")
+    code, _, err = run("convert", "--keep-per-process-batch", str(path))
+    assert code == 0
+    text = path.read_text(encoding="utf-8")
+    assert "batch_size=args.batch_size, sampler=DistributedSampler(train_set, shuffle=True)" in text
+    assert "DDP308 per-process batch kept" in err
+
+
+def test_help_shows_examples() -> None:
+    assert "Examples:" in run("--help")[1]
+    convert_help = run("convert", "--help")[1]
+    assert "dp2ddp convert --diff train.py" in convert_help
+    assert "replace_data_parallel" in convert_help
+
+
+def test_python_dash_m_works(script: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "dp2ddp", "convert", "--check", str(script)], capture_output=True, text=True
+    )
+    assert completed.returncode == 1
+    assert "1 file would be converted" in completed.stderr

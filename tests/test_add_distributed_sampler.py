@@ -1,0 +1,244 @@
+from __future__ import annotations
+
+from libcst.codemod import CodemodTest
+
+from dp2ddp.codemods.add_distributed_sampler import AddDistributedSamplerCommand
+
+class AddDistributedSamplerTest(CodemodTest):
+    TRANSFORM = AddDistributedSamplerCommand
+
+    def test_training_loader_gets_sampler_batch_split_and_set_epoch(self) -> None:
+        """Should shard the loader, keep the global batch, and reshuffle every epoch."""
+        before = """
+            import torch
+            from torch.utils.data import DataLoader
+
+            model = wrap_ddp(model)
+            train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=4)
+            for epoch in range(args.epochs):
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    loss.backward()
+        """
+        after = """
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            model = wrap_ddp(model)
+            train_loader = DataLoader(train_set, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True), num_workers=4)
+            for epoch in range(args.epochs):
+                train_loader.sampler.set_epoch(epoch)
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    loss.backward()
+        """
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                "5:49: DDP307 global batch kept: each process loads `args.batch_size // world_size` samples; "
+                "the global batch changes unless it divides by the number of processes"
+            ],
+        )
+
+    def test_set_epoch_reaches_the_loop_in_another_function(self) -> None:
+        """Should put set_epoch in the top-level epoch loop that calls train(epoch)."""
+        before = """
+            import torch
+
+            model = torch.nn.DataParallel(model)
+            trainloader = torch.utils.data.DataLoader(trainset, 64, True)
+
+            def train(epoch):
+                for inputs, targets in trainloader:
+                    pass
+
+            for epoch in range(start_epoch, start_epoch + 200):
+                train(epoch)
+        """
+        after = """
+            import torch
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            model = torch.nn.DataParallel(model)
+            trainloader = torch.utils.data.DataLoader(trainset, batch_size=64 // dist.get_world_size(), sampler=DistributedSampler(trainset, shuffle=True))
+
+            def train(epoch):
+                for inputs, targets in trainloader:
+                    pass
+
+            for epoch in range(start_epoch, start_epoch + 200):
+                trainloader.sampler.set_epoch(epoch)
+                train(epoch)
+        """
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                "4:53: DDP307 global batch kept: each process loads `64 // world_size` samples; "
+                "64 divides by 2, 4, 8 processes"
+            ],
+        )
+
+    def test_dataset_built_inline_is_bound_once(self) -> None:
+        """Should bind an inline dataset to a name, since the sampler needs it too."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            model = wrap_ddp(model)
+            loader = DataLoader(dataset=Squares(100), batch_size=10, shuffle=False)
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            model = wrap_ddp(model)
+            dataset = Squares(100)
+            loader = DataLoader(dataset=dataset, batch_size=10 // dist.get_world_size(), sampler=DistributedSampler(dataset, shuffle=False))
+        """
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                "4:54: DDP307 global batch kept: each process loads `10 // world_size` samples; "
+                "10 divides by 2 processes but not by 4, 8",
+                "4:10: DDP305 no epoch loop found for `loader`: call `loader.sampler.set_epoch(epoch)` "
+                "at the start of every epoch, or every epoch repeats one order",
+            ],
+        )
+
+    def test_keep_per_process_batch(self) -> None:
+        """Should keep batch_size as it is and say the effective batch grows."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            model = wrap_ddp(model)
+            train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler
+
+            model = wrap_ddp(model)
+            train_loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set, shuffle=True))
+        """
+        self.assertCodemod(
+            before,
+            after,
+            keep_per_process_batch=True,
+            expected_warnings=[
+                "4:16: DDP308 per-process batch kept: the effective batch becomes `32 * world_size`; "
+                "scale the learning rate to match",
+                "4:16: DDP305 no epoch loop found for `train_loader`: call `train_loader.sampler.set_epoch(epoch)` "
+                "at the start of every epoch, or every epoch repeats one order",
+            ],
+        )
+
+    def test_evaluation_loader_is_left_alone(self) -> None:
+        """Should do nothing to a validation loader: every process evaluates all of it."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            model = wrap_ddp(model)
+            val_loader = DataLoader(val_set, batch_size=100, shuffle=False)
+            test_loader = DataLoader(test_set, batch_size=100)
+        """
+        self.assertCodemod(before, before, expected_warnings=[])
+
+    def test_existing_sampler_batch_sampler_and_iterable_dataset_are_reported(self) -> None:
+        """Should leave loaders it cannot shard safely alone, and say why."""
+        before = """
+            import torch
+            from torch.utils.data import DataLoader, IterableDataset
+
+            class Stream(IterableDataset):
+                pass
+
+            model = wrap_ddp(model)
+            train_a = DataLoader(data, batch_size=8, sampler=WeightedSampler(data))
+            train_b = DataLoader(data, batch_sampler=Buckets(data))
+            train_c = DataLoader(Stream(), batch_size=8)
+        """
+        self.assertCodemod(
+            before,
+            before,
+            expected_warnings=[
+                "8:11: DDP301 DataLoader already has `sampler=`; left unchanged: shard it across processes "
+                "yourself (e.g. wrap it for DistributedSampler)",
+                "9:11: DDP301 DataLoader already has `batch_sampler=`; left unchanged: shard it across processes "
+                "yourself (e.g. wrap it for DistributedSampler)",
+                "10:11: DDP302 DataLoader over an IterableDataset cannot take a sampler; left unchanged: "
+                "shard the stream by rank inside the dataset",
+            ],
+        )
+
+    def test_no_loader_in_the_file_is_reported(self) -> None:
+        """Should say where the sampler must go when the loader is built elsewhere."""
+        before = """
+            model = wrap_ddp(model)
+        """
+        self.assertCodemod(
+            before,
+            before,
+            expected_warnings=[
+                "1:1: DDP306 no DataLoader in this file: give the training loader a DistributedSampler "
+                "where it is built, and call set_epoch every epoch"
+            ],
+        )
+
+    def test_converted_loader_is_stable(self) -> None:
+        """Should do nothing to a loader that already has its DistributedSampler."""
+        before = """
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            model = wrap_ddp(model)
+            train_loader = DataLoader(train_set, batch_size=8 // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True))
+            for epoch in range(3):
+                train_loader.sampler.set_epoch(epoch)
+                for batch in train_loader:
+                    pass
+        """
+        self.assertCodemod(before, before, expected_warnings=[])
+
+    def test_script_without_ddp_is_skipped(self) -> None:
+        """Should do nothing, since no model is wrapped for DDP."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+        """
+        self.assertCodemod(before, before, expected_skip=True)
+
+    def test_dist_name_taken_uses_the_full_module_name(self) -> None:
+        """Should not clash with a script's own `dist` variable."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            dist = 3.0
+            model = wrap_ddp(model)
+            train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+            for epoch in range(2):
+                for batch in train_loader:
+                    pass
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            import torch.distributed
+            from torch.utils.data.distributed import DistributedSampler
+
+            dist = 3.0
+            model = wrap_ddp(model)
+            train_loader = DataLoader(train_set, batch_size=8 // torch.distributed.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True))
+            for epoch in range(2):
+                train_loader.sampler.set_epoch(epoch)
+                for batch in train_loader:
+                    pass
+        """
+        self.assertCodemod(before, after)

@@ -1,0 +1,301 @@
+from __future__ import annotations
+
+import textwrap
+
+from libcst.codemod import CodemodTest
+
+from dp2ddp.codemods.replace_data_parallel import WRAP_HELPER_SOURCE, ReplaceDataParallelCommand
+
+# Indented to sit inside the dedented test strings below.
+HELPER = textwrap.indent(WRAP_HELPER_SOURCE.strip("\n"), " " * 12).lstrip()
+
+
+class ReplaceDataParallelTest(CodemodTest):
+    TRANSFORM = ReplaceDataParallelCommand
+
+    def test_torch_nn_spelling(self) -> None:
+        """Should swap torch.nn.DataParallel for the DDP wrap helper."""
+        before = """
+            import torch
+
+            model = torch.nn.DataParallel(Net())
+        """
+        after = f"""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            model = wrap_ddp(Net())
+        """
+        self.assertCodemod(before, after, expected_warnings=[])
+
+    def test_nn_alias_parallel_spelling_and_imported_name(self) -> None:
+        """Should resolve nn.DataParallel, torch.nn.parallel.DataParallel and an imported alias alike."""
+        before = """
+            import torch
+            import torch.nn as nn
+            from torch.nn import DataParallel as DP
+
+            a = nn.DataParallel(a)
+            b = torch.nn.parallel.DataParallel(b)
+            c = DP(c)
+        """
+        after = f"""
+            import torch
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            a = wrap_ddp(a)
+            b = wrap_ddp(b)
+            c = wrap_ddp(c)
+        """
+        self.assertCodemod(before, after, expected_warnings=[])
+
+    def test_device_arguments_and_chained_moves(self) -> None:
+        """Should drop device_ids/output_device and absorb .cuda()/.to(); dim is kept."""
+        before = """
+            import torch
+
+            a = torch.nn.DataParallel(a, device_ids=[0, 1], output_device=0).cuda()
+            b = torch.nn.DataParallel(b, [0, 1]).to(device)
+            c = torch.nn.DataParallel(c, None, None, 1)
+        """
+        after = f"""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            a = wrap_ddp(a)
+            b = wrap_ddp(b)
+            c = wrap_ddp(c, dim=1)
+        """
+        self.assertCodemod(before, after, expected_warnings=[])
+
+    def test_conditional_wrap_leaves_its_if(self) -> None:
+        """Should move a wrap out of a GPU-count check: every process must wrap the model."""
+        before = """
+            import torch
+
+            def build():
+                model = Net().to(device)
+                if torch.cuda.device_count() > 1:
+                    print("Let's use", torch.cuda.device_count(), "GPUs!")
+                    model = torch.nn.DataParallel(model)
+                if device == "cuda":
+                    model2 = torch.nn.DataParallel(model2).cuda()
+                return model
+        """
+        after = f"""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            def build():
+                model = Net().to(device)
+                if torch.cuda.device_count() > 1:
+                    print("Let's use", torch.cuda.device_count(), "GPUs!")
+                model = wrap_ddp(model)
+                model2 = wrap_ddp(model2)
+                return model
+        """
+        self.assertCodemod(before, after, expected_warnings=[])
+
+    def test_conditional_wrap_with_else_is_converted_and_reported(self) -> None:
+        """Should convert in place but warn when the wrap cannot leave its condition."""
+        before = """
+            import torch
+
+            if args.multi_gpu:
+                model = torch.nn.DataParallel(model)
+            else:
+                model = model.cuda()
+        """
+        after = f"""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            if args.multi_gpu:
+                model = wrap_ddp(model)
+            else:
+                model = model.cuda()
+        """
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                "4:13: DDP204 the DDP wrap is conditional: every process must wrap the model, "
+                "or gradients are not averaged; check the condition holds whenever the world size is above 1"
+            ],
+        )
+
+    def test_isinstance_still_holds_for_the_ddp_model(self) -> None:
+        """Should make isinstance(m, nn.DataParallel) accept DistributedDataParallel too."""
+        before = """
+            import torch.nn as nn
+
+            model = nn.DataParallel(model)
+            state = model.module.state_dict() if isinstance(model, nn.DataParallel) else model.state_dict()
+        """
+        after = f"""
+            import torch.nn as nn
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            model = wrap_ddp(model)
+            state = model.module.state_dict() if isinstance(model, (nn.DataParallel, DistributedDataParallel)) else model.state_dict()
+        """
+        self.assertCodemod(before, after, expected_warnings=[])
+
+    def test_first_gpu_literals_become_this_process_gpu(self) -> None:
+        """Should turn "cuda:0" and .cuda(0) into this process's GPU, with a note."""
+        before = """
+            import torch
+
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.DataParallel(model).to(device)
+            x = x.cuda(0)
+        """
+        after = f"""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = wrap_ddp(model)
+            x = x.cuda()
+        """
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                "3:23: DDP205 `\"cuda:0\"` would put every process on GPU 0; now `\"cuda\"`, this process's GPU",
+                "5:5: DDP205 `.cuda(0)` would put every process on GPU 0; now `.cuda()`, this process's GPU",
+            ],
+        )
+
+    def test_submodule_functional_and_subclass_are_reported_not_changed(self) -> None:
+        """Should leave DataParallel on a sub-module, functional data_parallel and subclasses alone."""
+        before = """
+            import torch.nn as nn
+
+            model.features = nn.DataParallel(model.features)
+            y = nn.parallel.data_parallel(model, x)
+
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.DataParallel(nn.Linear(2, 2))
+
+            class MyDataParallel(nn.DataParallel):
+                pass
+        """
+        self.assertCodemod(
+            before,
+            before,
+            expected_warnings=[
+                "3:18: DDP201 DataParallel wraps a sub-module; left unchanged: wrap the whole model in DistributedDataParallel instead",
+                "9:21: DDP201 DataParallel wraps a sub-module; left unchanged: wrap the whole model in DistributedDataParallel instead",
+                "4:5: DDP202 functional nn.parallel.data_parallel cannot be converted; left unchanged: "
+                "call the module directly and wrap the model in DistributedDataParallel",
+                "11:7: DDP203 subclass of DataParallel `MyDataParallel` cannot be converted; left unchanged",
+            ],
+        )
+
+    def test_visible_devices_in_script_is_reported(self) -> None:
+        """Should warn that CUDA_VISIBLE_DEVICES set in the script applies to every process."""
+        before = """
+            import os
+            import torch
+
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
+            model = torch.nn.DataParallel(model)
+        """
+        after = f"""
+            import os
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
+            model = wrap_ddp(model)
+        """
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                "4:1: DDP206 the script sets CUDA_VISIBLE_DEVICES: every process sees the same GPUs, "
+                "so start no more processes than it lists, or set it in the shell instead"
+            ],
+        )
+
+    def test_shadowing_parameter_is_not_data_parallel(self) -> None:
+        """Should do nothing, since DataParallel here is a local parameter, not torch's."""
+        before = """
+            import torch
+
+            def wrap(model, DataParallel):
+                return DataParallel(model)
+        """
+        self.assertCodemod(before, before, expected_skip=True)
+
+    def test_already_ddp_is_skipped(self) -> None:
+        """Should do nothing, since the script already has its own DDP path."""
+        before = """
+            import torch
+
+            if args.distributed:
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            else:
+                model = torch.nn.DataParallel(model)
+        """
+        self.assertCodemod(
+            before,
+            before,
+            expected_skip=True,
+            expected_warnings=["4:13: DDP001 already uses torch.distributed (DistributedDataParallel); left unchanged"],
+        )
+
+    def test_no_data_parallel_is_skipped(self) -> None:
+        """Should do nothing, since there is no DataParallel to replace."""
+        self.assertCodemod("import torch\nmodel = Net()\n", "import torch\nmodel = Net()\n", expected_skip=True)
+
+    def test_converted_output_is_stable(self) -> None:
+        """Should do nothing to its own output."""
+        after = f"""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            model = wrap_ddp(Net())
+        """
+        self.assertCodemod(after, after, expected_skip=True)

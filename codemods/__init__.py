@@ -8,21 +8,21 @@ it looks at the converted script to decide whether setup belongs in the
 
 from __future__ import annotations
 
+from functools import cache
+from importlib import import_module
+
 from libcst.codemod import Codemod
 
-from .add_distributed_sampler import AddDistributedSamplerCommand
-from .add_launch_wrapper import AddLaunchWrapperCommand
-from .replace_data_parallel import ReplaceDataParallelCommand
+# (module, command class). The classes are imported on demand so that
+# `python -m libcst.tool list` shows each command once, under its own module.
+REGISTRY: tuple[tuple[str, str], ...] = (
+    ("replace_data_parallel", "ReplaceDataParallelCommand"),
+    ("add_distributed_sampler", "AddDistributedSamplerCommand"),
+    ("add_launch_wrapper", "AddLaunchWrapperCommand"),
+)
 
-CODEMODS: dict[str, type[Codemod]] = {
-    "replace_data_parallel": ReplaceDataParallelCommand,
-    "add_distributed_sampler": AddDistributedSamplerCommand,
-    "add_launch_wrapper": AddLaunchWrapperCommand,
-}
 
-__all__ = [
-    "CODEMODS",
-    "AddDistributedSamplerCommand",
-    "AddLaunchWrapperCommand",
-    "ReplaceDataParallelCommand",
-]
+@cache
+def codemods() -> dict[str, type[Codemod]]:
+    """Codemod name -> command class, in the order they run."""
+    return {module: getattr(import_module(f"{__name__}.{module}"), name) for module, name in REGISTRY}

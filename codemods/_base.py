@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC
 from dataclasses import dataclass, field
 from typing import ClassVar, Collection, Sequence
 
@@ -175,7 +176,7 @@ class _FactsCollector(cst.CSTVisitor):
                 self.facts.existing_distributed = (node, "init_process_group")
 
 
-class Dp2ddpCodemod(VisitorBasedCodemodCommand):
+class Dp2ddpCodemod(VisitorBasedCodemodCommand, ABC):
     """Base of every dp2ddp codemod.
 
     It skips scripts the user already made distributed, so that a script with

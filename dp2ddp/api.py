@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, SkipFile
 
-from dp2ddp.codemods import CODEMODS
+from dp2ddp.codemods import codemods
 from dp2ddp.codemods._base import FINDINGS_KEY, Finding
 
 
@@ -49,10 +49,10 @@ class ConvertResult:
 
 def select_codemods(only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[type[Codemod]]:
     """The codemods to run, in registry order; unknown names raise ``ValueError``."""
-    unknown = sorted((set(only) | set(skip)) - CODEMODS.keys())
+    unknown = sorted((set(only) | set(skip)) - codemods().keys())
     if unknown:
-        raise ValueError(f"unknown codemod {', '.join(unknown)}; choose from {', '.join(CODEMODS)}")
-    return [cls for name, cls in CODEMODS.items() if (not only or name in only) and name not in skip]
+        raise ValueError(f"unknown codemod {', '.join(unknown)}; choose from {', '.join(codemods())}")
+    return [cls for name, cls in codemods().items() if (not only or name in only) and name not in skip]
 
 
 def _run(source: str, codemods: Iterable[type[Codemod]], options: ConvertOptions) -> tuple[str, list[Finding]]:

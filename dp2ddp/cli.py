@@ -10,7 +10,7 @@ import click
 
 from dp2ddp import __version__
 from dp2ddp.api import ConversionError, ConvertOptions, convert_source, select_codemods
-from dp2ddp.codemods import CODEMODS
+from dp2ddp.codemods import codemods
 from dp2ddp.files import SourceError, discover, read_source, write_atomic
 from dp2ddp.report import Report
 
@@ -50,7 +50,7 @@ Examples:
 \b
 Codemods, in the order they run:
 """
-    + "\n".join(f"  {name:<24} {cls.DESCRIPTION}" for name, cls in CODEMODS.items()),
+    + "\n".join(f"  {name:<24} {cls.DESCRIPTION}" for name, cls in codemods().items()),
 )
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--diff", is_flag=True, help="Print a unified diff instead of writing files.")

@@ -34,6 +34,8 @@ EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 NO_SPACE = cst.SimpleWhitespace("")
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
+# Process counts a literal batch size is checked against.
+COMMON_WORLD_SIZES = (2, 4, 8)
 
 
 def _keyword(name: str, value: cst.BaseExpression, comma: cst.Comma | cst.MaybeSentinel = cst.MaybeSentinel.DEFAULT) -> cst.Arg:
@@ -77,6 +79,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.hoists: dict[cst.SimpleStatementLine, _LoaderPlan] = {}
         self.set_epochs: dict[cst.For, list[cst.BaseExpression]] = {}
         self.dist = "dist"
+        self.uses_world_size = False
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -199,20 +202,20 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     def _report_batch(self, call: cst.Call) -> None:
         batch = argument(call, BATCH_SIZE, "batch_size")
-        shown = _code(batch) if batch is not None else "1"
-        if self.keep_per_process_batch:
-            self.report(call, "DDP308", batch=shown)
+        if batch is None or self.keep_per_process_batch:
+            # DataLoader's default batch of 1 cannot be split, so it stays per process.
+            self.report(call, "DDP308", batch=_code(batch) if batch is not None else "1")
             return
+        shown, where = _code(batch), batch
+        divisibility = "the global batch changes unless it divides by the number of processes"
         if isinstance(batch, cst.Integer):
             size = int(batch.evaluated_value)
-            fits = [w for w in (2, 4, 8) if size % w == 0]
-            misses = [w for w in (2, 4, 8) if size % w]
-            divisibility = f"{size} divides by {', '.join(map(str, fits)) or 'none of 2, 4, 8'} processes"
+            misses = [str(w) for w in COMMON_WORLD_SIZES if size % w]
             if misses:
-                divisibility += f" but not by {', '.join(map(str, misses))}"
-        else:
-            divisibility = "the global batch changes unless it divides by the number of processes"
-        self.report(batch if batch is not None else call, "DDP307", batch=shown, divisibility=divisibility)
+                self.report(where, "DDP309", size=size, misses=", ".join(misses))
+                return
+            divisibility = f"{size} divides by {', '.join(map(str, COMMON_WORLD_SIZES))} processes"
+        self.report(where, "DDP307", batch=shown, divisibility=divisibility)
 
     # -- finding the epoch loop ----------------------------------------------------
 
@@ -337,6 +340,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _per_process(self, batch: cst.BaseExpression) -> cst.BaseExpression:
         if self.keep_per_process_batch:
             return batch
+        self.uses_world_size = True
         if not m.matches(batch, m.Name() | m.Attribute() | m.Integer() | m.Call() | m.Subscript()):
             batch = batch.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return cst.BinaryOperation(
@@ -371,7 +375,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return updated_node.with_changes(body=body.with_changes(body=[*calls, *body.body]))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if self.plans and not self.keep_per_process_batch:
+        if self.uses_world_size:
             if self.dist == "dist":
                 AddImportsVisitor.add_needed_import(self.context, "torch.distributed", asname="dist")
             else:

@@ -12,6 +12,11 @@ from libcst.codemod import Codemod, CodemodContext, SkipFile
 
 from dp2ddp.codemods import codemods
 from dp2ddp.codemods._base import FINDINGS_KEY, Finding
+from dp2ddp.codemods._names import WRAP_HELPER
+
+# Every codemod needs a DataParallel name or a converted wrap, and no Python
+# spelling of either avoids these words; files without them are not parsed.
+PREFILTER = ("DataParallel", "data_parallel", WRAP_HELPER)
 
 
 class ConversionError(Exception):
@@ -112,6 +117,8 @@ def convert_source(source: str, options: ConvertOptions = ConvertOptions()) -> C
     when the source does not parse or the conversion would not be sound.
     """
     codemods = select_codemods(options.only, options.skip)
+    if not any(word in source for word in PREFILTER):
+        return ConvertResult(source, source, ())
     output, findings = _run(source, codemods, options)
     if output != source:
         # black's rule: a second pass must change nothing, and the result must compile.

@@ -134,5 +134,12 @@ RULES: dict[str, Rule] = {
             "per-process batch kept: the effective batch becomes `{batch} * world_size`; "
             "scale the learning rate to match",
         ),
+        Rule(
+            "DDP309",
+            "global-batch-not-divisible",
+            "warning",
+            "global batch {size} does not divide by {misses} processes: each process loads "
+            "`{size} // world_size` and the global batch shrinks there; pick a multiple of the process count",
+        ),
     )
 }

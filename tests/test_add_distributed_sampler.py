@@ -104,8 +104,8 @@ class AddDistributedSamplerTest(CodemodTest):
             before,
             after,
             expected_warnings=[
-                "4:54: DDP307 global batch kept: each process loads `10 // world_size` samples; "
-                "10 divides by 2 processes but not by 4, 8",
+                "4:54: DDP309 global batch 10 does not divide by 4, 8 processes: each process loads "
+                "`10 // world_size` and the global batch shrinks there; pick a multiple of the process count",
                 "4:10: DDP305 no epoch loop found for `loader`: call `loader.sampler.set_epoch(epoch)` "
                 "at the start of every epoch, or every epoch repeats one order",
             ],
@@ -242,3 +242,29 @@ class AddDistributedSamplerTest(CodemodTest):
                     pass
         """
         self.assertCodemod(before, after)
+
+    def test_default_batch_of_one_stays_per_process(self) -> None:
+        """Should not divide DataLoader's default batch of 1 down to 0."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            model = wrap_ddp(model)
+            train_loader = DataLoader(train_set, shuffle=True)
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler
+
+            model = wrap_ddp(model)
+            train_loader = DataLoader(train_set, sampler=DistributedSampler(train_set, shuffle=True))
+        """
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                "4:16: DDP308 per-process batch kept: the effective batch becomes `1 * world_size`; "
+                "scale the learning rate to match",
+                "4:16: DDP305 no epoch loop found for `train_loader`: call `train_loader.sampler.set_epoch(epoch)` "
+                "at the start of every epoch, or every epoch repeats one order",
+            ],
+        )

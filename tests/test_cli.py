@@ -81,11 +81,11 @@ def test_output_refuses_several_inputs(script: Path, tmp_path: Path) -> None:
 
 def test_syntax_error_exits_2_names_the_place_and_leaves_the_file(tmp_path: Path, script: Path) -> None:
     broken = tmp_path / "broken.py"
-    source = "import torch\n\ndef main(:\n    pass\n"
+    source = "import torch\nmodel = torch.nn.DataParallel(net)\n\ndef main(:\n    pass\n"
     broken.write_text(source, encoding="utf-8")
     code, _, err = run("convert", str(tmp_path))
     assert code == 2
-    assert f"error: {broken}:3:" in err
+    assert f"error: {broken}:4:10: syntax error: invalid syntax" in err
     assert broken.read_text(encoding="utf-8") == source
     # The other file is still converted.
     assert "wrap_ddp" in script.read_text(encoding="utf-8")
@@ -94,7 +94,7 @@ def test_syntax_error_exits_2_names_the_place_and_leaves_the_file(tmp_path: Path
 
 def test_non_utf8_file_gives_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "latin.py"
-    data = "# caf\xe9\nimport torch\n".encode("latin-1")
+    data = "# caf\xe9\nimport torch\nmodel = torch.nn.DataParallel(net)\n".encode("latin-1")
     path.write_bytes(data)
     code, _, err = run("convert", str(path))
     assert code == 2
@@ -206,3 +206,14 @@ def test_python_dash_m_works(script: Path) -> None:
     )
     assert completed.returncode == 1
     assert "1 file would be converted" in completed.stderr
+
+
+def test_files_without_data_parallel_are_left_unchanged(tmp_path: Path) -> None:
+    """The prefilter leaves scripts with no DataParallel alone without parsing them."""
+    path = tmp_path / "plain.py"
+    source = "import torch\nmodel = torch.nn.Linear(2, 2)\n"
+    path.write_text(source, encoding="utf-8")
+    code, _, err = run("convert", "--check", str(path))
+    assert code == 0
+    assert path.read_text(encoding="utf-8") == source
+    assert "0 files would be converted, 1 file unchanged" in err

@@ -44,13 +44,22 @@ def call_to(qualified: Collection[str]) -> m.Call:
     return m.Call(func=resolves_to(qualified))
 
 
+def string_literal(value: str) -> m.SimpleString:
+    """Matcher for a plain string literal spelled with any quotes."""
+    return m.SimpleString(m.MatchIfTrue(lambda raw: raw.strip("'\"") == value))
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
 MAIN_GUARD = m.If(
     test=m.Comparison(
         left=m.Name("__name__"),
-        comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString(m.MatchIfTrue(lambda s: s.strip("'\"") == "__main__")))],
+        comparisons=[m.ComparisonTarget(m.Equal(), string_literal("__main__"))],
     )
     | m.Comparison(
-        left=m.SimpleString(m.MatchIfTrue(lambda s: s.strip("'\"") == "__main__")),
+        left=string_literal("__main__"),
         comparisons=[m.ComparisonTarget(m.Equal(), m.Name("__name__"))],
     )
 )

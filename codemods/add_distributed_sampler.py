@@ -28,7 +28,7 @@ from libcst.metadata import (
 )
 
 from . import _names as names
-from ._base import Dp2ddpCodemod, argument, call_to, resolves_to
+from ._base import Dp2ddpCodemod, argument, call_to, code_of, resolves_to
 
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 NO_SPACE = cst.SimpleWhitespace("")
@@ -40,10 +40,6 @@ COMMON_WORLD_SIZES = (2, 4, 8)
 
 def _keyword(name: str, value: cst.BaseExpression, comma: cst.Comma | cst.MaybeSentinel = cst.MaybeSentinel.DEFAULT) -> cst.Arg:
     return cst.Arg(value, keyword=cst.Name(name), equal=cst.AssignEqual(NO_SPACE, NO_SPACE), comma=comma)
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 @dataclass(frozen=True)
@@ -169,7 +165,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return assignment.targets[0].target, assignment.value
 
     def _is_training_loader(self, call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool) -> bool:
-        name = _code(reference) if reference is not None else ""
+        name = code_of(reference) if reference is not None else ""
         if "train" in name.lower():
             return True
         if EVALUATION_NAME.search(name):
@@ -192,7 +188,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if reference is None:
             base = ""
         else:
-            base = reference.attr.value if isinstance(reference, cst.Attribute) else _code(reference)
+            base = reference.attr.value if isinstance(reference, cst.Attribute) else code_of(reference)
         stem = re.sub(r"_?(data)?_?loader$", "", base, flags=re.IGNORECASE)
         candidate = f"{stem}_dataset" if stem else "dataset"
         scope = self.get_metadata(ScopeProvider, call)
@@ -204,9 +200,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         batch = argument(call, BATCH_SIZE, "batch_size")
         if batch is None or self.keep_per_process_batch:
             # DataLoader's default batch of 1 cannot be split, so it stays per process.
-            self.report(call, "DDP308", batch=_code(batch) if batch is not None else "1")
+            self.report(call, "DDP308", batch=code_of(batch) if batch is not None else "1")
             return
-        shown, where = _code(batch), batch
+        shown, where = code_of(batch), batch
         divisibility = "the global batch changes unless it divides by the number of processes"
         if isinstance(batch, cst.Integer):
             size = int(batch.evaluated_value)
@@ -222,7 +218,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _plan_set_epoch(
         self, module: cst.Module, call: cst.Call, reference: cst.BaseExpression, bound_at: cst.CSTNode
     ) -> None:
-        loader = _code(reference)
+        loader = code_of(reference)
         functions = self._functions(module)
         candidates: list[tuple[int, cst.For]] = []
         for loop in m.findall(module, m.For(target=m.Name()), metadata_resolver=self):
@@ -251,7 +247,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     @staticmethod
     def _mentions(node: cst.CSTNode, loader: str) -> bool:
         return any(
-            _code(found) == loader for found in m.findall(node, m.Name() | m.Attribute())
+            code_of(found) == loader for found in m.findall(node, m.Name() | m.Attribute())
         )
 
     @staticmethod
@@ -275,7 +271,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return False
         for found in m.findall(node, m.Call(func=m.Name() | m.Attribute(value=m.Name("self")))):
             assert isinstance(found, cst.Call)
-            function = functions.get(_code(found.func))
+            function = functions.get(code_of(found.func))
             if function is not None and self._reaches(function.body, loader, functions, depth - 1):
                 return True
         return False
@@ -369,7 +365,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         assert isinstance(original_node.target, cst.Name)
         epoch = original_node.target.value
         calls = [
-            cst.parse_statement(f"{_code(reference)}.sampler.set_epoch({epoch})") for reference in references
+            cst.parse_statement(f"{code_of(reference)}.sampler.set_epoch({epoch})") for reference in references
         ]
         body = updated_node.body
         return updated_node.with_changes(body=body.with_changes(body=[*calls, *body.body]))

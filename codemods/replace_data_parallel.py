@@ -14,8 +14,8 @@ from typing import ClassVar, Sequence
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
-from libcst.helpers import get_full_name_for_node
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from . import _names as names
@@ -27,6 +27,7 @@ from ._base import (
     insert_helper,
     parse_helper,
     resolves_to,
+    string_literal,
     without_device_move,
 )
 
@@ -46,20 +47,16 @@ def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> DistributedDataPara
 
 # "cuda:0" and .cuda(0) meant "the GPU DataParallel gathers on"; under DDP each
 # process has its own, which plain "cuda" and .cuda() name after set_device.
-FIRST_GPU_STRING = m.SimpleString(m.MatchIfTrue(lambda value: value.strip("'\"") == "cuda:0"))
+FIRST_GPU_STRING = string_literal("cuda:0")
 FIRST_GPU_CALL = m.Call(func=m.Attribute(attr=m.Name("cuda")), args=[m.Arg(m.Integer("0"), keyword=None)])
 VISIBLE_DEVICES = m.Subscript(
     value=m.Attribute(value=m.Name("os"), attr=m.Name("environ")),
-    slice=[m.SubscriptElement(m.Index(m.SimpleString(m.MatchIfTrue(lambda v: v.strip("'\"") == "CUDA_VISIBLE_DEVICES"))))],
+    slice=[m.SubscriptElement(m.Index(string_literal("CUDA_VISIBLE_DEVICES")))],
 )
 
 
 def _cuda_string(node: cst.SimpleString) -> cst.SimpleString:
     return node.with_changes(value=node.value.replace("cuda:0", "cuda"))
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 DATA_PARALLEL_IMPORT_MODULES = ("torch.nn", "torch.nn.parallel", "torch.nn.parallel.data_parallel")

@@ -8,7 +8,8 @@ from typing import ClassVar, Collection, Sequence
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod import SkipFile, VisitorBasedCodemodCommand
+from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
+from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
 from dp2ddp.rules import RULES, Severity
@@ -71,6 +72,14 @@ def main_guard(module: cst.Module) -> cst.If | None:
             assert isinstance(statement, cst.If)
             return statement
     return None
+
+
+def import_torch_distributed(context: CodemodContext, alias: str) -> None:
+    """Queue the import that makes ``alias`` (``dist`` or ``torch.distributed``) usable."""
+    if alias == "dist":
+        AddImportsVisitor.add_needed_import(context, "torch.distributed", asname="dist")
+    else:
+        AddImportsVisitor.add_needed_import(context, "torch.distributed")
 
 
 def defined_functions(module: cst.Module) -> set[str]:

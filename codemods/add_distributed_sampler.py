@@ -28,7 +28,7 @@ from libcst.metadata import (
 )
 
 from . import _names as names
-from ._base import Dp2ddpCodemod, argument, call_to, code_of, resolves_to
+from ._base import Dp2ddpCodemod, argument, call_to, code_of, import_torch_distributed, resolves_to
 
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 NO_SPACE = cst.SimpleWhitespace("")
@@ -44,8 +44,6 @@ def _keyword(name: str, value: cst.BaseExpression, comma: cst.Comma | cst.MaybeS
 
 @dataclass(frozen=True)
 class _LoaderPlan:
-    call: cst.Call
-    reference: cst.BaseExpression | None  # what the loader is bound to
     dataset: cst.BaseExpression
     hoisted_dataset: str | None  # name the dataset expression moves to
 
@@ -126,7 +124,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 self.report(call, "DDP304")
                 return
             hoisted_dataset = self._dataset_name(reference, call)
-        plan = _LoaderPlan(call, reference, dataset, hoisted_dataset)
+        plan = _LoaderPlan(dataset, hoisted_dataset)
         self.plans[call] = plan
         if hoisted_dataset is not None:
             assert isinstance(statement, cst.SimpleStatementLine)
@@ -372,8 +370,5 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.uses_world_size:
-            if self.dist == "dist":
-                AddImportsVisitor.add_needed_import(self.context, "torch.distributed", asname="dist")
-            else:
-                AddImportsVisitor.add_needed_import(self.context, "torch.distributed")
+            import_torch_distributed(self.context, self.dist)
         return updated_node

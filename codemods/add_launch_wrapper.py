@@ -15,7 +15,7 @@ import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 
 from . import _names as names
-from ._base import MAIN_GUARD, Dp2ddpCodemod, call_to, insert_helper, parse_helper
+from ._base import MAIN_GUARD, Dp2ddpCodemod, call_to, import_torch_distributed, insert_helper, main_guard, parse_helper
 
 # One statement per line and a one-line docstring: LibCST re-indents lines
 # and newlines to the script's own style (tabs, CRLF), not text inside them.
@@ -48,9 +48,6 @@ def {names.SETUP_HELPER}() -> None:
     atexit.register(dist.destroy_process_group)
 '''
 
-SETUP_CALL = m.SimpleStatementLine([m.Expr(m.Call(func=m.Name(names.SETUP_HELPER)))])
-
-
 class AddLaunchWrapperCommand(Dp2ddpCodemod):
     DESCRIPTION = "Add a distributed setup for torchrun, SLURM and plain python, called at the entry point."
 
@@ -76,7 +73,7 @@ class AddLaunchWrapperCommand(Dp2ddpCodemod):
         )
         if top_level_training:
             return "top"
-        if any(m.matches(statement, MAIN_GUARD) for statement in module.body):
+        if main_guard(module) is not None:
             return "main"
         return None
 
@@ -90,9 +87,9 @@ class AddLaunchWrapperCommand(Dp2ddpCodemod):
         body = list(module.body)
         call = cst.parse_statement(f"{names.SETUP_HELPER}()")
         if self.entry == "main":
-            index = next(i for i, s in enumerate(body) if m.matches(s, MAIN_GUARD))
-            guard = body[index]
-            assert isinstance(guard, cst.If) and isinstance(guard.body, cst.IndentedBlock)
+            guard = main_guard(module)
+            assert guard is not None and isinstance(guard.body, cst.IndentedBlock)
+            index = body.index(guard)
             body[index] = guard.with_changes(body=guard.body.with_changes(body=[call, *guard.body.body]))
         else:
             index = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == names.SETUP_HELPER)
@@ -102,8 +99,5 @@ class AddLaunchWrapperCommand(Dp2ddpCodemod):
             body.insert(index + 1, call.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
         for module_name in ("atexit", "os", "subprocess", "sys", "torch"):
             AddImportsVisitor.add_needed_import(self.context, module_name)
-        if self.facts.distributed_alias == "dist":
-            AddImportsVisitor.add_needed_import(self.context, "torch.distributed", asname="dist")
-        else:
-            AddImportsVisitor.add_needed_import(self.context, "torch.distributed")
+        import_torch_distributed(self.context, self.facts.distributed_alias)
         return module.with_changes(body=body)

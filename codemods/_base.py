@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from abc import ABC
 from dataclasses import dataclass, field
 from typing import ClassVar, Collection, Sequence
@@ -84,6 +85,19 @@ def import_torch_distributed(context: CodemodContext, alias: str) -> None:
 
 def defined_functions(module: cst.Module) -> set[str]:
     return {s.name.value for s in module.body if isinstance(s, cst.FunctionDef)}
+
+
+def script_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
+    """Functions and methods of the script, by the name a call would use (``f``, ``self.f``)."""
+    functions: dict[str, cst.FunctionDef] = {}
+    for statement in module.body:
+        if isinstance(statement, cst.FunctionDef):
+            functions[statement.name.value] = statement
+        elif isinstance(statement, cst.ClassDef):
+            for member in statement.body.body:
+                if isinstance(member, cst.FunctionDef):
+                    functions.setdefault(f"self.{member.name.value}", member)
+    return functions
 
 
 DEVICE_MOVE = m.Call(func=m.Attribute(attr=m.Name("cuda") | m.Name("to")))
@@ -186,7 +200,7 @@ class _FactsCollector(cst.CSTVisitor):
                 self.facts.model_wraps.append(node)
         if m.matches(node.func, m.Name(names.WRAP_HELPER)):
             self.facts.helper_wraps += 1
-        inside_helper = any(f in (names.SETUP_HELPER, names.WRAP_HELPER) for f in self._functions)
+        inside_helper = any(f in names.HELPERS for f in self._functions)
         if self.facts.existing_distributed is None and not inside_helper:
             if matches(node, call_to(names.DISTRIBUTED_DATA_PARALLEL)):
                 self.facts.existing_distributed = (node, "DistributedDataParallel")
@@ -260,6 +274,16 @@ def parse_helper(source: str) -> cst.FunctionDef:
     statement = cst.parse_statement(source)
     assert isinstance(statement, cst.FunctionDef)
     return statement.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+
+
+def add_helper(module: cst.Module, facts: ScriptFacts, name: str, source: str) -> cst.Module:
+    """Add helper ``name`` once, spelling torch.distributed as the script can."""
+    if name in facts.helpers:
+        return module
+    facts.helpers.add(name)
+    if facts.distributed_alias != "dist":
+        source = re.sub(r"\bdist\.", f"{facts.distributed_alias}.", source)
+    return insert_helper(module, parse_helper(source))
 
 
 def insert_helper(module: cst.Module, helper: cst.FunctionDef) -> cst.Module:

@@ -43,3 +43,87 @@ NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 # script as converted by dp2ddp, which keeps every codemod idempotent.
 SETUP_HELPER = "setup_distributed"
 WRAP_HELPER = "wrap_ddp"
+MAIN_PROCESS_HELPER = "is_main_process"
+SUM_HELPER = "all_reduce_sum"
+MEAN_HELPER = "all_reduce_mean"
+METER_HELPER = "all_reduce_meter"
+EVALUATION_SHARD_HELPER = "evaluation_shard"
+LOCAL_DEVICE_HELPER = "local_device"
+HELPERS = frozenset(
+    {
+        SETUP_HELPER,
+        WRAP_HELPER,
+        MAIN_PROCESS_HELPER,
+        SUM_HELPER,
+        MEAN_HELPER,
+        METER_HELPER,
+        EVALUATION_SHARD_HELPER,
+        LOCAL_DEVICE_HELPER,
+    }
+)
+# Helpers that every process must call together.
+COLLECTIVE_HELPERS = frozenset({SUM_HELPER, MEAN_HELPER, METER_HELPER})
+
+# torch.distributed functions that only ask about the process group; every
+# other torch.distributed call is treated as a collective.
+DISTRIBUTED_QUERIES = frozenset(
+    f"torch.distributed.{name}"
+    for name in (
+        "get_rank",
+        "get_world_size",
+        "get_backend",
+        "is_initialized",
+        "is_available",
+        "is_nccl_available",
+        "is_gloo_available",
+        "is_torchelastic_launched",
+        "get_node_local_rank",
+        "destroy_process_group",
+    )
+)
+
+# Calls whose effect outside the process (a line on the console, a file)
+# should happen once per run, not once per process.
+SIDE_EFFECT_CALLS = frozenset(
+    {
+        "builtins.print",
+        "pprint.pprint",
+        "torch.save",
+        "torchvision.utils.save_image",
+        "os.makedirs",
+        "os.mkdir",
+        "os.remove",
+        "os.rename",
+        "shutil.copy",
+        "shutil.copy2",
+        "shutil.copyfile",
+        "shutil.copytree",
+        "shutil.move",
+        "json.dump",
+        "pickle.dump",
+        "numpy.save",
+        "numpy.savetxt",
+        "matplotlib.pyplot.savefig",
+    }
+)
+LOGGING_FUNCTIONS = frozenset(
+    f"logging.{name}" for name in ("debug", "info", "warning", "warn", "error", "exception", "critical", "log")
+)
+LOGGER_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
+GET_LOGGER = frozenset({"logging.getLogger"})
+# Module prefixes whose every call reports somewhere (wandb.init, wandb.log, ...).
+REPORTING_MODULES = ("wandb.",)
+# Constructors of objects that write somewhere: each process would open its own.
+WRITER_CONSTRUCTORS = frozenset(
+    {
+        "torch.utils.tensorboard.SummaryWriter",
+        "torch.utils.tensorboard.writer.SummaryWriter",
+        "tensorboardX.SummaryWriter",
+        "visdom.Visdom",
+        "wandb.init",
+    }
+)
+TQDM = frozenset({"tqdm.tqdm", "tqdm.trange", "tqdm.auto.tqdm", "tqdm.auto.trange", "tqdm.notebook.tqdm"})
+TORCH_LOAD = frozenset({"torch.load"})
+TORCH_SAVE = frozenset({"torch.save"})
+NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})

@@ -28,7 +28,15 @@ from libcst.metadata import (
 )
 
 from . import _names as names
-from ._base import Dp2ddpCodemod, argument, call_to, code_of, import_torch_distributed, resolves_to
+from ._base import (
+    Dp2ddpCodemod,
+    argument,
+    call_to,
+    code_of,
+    import_torch_distributed,
+    resolves_to,
+    script_functions,
+)
 
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 NO_SPACE = cst.SimpleWhitespace("")
@@ -217,7 +225,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self, module: cst.Module, call: cst.Call, reference: cst.BaseExpression, bound_at: cst.CSTNode
     ) -> None:
         loader = code_of(reference)
-        functions = self._functions(module)
+        functions = script_functions(module)
         candidates: list[tuple[int, cst.For]] = []
         for loop in m.findall(module, m.For(target=m.Name()), metadata_resolver=self):
             assert isinstance(loop, cst.For) and isinstance(loop.target, cst.Name)
@@ -247,19 +255,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return any(
             code_of(found) == loader for found in m.findall(node, m.Name() | m.Attribute())
         )
-
-    @staticmethod
-    def _functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
-        """Functions and methods of the script, by the name a call would use."""
-        functions: dict[str, cst.FunctionDef] = {}
-        for statement in module.body:
-            if isinstance(statement, cst.FunctionDef):
-                functions[statement.name.value] = statement
-            elif isinstance(statement, cst.ClassDef):
-                for member in statement.body.body:
-                    if isinstance(member, cst.FunctionDef):
-                        functions.setdefault(f"self.{member.name.value}", member)
-        return functions
 
     def _reaches(self, node: cst.CSTNode, loader: str, functions: dict[str, cst.FunctionDef], depth: int) -> bool:
         """Whether running ``node`` touches ``loader``, directly or through functions it calls."""

@@ -8,14 +8,12 @@ selects this process's GPU, and destroys the group at exit.
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 
 from . import _names as names
-from ._base import MAIN_GUARD, Dp2ddpCodemod, call_to, import_torch_distributed, insert_helper, main_guard, parse_helper
+from ._base import MAIN_GUARD, Dp2ddpCodemod, add_helper, call_to, import_torch_distributed, main_guard
 
 # One statement per line and a one-line docstring: LibCST re-indents lines
 # and newlines to the script's own style (tabs, CRLF), not text inside them.
@@ -80,10 +78,7 @@ class AddLaunchWrapperCommand(Dp2ddpCodemod):
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.entry is None or names.SETUP_HELPER in self.facts.helpers:
             return updated_node
-        source = SETUP_HELPER_SOURCE
-        if self.facts.distributed_alias != "dist":
-            source = re.sub(r"\bdist\.", f"{self.facts.distributed_alias}.", source)
-        module = insert_helper(updated_node, parse_helper(source))
+        module = add_helper(updated_node, self.facts, names.SETUP_HELPER, SETUP_HELPER_SOURCE)
         body = list(module.body)
         call = cst.parse_statement(f"{names.SETUP_HELPER}()")
         if self.entry == "main":
@@ -93,7 +88,7 @@ class AddLaunchWrapperCommand(Dp2ddpCodemod):
             body[index] = guard.with_changes(body=guard.body.with_changes(body=[call, *guard.body.body]))
         else:
             index = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == names.SETUP_HELPER)
-            helpers = m.FunctionDef(name=m.Name(names.SETUP_HELPER) | m.Name(names.WRAP_HELPER))
+            helpers = m.FunctionDef(name=m.Name(m.MatchIfTrue(lambda name: name in names.HELPERS)))
             while index + 1 < len(body) and m.matches(body[index + 1], helpers):
                 index += 1
             body.insert(index + 1, call.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))

@@ -22,10 +22,9 @@ from . import _names as names
 from ._base import (
     DEVICE_MOVE,
     Dp2ddpCodemod,
+    add_helper,
     argument,
     call_to,
-    insert_helper,
-    parse_helper,
     resolves_to,
     string_literal,
     without_device_move,
@@ -230,8 +229,7 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         if self.conversions:
             self.needs_ddp_import = True
             AddImportsVisitor.add_needed_import(self.context, "torch")
-            if names.WRAP_HELPER not in self.facts.helpers:
-                updated_node = insert_helper(updated_node, parse_helper(WRAP_HELPER_SOURCE))
+            updated_node = add_helper(updated_node, self.facts, names.WRAP_HELPER, WRAP_HELPER_SOURCE)
             for module in DATA_PARALLEL_IMPORT_MODULES:
                 for alias in self._imported_aliases(original_node, module):
                     RemoveImportsVisitor.remove_unused_import(self.context, module, "DataParallel", alias)

@@ -1,0 +1,145 @@
+"""What a statement does to the world outside its process, and which calls every process must make.
+
+Two facts decide where a main-process guard may go. A *side effect* (a
+print, a log line, a checkpoint, a file write) should happen once per run,
+so it belongs under ``if is_main_process():``. A *collective* (an
+all-reduce, a barrier, the forward of a DDP model, ``backward()``, or a
+function of the script that reaches one) must be reached by every process,
+or the ones that did wait forever. A guard may hold the first and must never
+hold the second.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import ParentNodeProvider, QualifiedNameProvider
+
+from . import _names as names
+from ._base import argument, call_to, code_of, script_functions
+
+if TYPE_CHECKING:
+    from ._base import Dp2ddpCodemod
+
+# Names people give the objects they log through.
+LOGGER_NAME = re.compile(r"(^|_)(logger|log)$", re.IGNORECASE)
+# Tests that mean "only the main process": rank == 0, local_rank in [-1, 0], is_main_process(), ...
+RANK_GUARD = re.compile(r"rank|main_process|is_main|is_master|master_process", re.IGNORECASE)
+WRITE_MODE = re.compile(r"[wax+]")
+# Where a sub-expression may not be evaluated every time its statement runs.
+CONDITIONAL_CONTEXTS = (
+    cst.Lambda,
+    cst.IfExp,
+    cst.BooleanOperation,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
+)
+
+
+def opens_for_writing(codemod: "Dp2ddpCodemod", node: cst.CSTNode) -> bool:
+    """``open(path, "w")`` and every other mode that creates or changes a file."""
+    if not isinstance(node, cst.Call) or not codemod.matches(node, call_to({"builtins.open"})):
+        return False
+    mode = argument(node, 1, "mode")
+    return isinstance(mode, cst.SimpleString) and bool(WRITE_MODE.search(mode.evaluated_value))
+
+
+def is_rank_guard(test: cst.BaseExpression) -> bool:
+    return bool(RANK_GUARD.search(code_of(test)))
+
+
+class ProcessEffects:
+    """Side effects and collectives of one script, resolved once."""
+
+    def __init__(self, codemod: "Dp2ddpCodemod", module: cst.Module) -> None:
+        self.codemod = codemod
+        self.models: set[str] = set()
+        self.loggers: set[str] = set()
+        self.writers: set[str] = set()
+        for assign in m.findall(module, m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
+            assert isinstance(assign, cst.Assign)
+            target, value = code_of(assign.targets[0].target), assign.value
+            if m.matches(value, m.Call(func=m.Name(names.WRAP_HELPER))):
+                # A DDP model is often passed on as `model` or kept as `self.model`.
+                self.models |= {target, target.rsplit(".", 1)[-1]}
+            elif codemod.matches(value, call_to(names.GET_LOGGER)):
+                self.loggers.add(target)
+            elif codemod.matches(value, call_to(names.WRITER_CONSTRUCTORS)) or opens_for_writing(codemod, value):
+                self.writers.add(target)
+        self.collective_functions = self._functions_reaching_collectives(module)
+
+    def _functions_reaching_collectives(self, module: cst.Module) -> set[str]:
+        functions = script_functions(module)
+        reaching: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, function in functions.items():
+                if name in reaching or name.split(".")[-1] in names.HELPERS:
+                    continue
+                calls = m.findall(function.body, m.Call())
+                if any(self._is_collective(call, reaching) for call in calls if isinstance(call, cst.Call)):
+                    reaching.add(name)
+                    changed = True
+        return reaching
+
+    def _is_collective(self, call: cst.Call, functions: set[str]) -> bool:
+        func = code_of(call.func)
+        if func in functions or func in names.COLLECTIVE_HELPERS:
+            return True
+        if func in self.models or (func.startswith("self.") and func[5:] in self.models):
+            return True
+        if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
+            return True  # DDP averages gradients inside backward().
+        qualified = self.codemod.get_metadata(QualifiedNameProvider, call.func, set())
+        return any(
+            q.name.startswith("torch.distributed.") and q.name not in names.DISTRIBUTED_QUERIES for q in qualified
+        )
+
+    def is_collective(self, call: cst.Call) -> bool:
+        return self._is_collective(call, self.collective_functions)
+
+    def collectives_in(self, node: cst.CSTNode) -> list[cst.Call]:
+        """Collective calls in ``node``, outermost first, skipping ones nested in another."""
+        found: list[cst.Call] = []
+
+        class Finder(cst.CSTVisitor):
+            def visit_Call(inner, call: cst.Call) -> bool:  # noqa: N805
+                if self.is_collective(call):
+                    found.append(call)
+                    return False
+                return True
+
+            def visit_FunctionDef(inner, node: cst.FunctionDef) -> bool:  # noqa: N805
+                return False  # Defining a function runs none of it.
+
+        node.visit(Finder())
+        return found
+
+    def is_side_effect(self, call: cst.Call) -> bool:
+        matches = self.codemod.matches
+        if matches(call, call_to(names.SIDE_EFFECT_CALLS | names.LOGGING_FUNCTIONS)):
+            return True
+        qualified = self.codemod.get_metadata(QualifiedNameProvider, call.func, set())
+        if any(q.name.startswith(names.REPORTING_MODULES) for q in qualified):
+            return True
+        if isinstance(call.func, cst.Attribute):
+            receiver = code_of(call.func.value)
+            if receiver in self.writers:
+                return True
+            if call.func.attr.value in names.LOGGER_METHODS:
+                return receiver in self.loggers or bool(LOGGER_NAME.search(receiver))
+        return False
+
+    def is_conditionally_evaluated(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
+        """Whether ``node`` may be skipped when ``statement`` runs (a lambda, an ``and``, a comprehension)."""
+        while node is not statement:
+            node = self.codemod.get_metadata(ParentNodeProvider, node)
+            if isinstance(node, CONDITIONAL_CONTEXTS):
+                return True
+        return False

@@ -71,10 +71,39 @@ class ProcessEffects:
                 self.loggers.add(target)
             elif codemod.matches(value, call_to(names.WRITER_CONSTRUCTORS)) or opens_for_writing(codemod, value):
                 self.writers.add(target)
+        self.functions = script_functions(module)
+        self._follow_models_into_functions(module)
         self.collective_functions = self._functions_reaching_collectives(module)
 
+    def _follow_models_into_functions(self, module: cst.Module) -> None:
+        """``evaluate(net, loader)`` makes ``evaluate``'s first parameter a DDP model too."""
+        functions = self.functions
+        calls = [c for c in m.findall(module, m.Call()) if isinstance(c, cst.Call)]
+        changed = True
+        while changed:
+            changed = False
+            for call in calls:
+                function = functions.get(code_of(call.func))
+                if function is None:
+                    continue
+                parameters = [p.name.value for p in function.params.params]
+                if parameters[:1] == ["self"] and code_of(call.func).startswith("self."):
+                    parameters = parameters[1:]
+                for position, arg in enumerate(call.args):
+                    if arg.star or code_of(arg.value) not in self.models:
+                        continue
+                    if arg.keyword is not None:
+                        parameter = arg.keyword.value
+                    elif position < len(parameters):
+                        parameter = parameters[position]
+                    else:
+                        continue
+                    if parameter not in self.models:
+                        self.models.add(parameter)
+                        changed = True
+
     def _functions_reaching_collectives(self, module: cst.Module) -> set[str]:
-        functions = script_functions(module)
+        functions = self.functions
         reaching: set[str] = set()
         changed = True
         while changed:
@@ -97,9 +126,13 @@ class ProcessEffects:
         if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
             return True  # DDP averages gradients inside backward().
         qualified = self.codemod.get_metadata(QualifiedNameProvider, call.func, set())
-        return any(
-            q.name.startswith("torch.distributed.") and q.name not in names.DISTRIBUTED_QUERIES for q in qualified
-        )
+        if any(q.name.startswith("torch.distributed.") and q.name not in names.DISTRIBUTED_QUERIES for q in qualified):
+            return True
+        # A function from another file that is handed the DDP model probably runs it.
+        hands_over_model = any(code_of(arg.value) in self.models for arg in call.args)
+        defined_here = func in self.functions
+        builtin = bool(qualified) and all(q.name.startswith("builtins.") for q in qualified)
+        return hands_over_model and not defined_here and not builtin and not self.is_side_effect(call)
 
     def is_collective(self, call: cst.Call) -> bool:
         return self._is_collective(call, self.collective_functions)

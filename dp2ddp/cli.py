@@ -15,8 +15,9 @@ from dp2ddp.files import SourceError, discover, read_source, write_atomic
 from dp2ddp.report import Report
 
 
-def _codemod_names(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in (value or "").split(",") if name.strip())
+def _codemod_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    # `--only a,b` and `--only a --only b` mean the same.
+    names = tuple(name.strip() for value in values for name in value.split(",") if name.strip())
     try:
         select_codemods(names)
     except ValueError as error:
@@ -61,8 +62,8 @@ Codemods, in the order they run:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write the converted script here instead (one input file only).",
 )
-@click.option("--only", callback=_codemod_names, metavar="CODEMOD,...", help="Run only these codemods.")
-@click.option("--skip", callback=_codemod_names, metavar="CODEMOD,...", help="Run all codemods but these.")
+@click.option("--only", multiple=True, callback=_codemod_names, metavar="CODEMOD,...", help="Run only these codemods.")
+@click.option("--skip", multiple=True, callback=_codemod_names, metavar="CODEMOD,...", help="Run all codemods but these.")
 @click.option(
     "--keep-per-process-batch",
     is_flag=True,

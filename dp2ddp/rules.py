@@ -141,5 +141,20 @@ RULES: dict[str, Rule] = {
             "global batch {size} does not divide by {misses} processes: each process loads "
             "`{size} // world_size` and the global batch shrinks there; pick a multiple of the process count",
         ),
+        Rule(
+            "DDP401",
+            "side-effect-with-collective",
+            "warning",
+            "this line has a side effect and calls `{call}`, which every process must run, "
+            "where it cannot be moved out; left on every process: bind the value first, then "
+            "guard the rest with `if is_main_process():`",
+        ),
+        Rule(
+            "DDP402",
+            "collective-under-rank-guard",
+            "warning",
+            "`{call}` runs under a rank guard, but every process must call it; the processes "
+            "that skip it leave the others waiting forever: move it out of the guard",
+        ),
     )
 }

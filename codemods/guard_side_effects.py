@@ -1,0 +1,345 @@
+"""Run prints, logs, TensorBoard/wandb writes, saves and file writes on the main process only.
+
+Consecutive side effects share one ``if is_main_process():``; a lone
+``if cond: print(...)`` becomes ``if cond and is_main_process():``. Writer
+objects (``SummaryWriter``, ``open(path, "w")``, ``wandb.init``) are created on
+the main process and are ``None`` elsewhere, and tqdm bars are disabled off
+the main process. Code the script already guards by rank is left alone.
+
+A guard never holds a collective. A print of ``evaluate(model)`` is split:
+the evaluation runs on every process and only the print is guarded. What
+cannot be split that way is reported and left on every process.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider, ScopeProvider
+
+from . import _names as names
+from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
+from ._effects import ProcessEffects, is_rank_guard, opens_for_writing
+
+MAIN_PROCESS_HELPER_SOURCE = f'''
+def {names.MAIN_PROCESS_HELPER}() -> bool:
+    """Whether this process prints, logs and saves for the whole run (rank 0)."""
+    return not dist.is_initialized() or dist.get_rank() == 0
+'''
+
+EFFECT, NEUTRAL, OTHER = "effect", "neutral", "other"
+COMPOUND = (cst.If, cst.For, cst.While, cst.With, cst.Try)
+CONTROL_FLOW = m.Return() | m.Break() | m.Continue() | m.Raise() | m.Yield() | m.Global() | m.Nonlocal()
+
+
+def _guard_call() -> cst.Call:
+    return cst.Call(func=cst.Name(names.MAIN_PROCESS_HELPER))
+
+
+class GuardSideEffectsCommand(Dp2ddpCodemod):
+    DESCRIPTION = "Run prints, logs, saves and file writes on the main process only; never guard a collective."
+    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (
+        PositionProvider,
+        QualifiedNameProvider,
+        ParentNodeProvider,
+        ScopeProvider,
+    )
+
+    def __init__(self, context: CodemodContext) -> None:
+        super().__init__(context)
+        self.uses_helper = False
+        self._kinds: dict[int, str] = {}
+        # Names this codemod bound in each scope, so two hoists never share one.
+        self._hoisted_names: dict[int, set[str]] = {}
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        super().visit_Module(node)
+        self.effects = ProcessEffects(self, node)
+        return True
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node.name.value not in names.HELPERS
+
+    def visit_If(self, node: cst.If) -> bool:
+        if not is_rank_guard(node.test):
+            return True
+        for collective in self.effects.collectives_in(node.body):
+            self.report(collective, "DDP402", call=code_of(collective.func))
+        return False  # The script decided who runs this already.
+
+    # -- classifying statements, on the original tree --------------------------------
+
+    def _is_effect_line(self, statement: cst.CSTNode) -> bool:
+        """A line of calls that only have side effects: ``print(...)``, ``torch.save(...)``."""
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        return all(
+            isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+            and self.effects.is_side_effect(small.value)
+            for small in statement.body
+        )
+
+    def _assigned_names(self, statement: cst.CSTNode) -> list[str] | None:
+        """Names a plain assignment line binds, or None for any other statement."""
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return None
+        bound: list[str] = []
+        for small in statement.body:
+            if isinstance(small, cst.Assign) and all(isinstance(t.target, cst.Name) for t in small.targets):
+                bound += [t.target.value for t in small.targets]  # type: ignore[attr-defined]
+            elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value:
+                bound.append(small.target.value)
+            else:
+                return None
+        return bound
+
+    def _used_only_within(self, statement: cst.CSTNode, bound: list[str], region: list[cst.CSTNode]) -> bool:
+        """Whether every use of ``bound`` is inside ``region``, so the names can move under a guard."""
+        inside = {id(n) for node in region for n in m.findall(node, m.Name())}
+        scope = self.get_metadata(ScopeProvider, statement, None)
+        if scope is None:
+            return False
+        for name in bound:
+            assignments = scope.assignments[name]
+            if not assignments:
+                return False  # Declared `global` or `nonlocal`: read elsewhere.
+            for assignment in assignments:
+                if id(assignment.node) not in inside:
+                    return False
+                if any(id(access.node) not in inside for access in assignment.references):
+                    return False
+        return True
+
+    def _kind(self, statement: cst.CSTNode) -> str:
+        if id(statement) not in self._kinds:
+            self._kinds[id(statement)] = self._classify(statement)
+        return self._kinds[id(statement)]
+
+    def _classify(self, statement: cst.CSTNode) -> str:
+        if self.effects.collectives_in(statement):
+            return OTHER
+        if self._is_effect_line(statement):
+            return EFFECT
+        if self._assigned_names(statement) is not None:
+            return NEUTRAL
+        if isinstance(statement, COMPOUND) and self._is_effect_block(statement):
+            return EFFECT
+        return OTHER
+
+    def _is_effect_block(self, statement: cst.CSTNode) -> bool:
+        """A compound statement that only has side effects: guard it whole."""
+        if isinstance(statement, cst.If) and is_rank_guard(statement.test):
+            return False
+        if isinstance(statement, cst.With) and any(opens_for_writing(self, item.item) for item in statement.items):
+            return not m.findall(statement, CONTROL_FLOW)
+        if m.findall(statement, CONTROL_FLOW):
+            return False
+        lines = m.findall(statement, m.SimpleStatementLine())
+        effects = [line for line in lines if self._is_effect_line(line)]
+        if not effects:
+            return False
+        for line in lines:
+            if line in effects:
+                continue
+            bound = self._assigned_names(line)
+            if bound is None or not self._used_only_within(line, bound, [statement]):
+                return False
+        return True
+
+    def _split(self, statement: cst.SimpleStatementLine) -> list[cst.Call] | None:
+        """The collectives to move out of a side-effect line, or None when they cannot move."""
+        if len(statement.body) != 1 or not isinstance(statement.body[0], cst.Expr):
+            return None
+        call = statement.body[0].value
+        if not isinstance(call, cst.Call) or not self.effects.is_side_effect(call):
+            return None
+        collectives = self.effects.collectives_in(statement)
+        if not collectives or any(self.effects.is_conditionally_evaluated(c, statement) for c in collectives):
+            return None
+        return collectives
+
+    # -- rewriting --------------------------------------------------------------------
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        owner = self.get_metadata(ParentNodeProvider, original_node)
+        while isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally)):
+            owner = self.get_metadata(ParentNodeProvider, owner)
+        if isinstance(owner, COMPOUND) and self._kind(owner) == EFFECT:
+            return updated_node  # The whole statement goes under one guard, one level up.
+        return updated_node.with_changes(body=self._guarded(original_node.body, updated_node.body))
+
+    def _guarded(
+        self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]
+    ) -> list[cst.BaseStatement]:
+        body: list[cst.BaseStatement] = []
+        run: list[tuple[cst.BaseStatement, cst.BaseStatement, str]] = []
+        for original, statement in zip(originals, updated):
+            writer = self._writer_assignment(original)
+            kind = OTHER if writer else self._kind(original)
+            if kind in (EFFECT, NEUTRAL) and (run or kind == EFFECT):
+                run.append((original, statement, kind))
+                continue
+            body += self._close(run)
+            run = []
+            if writer is not None:
+                body.append(self._create_on_main_process(statement))
+            elif isinstance(original, cst.SimpleStatementLine) and (collectives := self._split_or_report(original)):
+                hoisted, remainder = self._hoist(original, statement, collectives)
+                body += hoisted
+                run = [(original, remainder, EFFECT)]
+            else:
+                body.append(statement)
+        return body + self._close(run)
+
+    def _split_or_report(self, statement: cst.SimpleStatementLine) -> list[cst.Call] | None:
+        if not self._is_effect_line_ignoring_collectives(statement):
+            return None
+        collectives = self._split(statement)
+        if collectives is None:
+            first = self.effects.collectives_in(statement)[0]
+            self.report(statement, "DDP401", call=code_of(first.func))
+        return collectives
+
+    def _is_effect_line_ignoring_collectives(self, statement: cst.SimpleStatementLine) -> bool:
+        return bool(self.effects.collectives_in(statement)) and self._is_effect_line(statement)
+
+    def _close(self, run: list[tuple[cst.BaseStatement, cst.BaseStatement, str]]) -> list[cst.BaseStatement]:
+        """Guard a run of side effects, keeping assignments that code after the run reads outside it."""
+        out: list[cst.BaseStatement] = []
+        region = [original for original, _, _ in run]
+        segment: list[tuple[cst.BaseStatement, cst.BaseStatement, str]] = []
+        for original, statement, kind in run:
+            if kind == NEUTRAL and not self._used_only_within(original, self._assigned_names(original) or [], region):
+                out += self._guard_segment(segment)
+                segment = []
+                out.append(statement)
+            else:
+                segment.append((original, statement, kind))
+        return out + self._guard_segment(segment)
+
+    def _guard_segment(self, segment: list[tuple[cst.BaseStatement, cst.BaseStatement, str]]) -> list[cst.BaseStatement]:
+        # Assignments at either end of a segment need no guard.
+        start = next((i for i, (_, _, kind) in enumerate(segment) if kind == EFFECT), len(segment))
+        end = max((i + 1 for i, (_, _, kind) in enumerate(segment) if kind == EFFECT), default=start)
+        before = [s for _, s, _ in segment[:start]]
+        after = [s for _, s, _ in segment[end:]]
+        guarded = [s for _, s, _ in segment[start:end]]
+        if not guarded:
+            return before + after
+        self.uses_helper = True
+        first = guarded[0]
+        if len(guarded) == 1 and isinstance(first, cst.If) and first.orelse is None:
+            test = first.test
+            if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not test.lpar:
+                test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            merged = cst.BooleanOperation(left=test, operator=cst.And(), right=_guard_call())
+            return [*before, first.with_changes(test=merged), *after]
+        guard = cst.If(
+            test=_guard_call(),
+            body=cst.IndentedBlock(body=[first.with_changes(leading_lines=[]), *guarded[1:]]),
+            leading_lines=first.leading_lines,
+        )
+        return [*before, guard, *after]
+
+    def _writer_assignment(self, statement: cst.BaseStatement) -> cst.Assign | None:
+        """``writer = SummaryWriter(...)`` or ``log_file = open(path, "w")``."""
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1 or not isinstance(statement.body[0], cst.Assign):
+            return None
+        assign = statement.body[0]
+        creates_writer = self.matches(assign.value, call_to(names.WRITER_CONSTRUCTORS)) or opens_for_writing(
+            self, assign.value
+        )
+        return assign if creates_writer and not self.effects.collectives_in(assign.value) else None
+
+    def _create_on_main_process(self, statement: cst.BaseStatement) -> cst.BaseStatement:
+        """``writer = SummaryWriter(...) if is_main_process() else None``: other processes write nothing."""
+        assert isinstance(statement, cst.SimpleStatementLine)
+        assign = statement.body[0]
+        assert isinstance(assign, cst.Assign)
+        self.uses_helper = True
+        value = cst.IfExp(test=_guard_call(), body=assign.value, orelse=cst.Name("None"))
+        return statement.with_changes(body=[assign.with_changes(value=value)])
+
+    def _hoist(
+        self, original: cst.SimpleStatementLine, statement: cst.BaseStatement, collectives: list[cst.Call]
+    ) -> tuple[list[cst.BaseStatement], cst.BaseStatement]:
+        """Bind each collective to a name before the statement, which then only reads the names."""
+        scope = self.get_metadata(ScopeProvider, original, None)
+        taken = {assignment.name for assignment in scope.assignments} if scope is not None else set()
+        taken |= self._hoisted_names.setdefault(id(scope), set())
+        hoisted: list[cst.BaseStatement] = []
+        replacements: dict[str, str] = {}
+        for collective in collectives:
+            code = code_of(collective)
+            if code in replacements:
+                continue
+            name = stem = _result_name(collective)
+            suffix = 1
+            while name in taken or name in replacements.values():
+                suffix += 1
+                name = f"{stem}_{suffix}"
+            replacements[code] = name
+            self._hoisted_names[id(scope)].add(name)
+        remainder = m.replace(
+            statement,
+            m.MatchIfTrue(lambda node: isinstance(node, cst.Call) and code_of(node) in replacements),
+            lambda node, _: cst.Name(replacements[code_of(node)]),
+        )
+        for code, name in replacements.items():
+            line = cst.parse_statement(f"{name} = {code}")
+            hoisted.append(line)
+        if hoisted:
+            hoisted[0] = hoisted[0].with_changes(leading_lines=statement.leading_lines)
+            assert isinstance(remainder, cst.SimpleStatementLine)
+            remainder = remainder.with_changes(leading_lines=[])
+        return hoisted, remainder  # type: ignore[return-value]
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        if not self.matches(original_node, call_to(names.TQDM)):
+            return updated_node
+        disable = next((a for a in updated_node.args if a.keyword and a.keyword.value == "disable"), None)
+        if disable is not None and names.MAIN_PROCESS_HELPER in code_of(disable.value):
+            return updated_node
+        self.uses_helper = True
+        off_main = cst.UnaryOperation(operator=cst.Not(), expression=_guard_call())
+        if disable is None:
+            keyword = cst.Arg(
+                off_main,
+                keyword=cst.Name("disable"),
+                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+            )
+            args = list(updated_node.args)
+            if args and args[-1].comma == cst.MaybeSentinel.DEFAULT:
+                args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            return updated_node.with_changes(args=[*args, keyword])
+        value = disable.value
+        if isinstance(value, (cst.BooleanOperation, cst.IfExp)) and not value.lpar:
+            value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        either = cst.BooleanOperation(left=value, operator=cst.Or(), right=off_main)
+        return updated_node.with_changes(
+            args=[a.with_changes(value=either) if a is disable else a for a in updated_node.args]
+        )
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        module = updated_node.with_changes(body=self._guarded(original_node.body, updated_node.body))
+        if not self.uses_helper:
+            return module
+        import_torch_distributed(self.context, self.facts.distributed_alias)
+        return add_helper(module, self.facts, names.MAIN_PROCESS_HELPER, MAIN_PROCESS_HELPER_SOURCE)
+
+
+def _result_name(collective: cst.Call) -> str:
+    """A name for a collective's value: ``global_loss`` for ``all_reduce_mean(loss.item())``, ``test_result`` for ``test(...)``."""
+    func = code_of(collective.func).rsplit(".", 1)[-1]
+    if func in names.COLLECTIVE_HELPERS and collective.args:
+        value = collective.args[0].value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            value = value.func.value  # loss.item() -> loss
+        stem = value.attr.value if isinstance(value, cst.Attribute) else code_of(value)
+        if stem.isidentifier():
+            return f"global_{stem}"
+    return f"{func}_result"

@@ -1,0 +1,285 @@
+from __future__ import annotations
+
+import re
+from textwrap import dedent
+
+from libcst.codemod import CodemodTest
+
+from dp2ddp.codemods.guard_side_effects import GuardSideEffectsCommand
+
+HELPER = '''
+import torch.distributed as dist
+
+
+def is_main_process() -> bool:
+    """Whether this process prints, logs and saves for the whole run (rank 0)."""
+    return not dist.is_initialized() or dist.get_rank() == 0
+'''
+
+
+def with_helper(expected: str) -> str:
+    """``expected`` with the is_main_process helper in place of its ``HELPER`` line."""
+    return re.sub(r"HELPER\n+", HELPER.lstrip("\n") + "\n\n", dedent(expected))
+
+
+class GuardSideEffectsTest(CodemodTest):
+    TRANSFORM = GuardSideEffectsCommand
+
+    def test_consecutive_side_effects_share_one_guard(self) -> None:
+        """Should put a print, a makedirs and a save with its local state dict under one guard."""
+        before = """
+            import os
+            import torch
+
+            def save(model, epoch, acc):
+                print("saving")
+                state = {"model": model.state_dict(), "epoch": epoch}
+                os.makedirs("ckpt", exist_ok=True)
+                torch.save(state, "ckpt/last.pt")
+                return acc
+
+            model = wrap_ddp(model)
+        """
+        after = with_helper("""
+            import os
+            import torch
+            HELPER
+
+            def save(model, epoch, acc):
+                if is_main_process():
+                    print("saving")
+                    state = {"model": model.state_dict(), "epoch": epoch}
+                    os.makedirs("ckpt", exist_ok=True)
+                    torch.save(state, "ckpt/last.pt")
+                return acc
+
+            model = wrap_ddp(model)
+        """)
+        self.assertCodemod(before, after)
+
+    def test_lone_conditional_print_merges_into_its_condition(self) -> None:
+        """Should add the guard to the `if` that only prints, rather than nest a second `if`."""
+        before = """
+            model = wrap_ddp(model)
+            for step, (x, y) in enumerate(loader):
+                loss = model(x).sum()
+                loss.backward()
+                if step % 10 == 0 or step == last:
+                    print(step, loss.item())
+        """
+        after = with_helper("""
+            HELPER
+            model = wrap_ddp(model)
+            for step, (x, y) in enumerate(loader):
+                loss = model(x).sum()
+                loss.backward()
+                if (step % 10 == 0 or step == last) and is_main_process():
+                    print(step, loss.item())
+        """)
+        self.assertCodemod(before, after)
+
+    def test_assignment_read_after_the_run_stays_on_every_process(self) -> None:
+        """Should keep `best_acc = acc` unguarded: every process compares against it next epoch."""
+        before = """
+            import torch
+
+            def test(acc, best_acc):
+                if acc > best_acc:
+                    print("new best")
+                    torch.save(model.state_dict(), "best.pt")
+                    best_acc = acc
+                return best_acc
+
+            model = wrap_ddp(model)
+        """
+        after = with_helper("""
+            import torch
+            HELPER
+
+            def test(acc, best_acc):
+                if acc > best_acc:
+                    if is_main_process():
+                        print("new best")
+                        torch.save(model.state_dict(), "best.pt")
+                    best_acc = acc
+                return best_acc
+
+            model = wrap_ddp(model)
+        """)
+        self.assertCodemod(before, after)
+
+    def test_already_guarded_code_is_left_alone(self) -> None:
+        """Should do nothing, since every side effect is already guarded by rank."""
+        before = """
+            import torch
+
+            model = wrap_ddp(model)
+            if args.local_rank in [-1, 0]:
+                print("hello")
+            if dist.get_rank() == 0:
+                torch.save(model.state_dict(), "m.pt")
+            if is_main_process():
+                print("bye")
+        """
+        self.assertCodemod(before, before)
+
+    def test_collective_in_a_printed_function_runs_on_every_process(self) -> None:
+        """Should evaluate on every process and guard only the print: evaluate() calls the DDP model."""
+        before = """
+            def evaluate(net, loader):
+                return sum(net(x).sum().item() for x in loader)
+
+            model = wrap_ddp(model)
+            print("val", evaluate(model, val_loader))
+        """
+        after = with_helper("""
+            HELPER
+            def evaluate(net, loader):
+                return sum(net(x).sum().item() for x in loader)
+
+            model = wrap_ddp(model)
+            evaluate_result = evaluate(model, val_loader)
+            if is_main_process():
+                print("val", evaluate_result)
+        """)
+        self.assertCodemod(before, after)
+
+    def test_collective_that_cannot_be_moved_is_reported(self) -> None:
+        """Should leave a print of a comprehension over evaluate() on every process and say why."""
+        before = """
+            def evaluate(loader):
+                return model(loader).sum()
+
+            model = wrap_ddp(model)
+            print([evaluate(loader) for loader in loaders])
+        """
+        self.assertCodemod(
+            before,
+            before,
+            expected_warnings=[
+                "5:1: DDP401 this line has a side effect and calls `evaluate`, which every process must run, "
+                "where it cannot be moved out; left on every process: bind the value first, then guard the "
+                "rest with `if is_main_process():`"
+            ],
+        )
+
+    def test_collective_under_an_existing_rank_guard_is_reported(self) -> None:
+        """Should report the barrier that only rank 0 reaches, the classic hang, and change nothing."""
+        before = """
+            import torch.distributed as dist
+
+            model = wrap_ddp(model)
+            if dist.get_rank() == 0:
+                print("saving")
+                dist.barrier()
+        """
+        self.assertCodemod(
+            before,
+            before,
+            expected_warnings=[
+                "6:5: DDP402 `dist.barrier` runs under a rank guard, but every process must call it; the "
+                "processes that skip it leave the others waiting forever: move it out of the guard"
+            ],
+        )
+
+    def test_backward_next_to_a_print_is_not_guarded(self) -> None:
+        """Should guard the print only, since backward() all-reduces gradients."""
+        before = """
+            model = wrap_ddp(model)
+            if step % 10 == 0:
+                print("step", step)
+                loss.backward()
+        """
+        after = with_helper("""
+            HELPER
+            model = wrap_ddp(model)
+            if step % 10 == 0:
+                if is_main_process():
+                    print("step", step)
+                loss.backward()
+        """)
+        self.assertCodemod(before, after)
+
+    def test_tqdm_bars_are_disabled_off_the_main_process(self) -> None:
+        """Should disable the bars on other processes instead of guarding the loop."""
+        before = """
+            from tqdm import tqdm
+
+            model = wrap_ddp(model)
+            for x in tqdm(loader, desc="train"):
+                model(x).sum().backward()
+            for x in tqdm(val_loader, disable=args.quiet):
+                model(x)
+        """
+        after = with_helper("""
+            from tqdm import tqdm
+            HELPER
+            model = wrap_ddp(model)
+            for x in tqdm(loader, desc="train", disable=not is_main_process()):
+                model(x).sum().backward()
+            for x in tqdm(val_loader, disable=args.quiet or not is_main_process()):
+                model(x)
+        """)
+        self.assertCodemod(before, after)
+
+    def test_writers_are_created_on_the_main_process_only(self) -> None:
+        """Should create the SummaryWriter and log file on rank 0 and guard every write to them."""
+        before = """
+            import logging
+            from torch.utils.tensorboard import SummaryWriter
+
+            logger = logging.getLogger(__name__)
+            writer = SummaryWriter("runs")
+            log_file = open("log.txt", "a")
+            model = wrap_ddp(model)
+            for epoch in range(3):
+                loss = train(model)
+                writer.add_scalar("loss", loss, epoch)
+                log_file.write(f"{epoch} {loss}\\n")
+                logger.info("epoch %d", epoch)
+            writer.close()
+        """
+        after = with_helper("""
+            import logging
+            from torch.utils.tensorboard import SummaryWriter
+            HELPER
+            logger = logging.getLogger(__name__)
+            writer = SummaryWriter("runs") if is_main_process() else None
+            log_file = open("log.txt", "a") if is_main_process() else None
+            model = wrap_ddp(model)
+            for epoch in range(3):
+                loss = train(model)
+                if is_main_process():
+                    writer.add_scalar("loss", loss, epoch)
+                    log_file.write(f"{epoch} {loss}\\n")
+                    logger.info("epoch %d", epoch)
+            if is_main_process():
+                writer.close()
+        """)
+        self.assertCodemod(before, after)
+
+    def test_write_blocks_are_guarded_whole(self) -> None:
+        """Should guard a `with open(..., "w")` block and its json.dump as one unit."""
+        before = """
+            import json
+
+            model = wrap_ddp(model)
+            with open("metrics.json", "w") as f:
+                json.dump(metrics, f)
+        """
+        after = with_helper("""
+            import json
+            HELPER
+            model = wrap_ddp(model)
+            if is_main_process():
+                with open("metrics.json", "w") as f:
+                    json.dump(metrics, f)
+        """)
+        self.assertCodemod(before, after)
+
+    def test_scripts_without_ddp_are_skipped(self) -> None:
+        """Should do nothing, since the script has no DDP model to migrate."""
+        before = """
+            print("hello")
+        """
+        self.assertCodemod(before, before, expected_skip=True)

@@ -18,6 +18,8 @@ from libcst.codemod import Codemod
 REGISTRY: tuple[tuple[str, str], ...] = (
     ("replace_data_parallel", "ReplaceDataParallelCommand"),
     ("add_distributed_sampler", "AddDistributedSamplerCommand"),
+    ("shard_evaluation", "ShardEvaluationCommand"),
+    ("gather_metrics", "GatherMetricsCommand"),
     ("guard_side_effects", "GuardSideEffectsCommand"),
     ("add_launch_wrapper", "AddLaunchWrapperCommand"),
 )

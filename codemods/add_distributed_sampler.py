@@ -74,6 +74,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             help="Keep batch_size per process; the effective batch grows with the world size.",
         )
 
+    # The evaluation codemod shares this machinery and shards the other loaders.
+    SHARDS_EVALUATION: ClassVar[bool] = False
+
     def __init__(self, context: CodemodContext, keep_per_process_batch: bool = False) -> None:
         super().__init__(context)
         self.keep_per_process_batch = keep_per_process_batch
@@ -90,7 +93,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.dist = self.facts.distributed_alias
         loaders = m.findall(node, call_to(names.DATA_LOADER), metadata_resolver=self)
         if not loaders:
-            self.report(self.facts.model_wraps[0] if self.facts.model_wraps else node, "DDP306")
+            if not self.SHARDS_EVALUATION:
+                self.report(self.facts.model_wraps[0] if self.facts.model_wraps else node, "DDP306")
             return True
         iterable_classes = {
             c.name.value
@@ -105,12 +109,17 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     def _plan_loader(self, module: cst.Module, call: cst.Call, only_loader: bool, iterable_classes: set[str]) -> None:
         sampler = argument(call, SAMPLER, "sampler")
-        if sampler is not None and self.matches(sampler, call_to(names.DISTRIBUTED_SAMPLER)):
+        converted = call_to(names.DISTRIBUTED_SAMPLER) | m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER))
+        if sampler is not None and self.matches(sampler, converted):
             return  # Converted already.
         parent = self.get_metadata(ParentNodeProvider, call)
         statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, (cst.Assign, cst.Return)) else None
         reference, bound_at = self._binding(module, call, parent)
-        if not self._is_training_loader(call, reference, only_loader):
+        if self.SHARDS_EVALUATION:
+            wanted = self._is_evaluation_loader(module, call, reference, only_loader)
+        else:
+            wanted = self._is_training_loader(call, reference, only_loader)
+        if not wanted:
             return
         for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
             if argument(call, position, keyword) is not None:
@@ -137,6 +146,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if hoisted_dataset is not None:
             assert isinstance(statement, cst.SimpleStatementLine)
             self.hoists[statement] = plan
+        if self.SHARDS_EVALUATION:
+            return
         self._report_batch(call)
         if reference is None or bound_at is None:
             self.report(call, "DDP305", loader="loader")
@@ -180,6 +191,27 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if shuffle is not None and not m.matches(shuffle, m.Name("False") | m.Name("None")):
             return True
         return only_loader
+
+    def _is_evaluation_loader(
+        self, module: cst.Module, call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool
+    ) -> bool:
+        """An unshuffled loader named for evaluation, or iterated under ``torch.no_grad()``."""
+        if self._is_training_loader(call, reference, only_loader):
+            return False
+        name = code_of(reference) if reference is not None else ""
+        dataset = argument(call, 0, "dataset")
+        if EVALUATION_NAME.search(name) or (dataset is not None and EVALUATION_NAME.search(code_of(dataset))):
+            return True
+        if reference is None:
+            return False
+        stem = name.rsplit(".", 1)[-1]
+        no_grad = m.With(items=[m.ZeroOrMore(), m.WithItem(call_to(names.NO_GRAD)), m.ZeroOrMore()])
+        for block in m.findall(module, no_grad, metadata_resolver=self):
+            for loop in m.findall(block, m.For()):
+                assert isinstance(loop, cst.For)
+                if any(code_of(n).rsplit(".", 1)[-1] == stem for n in m.findall(loop.iter, m.Name() | m.Attribute())):
+                    return True
+        return False
 
     def _is_iterable_dataset(self, module: cst.Module, dataset: cst.BaseExpression, iterable_classes: set[str]) -> bool:
         built_by_class = m.Call(func=m.Name(m.MatchIfTrue(lambda n: n in iterable_classes)))
@@ -301,11 +333,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return updated_node
         dataset = cst.Name(plan.hoisted_dataset) if plan.hoisted_dataset else plan.dataset
         shuffle = argument(updated_node, SHUFFLE, "shuffle") or cst.Name("False")
-        sampler = cst.Call(
-            func=cst.Name("DistributedSampler"),
-            args=[cst.Arg(dataset), _keyword("shuffle", shuffle)],
-        )
-        AddImportsVisitor.add_needed_import(self.context, "torch.utils.data.distributed", "DistributedSampler")
+        sampler = self._sampler(dataset, shuffle)
         args: list[cst.Arg] = []
         placed = False
         for position, arg in enumerate(updated_node.args):
@@ -325,6 +353,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             args[after] = args[after].with_changes(comma=cst.MaybeSentinel.DEFAULT if comma == cst.MaybeSentinel.DEFAULT else comma)
             args.insert(after + 1, _keyword("sampler", sampler, comma if after + 1 < len(args) else cst.MaybeSentinel.DEFAULT))
         return updated_node.with_changes(args=args)
+
+    def _sampler(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:
+        AddImportsVisitor.add_needed_import(self.context, "torch.utils.data.distributed", "DistributedSampler")
+        return cst.Call(func=cst.Name("DistributedSampler"), args=[cst.Arg(dataset), _keyword("shuffle", shuffle)])
 
     def _per_process(self, batch: cst.BaseExpression) -> cst.BaseExpression:
         if self.keep_per_process_batch:

@@ -156,5 +156,13 @@ RULES: dict[str, Rule] = {
             "`{call}` runs under a rank guard, but every process must call it; the processes "
             "that skip it leave the others waiting forever: move it out of the guard",
         ),
+        Rule(
+            "DDP403",
+            "per-process-progress",
+            "note",
+            "this progress line shows this process's running values, not the whole data's: a "
+            "collective here could hang while processes run different numbers of steps; the "
+            "values after the loop are gathered from every process",
+        ),
     )
 }

@@ -1,0 +1,312 @@
+"""All-reduce the metrics a script reports, where it reports them, so rank 0 logs whole-data numbers.
+
+Under DDP each process sees only its shard, so a running loss, a
+``correct``/``total`` counter or an ``AverageMeter`` holds one process's
+share. This codemod finds those accumulators in loops over a DataLoader and
+reduces them once, after the loop, before anything reads them:
+
+- sums and counts (``correct += pred.eq(y).sum().item()``, ``total += y.size(0)``,
+  losses with ``reduction="sum"``) become exact sums over processes;
+- per-batch means summed over steps (``running_loss += loss.item()``) become the
+  mean over processes, which equals the whole-batch mean while every process
+  averages equally many samples, as in training with DistributedSampler;
+- meters with ``.sum``/``.count``/``.avg`` get both fields summed and ``avg`` recomputed.
+
+A print or log inside a training loop reads the reduced value there, on
+every process, with the print itself guarded by guard_side_effects. Progress
+inside an evaluation loop is left per process, since shards may differ in
+length there and a collective would hang; that is reported.
+
+Decisions such as ``if acc > best_acc:`` then see the same numbers on every
+process and take the same branch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider, ScopeProvider
+
+from . import _names as names
+from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
+from ._effects import ProcessEffects, is_rank_guard
+
+SUM_HELPER_SOURCE = f'''
+def {names.SUM_HELPER}(*values):
+    """Sum numbers or scalar tensors over all processes: one value in, one out; several in, a tuple out."""
+    # float64 keeps counts such as correct and total exact up to 2**53.
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    sums = torch.tensor([float(value) for value in values], dtype=torch.float64, device=device)
+    dist.all_reduce(sums)
+    results = []
+    for value, total in zip(values, sums.tolist()):
+        if isinstance(value, torch.Tensor):
+            results.append(torch.tensor(total, dtype=value.dtype, device=value.device))
+        else:
+            results.append(type(value)(total))
+    return results[0] if len(results) == 1 else tuple(results)
+'''
+MEAN_HELPER_SOURCE = f'''
+def {names.MEAN_HELPER}(value):
+    """The mean over processes of a per-process mean, such as per-batch losses summed over steps."""
+    # It equals the whole-data mean when every process averaged equally many samples, as
+    # DistributedSampler gives each process in training; with uneven shards, as in exact
+    # evaluation, each process counts equally whatever its share, so sum and count instead.
+    return {names.SUM_HELPER}(value) / dist.get_world_size()
+'''
+METER_HELPER_SOURCE = f'''
+def {names.METER_HELPER}(*meters):
+    """Make AverageMeter-style meters (sum, count, avg) cover the samples of every process."""
+    for meter in meters:
+        meter.sum, meter.count = {names.SUM_HELPER}(meter.sum, meter.count)
+        meter.avg = meter.sum / max(meter.count, 1)
+'''
+
+# Increments that add a count or a sum over samples, which add up exactly across processes.
+SUM_INCREMENT = re.compile(
+    r"\.sum\(|reduction\s*=\s*['\"]sum|size_average\s*=\s*False|\.size\(|\bsize\(|len\(|\.shape\b|\.numel\(|\*"
+)
+LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
+NUMBER = m.Integer() | m.Float() | m.UnaryOperation(expression=m.Integer() | m.Float())
+
+
+@dataclass
+class _LoopPlan:
+    sums: list[str] = field(default_factory=list)
+    means: list[str] = field(default_factory=list)
+    meters: list[str] = field(default_factory=list)
+
+    def statements(self) -> list[cst.BaseStatement]:
+        lines = []
+        if self.sums:
+            lines.append(f"{', '.join(self.sums)} = {names.SUM_HELPER}({', '.join(self.sums)})")
+        lines += [f"{name} = {names.MEAN_HELPER}({name})" for name in self.means]
+        if self.meters:
+            lines.append(f"{names.METER_HELPER}({', '.join(self.meters)})")
+        return [cst.parse_statement(line) for line in lines]
+
+
+class GatherMetricsCommand(Dp2ddpCodemod):
+    DESCRIPTION = "All-reduce reported metrics (loss sums, correct/total, AverageMeters) where they are reported."
+    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (
+        PositionProvider,
+        QualifiedNameProvider,
+        ParentNodeProvider,
+        ScopeProvider,
+    )
+
+    def __init__(self, context: CodemodContext) -> None:
+        super().__init__(context)
+        self.after_loop: dict[cst.For, _LoopPlan] = {}
+        # Report statements inside training loops: expressions to reduce there, by code.
+        self.in_loop: dict[cst.SimpleStatementLine, dict[str, str]] = {}
+        self.helpers_used: set[str] = set()
+
+    # -- detection, on the original tree --------------------------------------------
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        super().visit_Module(node)
+        self.effects = ProcessEffects(self, node)
+        self.training_loaders = self._training_loaders(node)
+        for loop in m.findall(node, m.For(), metadata_resolver=self):
+            assert isinstance(loop, cst.For)
+            if self._iterates_loader(loop) and not self._under_rank_guard(loop):
+                self._plan_loop(loop)
+        return True
+
+    def _training_loaders(self, module: cst.Module) -> set[str]:
+        sharded = m.Call(args=[m.ZeroOrMore(), m.Arg(call_to(names.DISTRIBUTED_SAMPLER), keyword=m.Name("sampler")), m.ZeroOrMore()])
+        found = set()
+        for assign in m.findall(module, m.Assign(targets=[m.AssignTarget()], value=sharded), metadata_resolver=self):
+            assert isinstance(assign, cst.Assign)
+            found.add(code_of(assign.targets[0].target).rsplit(".", 1)[-1])
+        return found
+
+    def _loader_names(self, loop: cst.For) -> list[str]:
+        return [
+            code_of(n).rsplit(".", 1)[-1]
+            for n in m.findall(loop.iter, m.Name() | m.Attribute())
+            if LOADER_NAME.search(code_of(n)) or code_of(n).rsplit(".", 1)[-1] in self.training_loaders
+        ]
+
+    def _iterates_loader(self, loop: cst.For) -> bool:
+        return bool(self._loader_names(loop))
+
+    def _is_training_loop(self, loop: cst.For) -> bool:
+        return any(name in self.training_loaders or "train" in name.lower() for name in self._loader_names(loop))
+
+    def _ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        found = []
+        while not isinstance(node, cst.Module):
+            node = self.get_metadata(ParentNodeProvider, node)
+            found.append(node)
+        return found
+
+    def _under_rank_guard(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(a, cst.If) and is_rank_guard(a.test) for a in self._ancestors(node))
+
+    def _scope_body(self, loop: cst.For) -> cst.CSTNode:
+        return next(a for a in self._ancestors(loop) if isinstance(a, (cst.FunctionDef, cst.Module)))
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.get_metadata(PositionProvider, node).start.line
+
+    def _end_line(self, node: cst.CSTNode) -> int:
+        return self.get_metadata(PositionProvider, node).end.line
+
+    def _plan_loop(self, loop: cst.For) -> None:
+        owner = self._scope_body(loop)
+        start, end = self._line(loop), self._end_line(loop)
+        increments: dict[str, list[cst.BaseExpression]] = {}
+        for aug in m.findall(loop.body, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
+            assert isinstance(aug, cst.AugAssign) and isinstance(aug.target, cst.Name)
+            increments.setdefault(aug.target.value, []).append(aug.value)
+        plan = _LoopPlan()
+        training = self._is_training_loop(loop)
+        in_loop_reads: dict[str, str] = {}
+        for name, values in increments.items():
+            if all(m.matches(v, m.Integer()) for v in values):
+                continue  # Counts steps, which every process takes alike.
+            if not self._initialised_before(owner, name, start) or self._reduced_already(owner, name, end):
+                continue
+            kind = "sum" if any(SUM_INCREMENT.search(code_of(v)) for v in values) else "mean"
+            if self._read_after(owner, name, end):
+                (plan.sums if kind == "sum" else plan.means).append(name)
+            in_loop_reads[name] = names.SUM_HELPER if kind == "sum" else names.MEAN_HELPER
+        for meter in self._meters(loop, owner, start, end):
+            plan.meters.append(meter)
+        if plan.sums or plan.means or plan.meters:
+            self.after_loop[loop] = plan
+        self._plan_reports(loop, training, in_loop_reads, plan.meters)
+
+    def _initialised_before(self, owner: cst.CSTNode, name: str, line: int) -> bool:
+        initialised = m.Assign(targets=[m.ZeroOrMore(), m.AssignTarget(m.Name(name)), m.ZeroOrMore()], value=NUMBER)
+        starts = [self._line(a) for a in m.findall(owner, initialised)]
+        unpacked = m.Assign(targets=[m.AssignTarget(m.Tuple())], value=m.Tuple())
+        for assign in m.findall(owner, unpacked):
+            assert isinstance(assign, cst.Assign)
+            target, value = assign.targets[0].target, assign.value
+            assert isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple)
+            for element, initial in zip(target.elements, value.elements):
+                if m.matches(element.value, m.Name(name)) and m.matches(initial.value, NUMBER):
+                    starts.append(self._line(assign))
+        return any(s < line for s in starts)
+
+    def _reduced_already(self, owner: cst.CSTNode, name: str, line: int) -> bool:
+        reduction = m.Call(func=m.Name(names.SUM_HELPER) | m.Name(names.MEAN_HELPER) | m.Name(names.METER_HELPER))
+        for call in m.findall(owner, reduction):
+            if self._line(call) > line and any(code_of(a.value) == name for a in call.args):  # type: ignore[attr-defined]
+                return True
+        return False
+
+    def _read_after(self, owner: cst.CSTNode, name: str, line: int) -> bool:
+        return any(self._line(n) > line for n in m.findall(owner, m.Name(name)))
+
+    def _meters(self, loop: cst.For, owner: cst.CSTNode, start: int, end: int) -> list[str]:
+        """Meters updated in the loop and created in the same function before it."""
+        updated = []
+        for call in m.findall(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("update")))):
+            assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+            name = code_of(call.func.value)
+            if name not in updated:
+                updated.append(name)
+        meters = []
+        for name in updated:
+            created = m.Assign(
+                targets=[m.AssignTarget(m.Name(name))],
+                value=m.Call(func=m.Name(m.MatchIfTrue(lambda cls: "Meter" in cls))),
+            )
+            if any(self._line(a) < start for a in m.findall(owner, created)) and not self._reduced_already(owner, name, end):
+                meters.append(name)
+        return meters
+
+    def _plan_reports(self, loop: cst.For, training: bool, accumulators: dict[str, str], meters: list[str]) -> None:
+        losses = {
+            code_of(call.func.value)  # type: ignore[attr-defined]
+            for call in m.findall(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward"))))
+        }
+        assigned_in_loop = {
+            code_of(t.target) for a in m.findall(loop.body, m.Assign()) for t in a.targets  # type: ignore[attr-defined]
+        } | {code_of(a.target) for a in m.findall(loop.body, m.AugAssign())}  # type: ignore[attr-defined]
+        for line in m.findall(loop.body, m.SimpleStatementLine()):
+            assert isinstance(line, cst.SimpleStatementLine)
+            calls = [s.value for s in line.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
+            if not calls or not all(self.effects.is_side_effect(c) for c in calls):
+                continue
+            if m.findall(line, m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))):
+                continue  # Reduced already.
+            read = {n.value for n in m.findall(line, m.Name()) if isinstance(n, cst.Name)}  # type: ignore[union-attr]
+            wraps = {name: helper for name, helper in accumulators.items() if name in read}
+            for loss in losses:
+                if m.findall(line, m.Call(func=m.Attribute(value=m.Name(loss), attr=m.Name("item")))):
+                    wraps[f"{loss}.item()"] = names.MEAN_HELPER
+            shows_meter = any(meter in read for meter in meters)
+            if not wraps and not shows_meter:
+                continue
+            if training and wraps and self._uniform_path(loop, line, assigned_in_loop):
+                self.in_loop[line] = wraps
+            else:
+                self.report(line, "DDP403")
+
+    def _uniform_path(self, loop: cst.For, line: cst.CSTNode, assigned_in_loop: set[str]) -> bool:
+        """Whether every process reaches ``line`` together: only ``if``s on step counters lead to it."""
+        for ancestor in self._ancestors(line):
+            if ancestor is loop:
+                return True
+            if isinstance(ancestor, (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef)):
+                return False
+            if isinstance(ancestor, cst.If):
+                tested = {code_of(n) for n in m.findall(ancestor.test, m.Name())}
+                if tested & assigned_in_loop:
+                    return False
+        return False
+
+    # -- rewriting ------------------------------------------------------------------
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For | cst.FlattenSentinel[cst.BaseStatement]:
+        plan = self.after_loop.get(original_node)
+        if plan is None:
+            return updated_node
+        self.helpers_used.add(names.SUM_HELPER)
+        if plan.means:
+            self.helpers_used.add(names.MEAN_HELPER)
+        if plan.meters:
+            self.helpers_used.add(names.METER_HELPER)
+        return cst.FlattenSentinel([updated_node, *plan.statements()])
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        wraps = self.in_loop.get(original_node)
+        if not wraps:
+            return updated_node
+        self.helpers_used |= {names.SUM_HELPER, *wraps.values()}
+
+        def reduced(node: cst.CSTNode, _: object) -> cst.CSTNode:
+            return cst.Call(func=cst.Name(wraps[code_of(node)]), args=[cst.Arg(node)])  # type: ignore[arg-type]
+
+        in_wraps = m.MatchIfTrue(lambda node: isinstance(node, (cst.Name, cst.Call)) and code_of(node) in wraps)
+        return m.replace(updated_node, in_wraps, reduced)  # type: ignore[return-value]
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if not self.helpers_used:
+            return updated_node
+        AddImportsVisitor.add_needed_import(self.context, "torch")
+        import_torch_distributed(self.context, self.facts.distributed_alias)
+        module = updated_node
+        # Inserted in reverse, so the sum helper comes first.
+        for name, source in (
+            (names.METER_HELPER, METER_HELPER_SOURCE),
+            (names.MEAN_HELPER, MEAN_HELPER_SOURCE),
+            (names.SUM_HELPER, SUM_HELPER_SOURCE),
+        ):
+            if name in self.helpers_used:
+                module = add_helper(module, self.facts, name, source)
+        return module
+

@@ -21,6 +21,7 @@ REGISTRY: tuple[tuple[str, str], ...] = (
     ("shard_evaluation", "ShardEvaluationCommand"),
     ("gather_metrics", "GatherMetricsCommand"),
     ("guard_side_effects", "GuardSideEffectsCommand"),
+    ("secure_checkpoints", "SecureCheckpointsCommand"),
     ("add_launch_wrapper", "AddLaunchWrapperCommand"),
 )
 

@@ -1,0 +1,127 @@
+"""Make checkpoint loads safe on every process.
+
+- ``torch.load(path)`` with no ``map_location`` restores tensors onto the
+  device they were saved from, which is GPU 0 for every process. It gets
+  ``map_location=local_device()``, this process's own device.
+- Where the script loads a file it also saves, ``dist.barrier()`` goes right
+  before the load. Only the main process saves (guard_side_effects), so the
+  others wait there until the file is complete instead of reading half of it.
+
+Resuming from a DataParallel checkpoint needs no change: DDP keeps the model
+under ``.module`` just as DataParallel did, so ``module.``-prefixed state
+dicts load into the DDP model, and ``model.module`` takes unprefixed ones.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+
+from . import _names as names
+from ._base import Dp2ddpCodemod, add_helper, argument, call_to, code_of, import_torch_distributed
+from ._effects import is_rank_guard
+
+LOCAL_DEVICE_HELPER_SOURCE = f'''
+def {names.LOCAL_DEVICE_HELPER}() -> torch.device:
+    """This process's device: the GPU setup_distributed() selected, else the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+'''
+
+
+class SecureCheckpointsCommand(Dp2ddpCodemod):
+    DESCRIPTION = "Load checkpoints onto this process's device, and wait for the main process's save first."
+    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (PositionProvider, QualifiedNameProvider, ParentNodeProvider)
+
+    def __init__(self, context: CodemodContext) -> None:
+        super().__init__(context)
+        self.needs_location: set[cst.Call] = set()
+        self.barriers: set[cst.BaseStatement] = set()
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        super().visit_Module(node)
+        saved = {
+            code_of(path)
+            for call in m.findall(node, call_to(names.TORCH_SAVE), metadata_resolver=self)
+            if isinstance(call, cst.Call) and (path := argument(call, 1, "f")) is not None
+        }
+        for call in m.findall(node, call_to(names.TORCH_LOAD), metadata_resolver=self):
+            assert isinstance(call, cst.Call)
+            if argument(call, 1, "map_location") is None:
+                self.needs_location.add(call)
+            path = argument(call, 0, "f")
+            if path is None or code_of(path) not in saved:
+                continue
+            line = self._statement(call)
+            if line is not None and not self._only_some_processes(line):
+                self.barriers.add(line)
+        return True
+
+    def _statement(self, node: cst.CSTNode) -> cst.BaseStatement | None:
+        """The statement a barrier goes before: the load's line, or the ``if`` chain around it.
+
+        ``if os.path.isfile(path): ckpt = torch.load(path)`` waits before the
+        ``if``, or a process could test for the file before the main process
+        creates it, skip the branch, and leave the others at the barrier.
+        """
+        while not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Module)):
+            node = self.get_metadata(ParentNodeProvider, node)
+        if not isinstance(node, cst.SimpleStatementLine):
+            return None
+        statement: cst.BaseStatement = node
+        while True:
+            owner = self.get_metadata(ParentNodeProvider, self.get_metadata(ParentNodeProvider, statement))
+            while isinstance(owner, (cst.Else, cst.If)) and not isinstance(owner, cst.IndentedBlock):
+                parent = self.get_metadata(ParentNodeProvider, owner)
+                if not isinstance(parent, (cst.If, cst.Else)):
+                    break
+                owner = parent
+            if not isinstance(owner, cst.If) or is_rank_guard(owner.test):
+                return statement
+            statement = owner
+
+    def _only_some_processes(self, node: cst.CSTNode) -> bool:
+        while not isinstance(node, cst.Module):
+            node = self.get_metadata(ParentNodeProvider, node)
+            if isinstance(node, cst.If) and is_rank_guard(node.test):
+                return True
+        return False
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        if original_node not in self.needs_location:
+            return updated_node
+        args = list(updated_node.args)
+        if args[-1].comma == cst.MaybeSentinel.DEFAULT:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        location = cst.Arg(
+            cst.Call(func=cst.Name(names.LOCAL_DEVICE_HELPER)),
+            keyword=cst.Name("map_location"),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        return updated_node.with_changes(args=[*args, location])
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        return updated_node.with_changes(body=self._with_barriers(original_node.body, updated_node.body))
+
+    def _with_barriers(
+        self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]
+    ) -> list[cst.BaseStatement]:
+        body: list[cst.BaseStatement] = []
+        for original, statement in zip(originals, updated):
+            waited = body and m.matches(body[-1], m.SimpleStatementLine([m.Expr(m.Call(func=m.Attribute(attr=m.Name("barrier"))))]))
+            if original in self.barriers and not waited:
+                barrier = cst.parse_statement(f"{self.facts.distributed_alias}.barrier()")
+                body.append(barrier.with_changes(leading_lines=statement.leading_lines))
+                statement = statement.with_changes(leading_lines=[])
+                import_torch_distributed(self.context, self.facts.distributed_alias)
+            body.append(statement)
+        return body
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        module = updated_node.with_changes(body=self._with_barriers(original_node.body, updated_node.body))
+        if not self.needs_location:
+            return module
+        return add_helper(module, self.facts, names.LOCAL_DEVICE_HELPER, LOCAL_DEVICE_HELPER_SOURCE)

@@ -49,6 +49,7 @@ MEAN_HELPER = "all_reduce_mean"
 METER_HELPER = "all_reduce_meter"
 EVALUATION_SHARD_HELPER = "evaluation_shard"
 LOCAL_DEVICE_HELPER = "local_device"
+LOAD_STATE_HELPER = "load_model_state"
 HELPERS = frozenset(
     {
         SETUP_HELPER,
@@ -59,6 +60,7 @@ HELPERS = frozenset(
         METER_HELPER,
         EVALUATION_SHARD_HELPER,
         LOCAL_DEVICE_HELPER,
+        LOAD_STATE_HELPER,
     }
 )
 # Helpers that every process must call together.

@@ -7,9 +7,11 @@
   before the load. Only the main process saves (guard_side_effects), so the
   others wait there until the file is complete instead of reading half of it.
 
-Resuming from a DataParallel checkpoint needs no change: DDP keeps the model
-under ``.module`` just as DataParallel did, so ``module.``-prefixed state
-dicts load into the DDP model, and ``model.module`` takes unprefixed ones.
+- ``model.load_state_dict(sd)`` on the DDP model becomes
+  ``load_model_state(model, sd)``, which takes keys with or without the
+  ``module.`` prefix. A DataParallel checkpoint has the prefix, but a script
+  that wrapped only when several GPUs were present saved bare keys on one
+  GPU; the converted script always wraps, so it must read both.
 """
 
 from __future__ import annotations
@@ -23,8 +25,18 @@ from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameP
 
 from . import _names as names
 from ._base import Dp2ddpCodemod, add_helper, argument, call_to, code_of, import_torch_distributed
-from ._effects import is_rank_guard
+from ._effects import ProcessEffects, is_rank_guard
 
+LOAD_STATE_HELPER_SOURCE = f'''
+def {names.LOAD_STATE_HELPER}(model, state_dict, **kwargs):
+    """Load a state dict saved with or without the `module.` prefix into a DDP model."""
+    # DataParallel and DDP save keys as `module.<name>`, a bare model as `<name>`.
+    bare = type(state_dict)(state_dict)
+    if hasattr(state_dict, "_metadata"):
+        bare._metadata = state_dict._metadata
+    torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(bare, "module.")
+    return model.module.load_state_dict(bare, **kwargs)
+'''
 LOCAL_DEVICE_HELPER_SOURCE = f'''
 def {names.LOCAL_DEVICE_HELPER}() -> torch.device:
     """This process's device: the GPU setup_distributed() selected, else the CPU."""
@@ -40,9 +52,11 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
         super().__init__(context)
         self.needs_location: set[cst.Call] = set()
         self.barriers: set[cst.BaseStatement] = set()
+        self.loads_state = False
 
     def visit_Module(self, node: cst.Module) -> bool:
         super().visit_Module(node)
+        self.effects = ProcessEffects(self, node)
         saved = {
             code_of(path)
             for call in m.findall(node, call_to(names.TORCH_SAVE), metadata_resolver=self)
@@ -91,6 +105,13 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
         return False
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        loads_into_model = m.Call(func=m.Attribute(attr=m.Name("load_state_dict")))
+        if m.matches(original_node, loads_into_model):
+            assert isinstance(original_node.func, cst.Attribute)
+            model = original_node.func.value
+            if code_of(model) in self.effects.models:
+                self.loads_state = True
+                return cst.Call(func=cst.Name(names.LOAD_STATE_HELPER), args=[cst.Arg(model, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *updated_node.args])
         if original_node not in self.needs_location:
             return updated_node
         args = list(updated_node.args)
@@ -122,6 +143,8 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         module = updated_node.with_changes(body=self._with_barriers(original_node.body, updated_node.body))
-        if not self.needs_location:
-            return module
-        return add_helper(module, self.facts, names.LOCAL_DEVICE_HELPER, LOCAL_DEVICE_HELPER_SOURCE)
+        if self.loads_state:
+            module = add_helper(module, self.facts, names.LOAD_STATE_HELPER, LOAD_STATE_HELPER_SOURCE)
+        if self.needs_location:
+            module = add_helper(module, self.facts, names.LOCAL_DEVICE_HELPER, LOCAL_DEVICE_HELPER_SOURCE)
+        return module

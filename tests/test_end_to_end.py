@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,22 +20,40 @@ pytest.importorskip("torchvision")
 PROBE = Path(__file__).resolve().parent / "rank_probe.py"
 TIMEOUT_S = 240
 # Converted fixtures the suite trains, one of each launch and loader shape.
-TRAINED = ["mnist_argparse", "cifar_resnet", "toplevel_script", "conditional_dp", "gan_two_models", "detectron_launch"]
+TRAINED = ["imagenet_meters", "mnist_argparse", "cifar_resnet", "toplevel_script", "conditional_dp", "gan_two_models", "detectron_launch"]
 
 
-def run_under_torchrun(script: Path, workdir: Path, nproc: int = 2) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
-    out = workdir / "probe"
-    out.mkdir()
+def _cpu_env() -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["CUDA_VISIBLE_DEVICES"] = ""  # gloo on CPU, even where a GPU is present
+    return env
+
+
+def run_bounded(command: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in its own process group; on timeout kill the group and fail with its output."""
+    process = subprocess.Popen(
+        command, cwd=workdir, env=_cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # torchrun and every rank, no orphans
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{' '.join(command)} hung for {TIMEOUT_S}s; every rank's output:\n{stdout}\n{stderr}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def run_under_torchrun(
+    script: Path, workdir: Path, *args: str, nproc: int = 2, probe: str = "probe"
+) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    out = workdir / probe
+    out.mkdir()
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-        "--", str(PROBE), str(out), str(script),
+        "--", str(PROBE), str(out), str(script), *args,
     ]  # fmt: skip
-    try:
-        completed = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"{script.name} did not finish in {TIMEOUT_S}s; output so far:\n{expired.stdout}\n{expired.stderr}")
+    completed = run_bounded(command, workdir)
     ranks = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
     return completed, ranks
 
@@ -65,10 +85,57 @@ def test_converted_script_runs_as_a_single_plain_process(tmp_path: Path) -> None
     """`python train.py` with no launcher (and no GPUs) still trains, as one process."""
     script = tmp_path / "train.py"
     shutil.copy(FIXTURES / "toplevel_script" / "after.py", script)
-    env = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    completed = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
+    completed = run_bounded([sys.executable, str(script)], tmp_path)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.count("epoch") == 3
+
+
+def _log(completed: subprocess.CompletedProcess[str]) -> list[str]:
+    """The script's own report lines from every rank, without torchrun's banner."""
+    text = completed.stdout + completed.stderr
+    return [line for line in text.splitlines() if line.startswith(("validate:", "accuracy", "epoch", "best", "resumed"))]
+
+
+def test_converted_script_logs_once_with_whole_data_metrics_saves_once_and_resumes(tmp_path: Path) -> None:
+    """The realistic fixture under 2 processes: one log, whole-set counts, one writer, and resume."""
+    before, script = tmp_path / "before.py", tmp_path / "train.py"
+    shutil.copy(FIXTURES / "imagenet_meters" / "before.py", before)
+    shutil.copy(FIXTURES / "imagenet_meters" / "after.py", script)
+    reference = run_bounded([sys.executable, str(before), "--out", "reference"], tmp_path)
+    assert reference.returncode == 0, reference.stderr
+
+    completed, ranks = run_under_torchrun(script, tmp_path, "--out", "run", "--epochs", "2")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    log = _log(completed)
+    # Each report line once, not once per process (prints and logging land on different streams).
+    kinds = Counter(line.split(" ")[0].rstrip(":") for line in log)
+    assert kinds == {"validate": 3, "accuracy": 1, "epoch": 2, "best": 1}, log
+    # Gathered over both processes: the whole training set and all 101 validation samples, no padding.
+    assert all(line.endswith("over 64 samples") for line in log if line.startswith("epoch"))
+    assert all(line.endswith("/101") for line in log if line.startswith("validate"))
+    # Before training both runs hold the same weights, so exact evaluation prints what one process does.
+    for kind in ("validate", "accuracy"):
+        assert next(l for l in log if l.startswith(kind)) == next(l for l in _log(reference) if l.startswith(kind))
+
+    # Rank 0 writes one checkpoint per epoch; the other rank writes nothing.
+    assert [len(rank["saves"]) for rank in ranks] == [2, 0]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint.pth", "model_best.pth", "summary.json"]
+
+    # Resume from the converted run's checkpoint (`module.` keys) ...
+    resumed, _ = run_under_torchrun(
+        script, tmp_path, "--out", "resumed", "--resume", "run/checkpoint.pth", "--epochs", "3", probe="probe2"
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert _log(resumed)[0] == "resumed from epoch 2"
+    assert sum(line.startswith("epoch 2 ") for line in _log(resumed)) == 1
+    # ... and from the original's, which on a machine without several GPUs saved bare keys.
+    from_original, _ = run_under_torchrun(
+        script, tmp_path, "--out", "from_original", "--resume", "reference/checkpoint.pth", "--epochs", "3",
+        probe="probe3",
+    )  # fmt: skip
+    assert from_original.returncode == 0, from_original.stdout + from_original.stderr
+    # It continues from the original's weights: its first evaluation is the original's last one.
+    last_reference = [line for line in _log(reference) if line.startswith("validate")][-1]
+    assert [line for line in _log(from_original) if line.startswith(("resumed", "validate"))][:2] == [
+        "resumed from epoch 2", last_reference,
+    ]  # fmt: skip

@@ -87,6 +87,24 @@ def defined_functions(module: cst.Module) -> set[str]:
     return {s.name.value for s in module.body if isinstance(s, cst.FunctionDef)}
 
 
+NO_SPACE = cst.SimpleWhitespace("")
+
+
+def keyword_arg(
+    name: str, value: cst.BaseExpression, comma: cst.Comma | cst.MaybeSentinel = cst.MaybeSentinel.DEFAULT
+) -> cst.Arg:
+    """``name=value``, spelled as PEP 8 spells keyword arguments."""
+    return cst.Arg(value, keyword=cst.Name(name), equal=cst.AssignEqual(NO_SPACE, NO_SPACE), comma=comma)
+
+
+def with_argument(call: cst.Call, arg: cst.Arg) -> cst.Call:
+    """``call`` with ``arg`` added after its last argument."""
+    args = list(call.args)
+    if args and args[-1].comma == cst.MaybeSentinel.DEFAULT:
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, arg])
+
+
 def script_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
     """Functions and methods of the script, by the name a call would use (``f``, ``self.f``)."""
     functions: dict[str, cst.FunctionDef] = {}

@@ -53,6 +53,15 @@ def is_rank_guard(test: cst.BaseExpression) -> bool:
     return bool(RANK_GUARD.search(code_of(test)))
 
 
+def under_rank_guard(codemod: "Dp2ddpCodemod", node: cst.CSTNode) -> bool:
+    """Whether ``node`` only runs on some processes: inside ``if rank == 0:`` and the like."""
+    while not isinstance(node, cst.Module):
+        node = codemod.get_metadata(ParentNodeProvider, node)
+        if isinstance(node, cst.If) and is_rank_guard(node.test):
+            return True
+    return False
+
+
 class ProcessEffects:
     """Side effects and collectives of one script, resolved once."""
 

@@ -34,20 +34,16 @@ from ._base import (
     call_to,
     code_of,
     import_torch_distributed,
+    keyword_arg,
     resolves_to,
     script_functions,
 )
 
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
-NO_SPACE = cst.SimpleWhitespace("")
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
 # Process counts a literal batch size is checked against.
 COMMON_WORLD_SIZES = (2, 4, 8)
-
-
-def _keyword(name: str, value: cst.BaseExpression, comma: cst.Comma | cst.MaybeSentinel = cst.MaybeSentinel.DEFAULT) -> cst.Arg:
-    return cst.Arg(value, keyword=cst.Name(name), equal=cst.AssignEqual(NO_SPACE, NO_SPACE), comma=comma)
 
 
 @dataclass(frozen=True)
@@ -341,9 +337,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if keyword == "dataset":
                 args.append(arg.with_changes(value=dataset) if plan.hoisted_dataset else arg)
             elif keyword == "batch_size":
-                args.append(_keyword("batch_size", self._per_process(arg.value), arg.comma))
+                args.append(keyword_arg("batch_size", self._per_process(arg.value), arg.comma))
             elif keyword == "shuffle":
-                args.append(_keyword("sampler", sampler, arg.comma))
+                args.append(keyword_arg("sampler", sampler, arg.comma))
                 placed = True
             else:
                 args.append(arg)
@@ -351,12 +347,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             after = next((i for i, a in enumerate(args) if a.keyword and a.keyword.value == "batch_size"), len(args) - 1)
             comma = args[after].comma
             args[after] = args[after].with_changes(comma=cst.MaybeSentinel.DEFAULT if comma == cst.MaybeSentinel.DEFAULT else comma)
-            args.insert(after + 1, _keyword("sampler", sampler, comma if after + 1 < len(args) else cst.MaybeSentinel.DEFAULT))
+            args.insert(after + 1, keyword_arg("sampler", sampler, comma if after + 1 < len(args) else cst.MaybeSentinel.DEFAULT))
         return updated_node.with_changes(args=args)
 
     def _sampler(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:
         AddImportsVisitor.add_needed_import(self.context, "torch.utils.data.distributed", "DistributedSampler")
-        return cst.Call(func=cst.Name("DistributedSampler"), args=[cst.Arg(dataset), _keyword("shuffle", shuffle)])
+        return cst.Call(func=cst.Name("DistributedSampler"), args=[cst.Arg(dataset), keyword_arg("shuffle", shuffle)])
 
     def _per_process(self, batch: cst.BaseExpression) -> cst.BaseExpression:
         if self.keep_per_process_batch:

@@ -35,7 +35,7 @@ from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameP
 
 from . import _names as names
 from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
-from ._effects import ProcessEffects, is_rank_guard
+from ._effects import ProcessEffects, under_rank_guard
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values):
@@ -116,7 +116,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self.training_loaders = self._training_loaders(node)
         for loop in m.findall(node, m.For(), metadata_resolver=self):
             assert isinstance(loop, cst.For)
-            if self._iterates_loader(loop) and not self._under_rank_guard(loop):
+            if self._loader_names(loop) and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
         return True
 
@@ -135,9 +135,6 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if LOADER_NAME.search(code_of(n)) or code_of(n).rsplit(".", 1)[-1] in self.training_loaders
         ]
 
-    def _iterates_loader(self, loop: cst.For) -> bool:
-        return bool(self._loader_names(loop))
-
     def _is_training_loop(self, loop: cst.For) -> bool:
         return any(name in self.training_loaders or "train" in name.lower() for name in self._loader_names(loop))
 
@@ -147,9 +144,6 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             node = self.get_metadata(ParentNodeProvider, node)
             found.append(node)
         return found
-
-    def _under_rank_guard(self, node: cst.CSTNode) -> bool:
-        return any(isinstance(a, cst.If) and is_rank_guard(a.test) for a in self._ancestors(node))
 
     def _scope_body(self, loop: cst.For) -> cst.CSTNode:
         return next(a for a in self._ancestors(loop) if isinstance(a, (cst.FunctionDef, cst.Module)))

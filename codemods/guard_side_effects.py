@@ -21,7 +21,7 @@ from libcst.codemod import CodemodContext
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider, ScopeProvider
 
 from . import _names as names
-from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
+from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed, keyword_arg, with_argument
 from ._effects import ProcessEffects, is_rank_guard, opens_for_writing
 
 MAIN_PROCESS_HELPER_SOURCE = f'''
@@ -150,18 +150,6 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
                 return False
         return True
 
-    def _split(self, statement: cst.SimpleStatementLine) -> list[cst.Call] | None:
-        """The collectives to move out of a side-effect line, or None when they cannot move."""
-        if len(statement.body) != 1 or not isinstance(statement.body[0], cst.Expr):
-            return None
-        call = statement.body[0].value
-        if not isinstance(call, cst.Call) or not self.effects.is_side_effect(call):
-            return None
-        collectives = self.effects.collectives_in(statement)
-        if not collectives or any(self.effects.is_conditionally_evaluated(c, statement) for c in collectives):
-            return None
-        return collectives
-
     # -- rewriting --------------------------------------------------------------------
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
@@ -196,16 +184,15 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return body + self._close(run)
 
     def _split_or_report(self, statement: cst.SimpleStatementLine) -> list[cst.Call] | None:
-        if not self._is_effect_line_ignoring_collectives(statement):
+        """The collectives to move out of a side-effect line; a line where they cannot move is reported."""
+        collectives = self.effects.collectives_in(statement)
+        if not collectives or not self._is_effect_line(statement):
             return None
-        collectives = self._split(statement)
-        if collectives is None:
-            first = self.effects.collectives_in(statement)[0]
-            self.report(statement, "DDP401", call=code_of(first.func))
+        single_call = len(statement.body) == 1
+        if not single_call or any(self.effects.is_conditionally_evaluated(c, statement) for c in collectives):
+            self.report(statement, "DDP401", call=code_of(collectives[0].func))
+            return None
         return collectives
-
-    def _is_effect_line_ignoring_collectives(self, statement: cst.SimpleStatementLine) -> bool:
-        return bool(self.effects.collectives_in(statement)) and self._is_effect_line(statement)
 
     def _close(self, run: list[tuple[cst.BaseStatement, cst.BaseStatement, str]]) -> list[cst.BaseStatement]:
         """Guard a run of side effects, keeping assignments that code after the run reads outside it."""
@@ -307,15 +294,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         self.uses_helper = True
         off_main = cst.UnaryOperation(operator=cst.Not(), expression=_guard_call())
         if disable is None:
-            keyword = cst.Arg(
-                off_main,
-                keyword=cst.Name("disable"),
-                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-            )
-            args = list(updated_node.args)
-            if args and args[-1].comma == cst.MaybeSentinel.DEFAULT:
-                args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-            return updated_node.with_changes(args=[*args, keyword])
+            return with_argument(updated_node, keyword_arg("disable", off_main))
         value = disable.value
         if isinstance(value, (cst.BooleanOperation, cst.IfExp)) and not value.lpar:
             value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])

@@ -25,6 +25,7 @@ from ._base import (
     add_helper,
     argument,
     call_to,
+    keyword_arg,
     resolves_to,
     string_literal,
     without_device_move,
@@ -192,13 +193,7 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         args = [cst.Arg(wrapped)]
         dim = argument(call, 3, "dim")
         if dim is not None:
-            args.append(
-                cst.Arg(
-                    dim,
-                    keyword=cst.Name("dim"),
-                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-                )
-            )
+            args.append(keyword_arg("dim", dim))
         return cst.Call(func=cst.Name(names.WRAP_HELPER), args=args)
 
     def _isinstance_accepting_ddp(self, call: cst.Call) -> cst.Call:

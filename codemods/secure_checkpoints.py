@@ -24,8 +24,17 @@ from libcst.codemod import CodemodContext
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from . import _names as names
-from ._base import Dp2ddpCodemod, add_helper, argument, call_to, code_of, import_torch_distributed
-from ._effects import ProcessEffects, is_rank_guard
+from ._base import (
+    Dp2ddpCodemod,
+    add_helper,
+    argument,
+    call_to,
+    code_of,
+    import_torch_distributed,
+    keyword_arg,
+    with_argument,
+)
+from ._effects import ProcessEffects, is_rank_guard, under_rank_guard
 
 LOAD_STATE_HELPER_SOURCE = f'''
 def {names.LOAD_STATE_HELPER}(model, state_dict, **kwargs):
@@ -70,7 +79,7 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
             if path is None or code_of(path) not in saved:
                 continue
             line = self._statement(call)
-            if line is not None and not self._only_some_processes(line):
+            if line is not None and not under_rank_guard(self, line):
                 self.barriers.add(line)
         return True
 
@@ -97,13 +106,6 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
                 return statement
             statement = owner
 
-    def _only_some_processes(self, node: cst.CSTNode) -> bool:
-        while not isinstance(node, cst.Module):
-            node = self.get_metadata(ParentNodeProvider, node)
-            if isinstance(node, cst.If) and is_rank_guard(node.test):
-                return True
-        return False
-
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         loads_into_model = m.Call(func=m.Attribute(attr=m.Name("load_state_dict")))
         if m.matches(original_node, loads_into_model):
@@ -114,15 +116,8 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
                 return cst.Call(func=cst.Name(names.LOAD_STATE_HELPER), args=[cst.Arg(model, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *updated_node.args])
         if original_node not in self.needs_location:
             return updated_node
-        args = list(updated_node.args)
-        if args[-1].comma == cst.MaybeSentinel.DEFAULT:
-            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        location = cst.Arg(
-            cst.Call(func=cst.Name(names.LOCAL_DEVICE_HELPER)),
-            keyword=cst.Name("map_location"),
-            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-        )
-        return updated_node.with_changes(args=[*args, location])
+        location = cst.Call(func=cst.Name(names.LOCAL_DEVICE_HELPER))
+        return with_argument(updated_node, keyword_arg("map_location", location))
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
         return updated_node.with_changes(body=self._with_barriers(original_node.body, updated_node.body))

@@ -44,6 +44,9 @@ def {names.SETUP_HELPER}() -> None:
         # A single process: an in-memory store needs no address or port.
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     atexit.register(dist.destroy_process_group)
+    # Runs first at exit: leaving while other processes still talk to this one makes gloo
+    # abort ("terminate called without an active exception"); after a crash, leave at once.
+    atexit.register(lambda: hasattr(sys, "last_value") or dist.barrier())
 '''
 
 class AddLaunchWrapperCommand(Dp2ddpCodemod):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import importlib.util
+import json
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -13,6 +16,9 @@ from dp2ddp.api import ConversionError, ConvertOptions, convert_source, select_c
 from dp2ddp.codemods import codemods
 from dp2ddp.files import SourceError, discover, read_source, write_atomic
 from dp2ddp.report import Report
+from dp2ddp.verify import render
+from dp2ddp.verify.compare import Tolerance, compare, compare_band
+from dp2ddp.verify.runner import Plan, VerifyError, run_all
 
 
 def _codemod_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -32,6 +38,8 @@ Examples:
   dp2ddp convert train.py            rewrite train.py in place
   dp2ddp convert --diff train.py     show the change, write nothing
   dp2ddp convert --check src/        exit 1 if any script would change
+  dp2ddp verify train.py -- --epochs 1
+                                     prove the converted script trains alike
 """,
 )
 @click.version_option(__version__, prog_name="dp2ddp")
@@ -127,3 +135,135 @@ def _print_diff(path: Path, before: str, after: str) -> None:
     )
     for line in lines:
         click.echo(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n", nl=False)
+
+
+@main.command(
+    epilog="""\b
+Examples:
+  dp2ddp verify train.py
+  dp2ddp verify train.py --max-steps 50 -- --epochs 1 --batch-size 64
+  dp2ddp verify train.py --converted train_ddp.py --json verify.json
+  dp2ddp verify train.py --device cpu --synthetic-data --plot losses.png
+
+\b
+Exit status: 0 equivalent, 1 diverges, 2 error (a crash, a hang, bad arguments).
+"""
+)
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--converted",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The converted script to check; by default SCRIPT is converted in memory.",
+)
+@click.option("--nproc", default=2, show_default=True, type=click.IntRange(min=1), help="Processes for the converted run.")
+@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
+              help="auto: NCCL when --nproc GPUs are visible, else gloo on the CPU.")  # fmt: skip
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="cpu maps .cuda(), .to('cuda'), torch.device('cuda') and is_available() onto the CPU in both runs.")  # fmt: skip
+@click.option("--max-steps", type=click.IntRange(min=1), help="Stop both runs after this many optimizer steps.")
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds each run may take; a run past it is killed and reported as hung.")  # fmt: skip
+@click.option("--seed", default=0, show_default=True, help="Seed forced into random, numpy and torch at start-up.")
+@click.option("--dropout", type=click.Choice(["mask", "off"]), default="mask", show_default=True,
+              help="mask: one global dropout mask, each rank its rows; off: no dropout in either run.")  # fmt: skip
+@click.option("--atol", default=1e-5, show_default=True, help="Absolute tolerance per step.")
+@click.option("--rtol", default=1e-4, show_default=True, help="Tolerance relative to the reference loss.")
+@click.option("--statistical", is_flag=True,
+              help="For scripts with unavoidable randomness: run the reference with 3 seeds and accept the "
+                   "converted losses inside their band.")  # fmt: skip
+@click.option("--synthetic-data", is_flag=True, help="Replace torchvision datasets with FakeData of the same shape.")
+@click.option("--synthetic-size", default=256, show_default=True, type=click.IntRange(min=1),
+              help="Samples in each synthetic dataset.")  # fmt: skip
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the result as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a loss-curve plot (needs matplotlib: pip install 'dp2ddp[plot]').")  # fmt: skip
+def verify(
+    script: Path,
+    script_args: tuple[str, ...],
+    converted: Path | None,
+    nproc: int,
+    backend: str,
+    device: str,
+    max_steps: int | None,
+    timeout_s: float,
+    seed: int,
+    dropout: str,
+    atol: float,
+    rtol: float,
+    statistical: bool,
+    synthetic_data: bool,
+    synthetic_size: int,
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """Run SCRIPT and its DDP conversion and check that their per-step losses agree.
+
+    The reference is SCRIPT in one process; the converted script runs under
+    torchrun with --nproc processes. Arguments after -- go to both scripts.
+    """
+    if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
+        raise click.UsageError("--plot needs matplotlib: pip install 'dp2ddp[plot]'")
+    with tempfile.TemporaryDirectory(prefix="dp2ddp-verify-") as temporary:
+        work = Path(temporary)
+        if converted is None:
+            converted = _convert_for_verify(script, work)
+        plan = Plan(
+            original=script, converted=converted, args=script_args, nproc=nproc, backend=backend, device=device,
+            max_steps=max_steps, timeout_s=timeout_s, seed=seed, dropout=dropout, synthetic_data=synthetic_data,
+            synthetic_size=synthetic_size, statistical_seeds=3 if statistical else 0,
+        )  # fmt: skip
+        progress = render.ProgressLine()
+        try:
+            runs = run_all(plan, work, progress)
+        except VerifyError as error:
+            raise click.UsageError(str(error)) from None
+        finally:
+            progress.close()
+    failed = next((run for run in (runs.converted, *runs.references) if not run.ok), None)
+    if failed is not None:
+        message = render.failure(failed, timeout_s)
+        _finish(runs, None, "error", message, json_path, exit_code=2)
+    references = [tuple(run.ranks[0].losses) for run in runs.references]
+    ranks = [rank.losses for rank in runs.converted.ranks]
+    if not any(references) and not any(ranks):
+        _finish(runs, None, "error", "no loss was recorded: neither run called backward() on a scalar",
+                json_path, exit_code=2)  # fmt: skip
+    tolerance = Tolerance(absolute=atol, relative=rtol)
+    comparison = compare_band(references, ranks, tolerance) if statistical else compare(references[0], ranks, tolerance)
+    click.echo(f"semantics: {render.SEMANTICS}")
+    click.echo(render.table(comparison))
+    if plot_path is not None:
+        render.plot(comparison, plot_path, f"dp2ddp verify {script.name}")
+        click.echo(f"wrote {plot_path}", err=True)
+    max_abs, max_rel = render.largest_gap(comparison)
+    click.echo(f"largest gap: {max_abs:.2e} absolute, {max_rel:.2e} relative")
+    equivalent = comparison.equivalent
+    _finish(runs, comparison, "equivalent" if equivalent else "diverges", render.verdict(comparison), json_path,
+            exit_code=0 if equivalent else 1)  # fmt: skip
+
+
+def _convert_for_verify(script: Path, work: Path) -> Path:
+    try:
+        source = read_source(script)
+        result = convert_source(source.text, ConvertOptions())
+    except (SourceError, ConversionError) as error:
+        click.echo(f"error: cannot convert {script}: {error}", err=True)
+        sys.exit(2)
+    if not result.changed:
+        click.echo(f"error: {script} has nothing to convert; give the DDP script with --converted", err=True)
+        sys.exit(2)
+    for finding in result.findings:
+        click.echo(f"{script}:{finding}", err=True)
+    folder = work / "script"
+    folder.mkdir()
+    converted = folder / script.name  # the same file name, so tracebacks read naturally
+    converted.write_text(result.output, encoding=source.encoding)
+    return converted
+
+
+def _finish(runs, comparison, status: str, message: str, json_path: Path | None, exit_code: int):  # type: ignore[no-untyped-def]
+    if json_path is not None:
+        json_path.write_text(json.dumps(render.as_json(runs, comparison, status, message), indent=2) + "\n")
+    click.echo(message if status != "error" else f"error: {message}", err=status == "error")
+    sys.exit(exit_code)

@@ -1,0 +1,38 @@
+"""What the verifier tells each process it launches, passed in one environment variable."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+
+ENVIRONMENT_VARIABLE = "DP2DDP_VERIFY"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How one process of a verify run patches itself before it runs the script."""
+
+    role: str  # "reference" or "converted"
+    out_dir: str  # where each process writes its losses, its log and its outcome
+    seed: int  # forced into random, numpy and torch before the script starts
+    world_size: int  # the converted run's process count; the reference emulates it
+    max_steps: int | None = None  # stop after this many optimizer steps
+    dropout: str = "mask"  # "mask": one global mask, rows [rank::world]; "off": no dropout
+    sampler_seed: int = 0  # DistributedSampler's seed, for the reference's data order
+    first_epoch: int = 0  # the converted run's first set_epoch value, ditto
+    synthetic_data: bool = False
+    synthetic_size: int = 256
+    cpu: bool = False  # map CUDA onto the CPU
+    backend: str | None = None  # forced onto init_process_group in the converted run
+
+    def to_environment(self) -> dict[str, str]:
+        return {ENVIRONMENT_VARIABLE: json.dumps(dataclasses.asdict(self))}
+
+    @classmethod
+    def from_environment(cls) -> RunConfig:
+        return cls(**json.loads(os.environ[ENVIRONMENT_VARIABLE]))
+
+    def rank(self) -> int:
+        return int(os.environ.get("RANK", "0")) if self.role == "converted" else 0

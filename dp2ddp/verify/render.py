@@ -1,0 +1,195 @@
+"""What verify prints and writes: the step table, the verdict, run failures, JSON and the loss plot."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from dp2ddp.verify.compare import Comparison, StepComparison
+from dp2ddp.verify.runner import SEMANTICS, RunOutcome, Runs
+
+_HEAD, _AROUND, _TAIL = 8, 3, 3  # rows shown of a long table
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def _rows_shown(comparison: Comparison) -> list[int | None]:
+    """Row indices to print, None for a gap: the start, around the first divergence, the end."""
+    count = len(comparison.steps)
+    if count <= _HEAD + 2 * _AROUND + _TAIL + 3:
+        return list(range(count))
+    wanted = set(range(_HEAD)) | set(range(count - _TAIL, count))
+    first = comparison.first_divergence
+    if first is not None:
+        at = comparison.steps.index(first)
+        wanted |= set(range(max(at - _AROUND, 0), min(at + _AROUND + 1, count)))
+    shown: list[int | None] = []
+    for index in sorted(wanted):
+        if shown and shown[-1] is not None and index != shown[-1] + 1:
+            shown.append(None)
+        shown.append(index)
+    return shown
+
+
+def table(comparison: Comparison) -> str:
+    ranks = max((len(step.per_rank) for step in comparison.steps), default=0)
+    header = ["step", "reference", "converted", *[f"rank {r}" for r in range(ranks)], "gap"]
+    if comparison.statistical:
+        header[1] = "reference (seed mean)"
+        header.append("band")
+    header.append("")
+    rows = [header]
+    for index in _rows_shown(comparison):
+        if index is None:
+            rows.append(["..."] + [""] * (len(header) - 1))
+            continue
+        step = comparison.steps[index]
+        row = [step.label, _number(step.reference), _number(step.converted), *map(_number, step.per_rank)]
+        row.append("-" if step.gap is None else f"{step.gap:+.2e}")
+        if comparison.statistical:
+            row.append("-" if step.low is None else f"[{step.low:.6g}, {step.high:.6g}]")
+        row.append("ok" if step.ok else "DIVERGES")
+        rows.append(row)
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def _why(step: StepComparison, comparison: Comparison) -> str:
+    if step.reference is None:
+        return "the reference run has no such step"
+    if step.converted is None:
+        missing = [str(rank) for rank, loss in enumerate(step.per_rank) if loss is None]
+        return f"rank {', '.join(missing)} of the converted run has no such step"
+    if comparison.statistical:
+        return f"converted {step.converted:.6g} is outside the seed band [{step.low:.6g}, {step.high:.6g}]"
+    allowed = comparison.tolerance.absolute + comparison.tolerance.relative * abs(step.reference)
+    return f"reference {step.reference:.6g}, converted {step.converted:.6g}, gap {step.gap:+.2e} > {allowed:.2e}"
+
+
+def verdict(comparison: Comparison) -> str:
+    first = comparison.first_divergence
+    count = len({step.step for step in comparison.steps})
+    if first is None:
+        kind = "within the seed-to-seed band" if comparison.statistical else "within tolerance"
+        return f"equivalent: {count} steps, every loss {kind}"
+    return f"diverges at step {first.label}: {_why(first, comparison)}"
+
+
+def largest_gap(comparison: Comparison) -> tuple[float, float]:
+    """(max |gap|, max |gap| / |reference|) over the steps both runs have."""
+    gaps = [(abs(s.gap), abs(s.gap) / abs(s.reference) if s.reference else 0.0) for s in comparison.steps if s.gap is not None]
+    return (max(g for g, _ in gaps), max(r for _, r in gaps)) if gaps else (0.0, 0.0)
+
+
+def failure(run: RunOutcome, timeout_s: float) -> str:
+    """Why a run did not give losses to compare: a hang (which ranks) or a crash (whose traceback)."""
+    lines = []
+    if run.timed_out:
+        stuck = [rank for rank in run.ranks if rank.outcome == "unfinished"]
+        who = ", ".join(str(rank.rank) for rank in stuck) or "none"
+        lines.append(f"{run.name} hung: stopped after {timeout_s:g} s; ranks that did not finish: {who}")
+        for rank in stuck:
+            lines.append(f"--- rank {rank.rank}, last output ---\n{rank.log_tail or '(no output)'}")
+        return "\n".join(lines)
+    crashed = [rank for rank in run.ranks if rank.outcome == "error"]
+    if crashed:
+        for rank in crashed:
+            lines.append(f"{run.name}: rank {rank.rank} failed")
+            lines.append(rank.error.rstrip() if rank.error else rank.log_tail)
+        stopped = [str(rank.rank) for rank in run.ranks if rank.outcome == "unfinished"]
+        if stopped:
+            lines.append(f"(rank {', '.join(stopped)} stopped when the launcher shut the run down)")
+        return "\n".join(lines)
+    lines.append(f"{run.name} exited with status {run.exit_code}")
+    for rank in run.ranks:
+        if not rank.ok:
+            lines.append(f"--- rank {rank.rank}, last output ---\n{rank.log_tail or '(no output)'}")
+    if run.launcher_tail:
+        lines.append(f"--- launcher ---\n{run.launcher_tail}")
+    return "\n".join(lines)
+
+
+def as_json(runs: Runs, comparison: Comparison | None, status: str, message: str) -> dict[str, Any]:
+    def run(outcome: RunOutcome) -> dict[str, Any]:
+        return {
+            "name": outcome.name, "command": list(outcome.command), "exit_code": outcome.exit_code,
+            "wall_s": round(outcome.wall_s, 3), "timed_out": outcome.timed_out,
+            "ranks": [{"rank": r.rank, "outcome": r.outcome, "steps": len({s for s, _ in r.losses})} for r in outcome.ranks],
+        }  # fmt: skip
+
+    document: dict[str, Any] = {
+        "verdict": status, "message": message, "semantics": SEMANTICS, "backend": runs.backend,
+        "device": runs.device, "runs": [run(runs.converted), *map(run, runs.references)],
+    }  # fmt: skip
+    if comparison is not None:
+        first = comparison.first_divergence
+        max_abs, max_rel = largest_gap(comparison)
+        document.update(
+            tolerance={"absolute": comparison.tolerance.absolute, "relative": comparison.tolerance.relative},
+            statistical=comparison.statistical,
+            first_divergence=None if first is None else first.label,
+            max_abs_gap=max_abs, max_rel_gap=max_rel,
+            steps=[
+                {"step": s.step, "index": s.index, "reference": s.reference, "converted": s.converted,
+                 "per_rank": list(s.per_rank), "gap": s.gap, "low": s.low, "high": s.high, "ok": s.ok}
+                for s in comparison.steps
+            ],
+        )  # fmt: skip
+    return document
+
+
+def plot(comparison: Comparison, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = range(len(comparison.steps))
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    if comparison.statistical:
+        lows = [float("nan") if s.low is None else s.low for s in comparison.steps]
+        highs = [float("nan") if s.high is None else s.high for s in comparison.steps]
+        axes.fill_between(x, lows, highs, alpha=0.25, label="reference seed band")
+    nan = float("nan")
+    axes.plot(x, [nan if s.reference is None else s.reference for s in comparison.steps], label="reference")
+    axes.plot(x, [nan if s.converted is None else s.converted for s in comparison.steps], "--", label="converted (mean over ranks)")
+    first = comparison.first_divergence
+    if first is not None:
+        axes.axvline(comparison.steps.index(first), color="red", linewidth=0.8, label=f"diverges at step {first.label}")
+    axes.set_xlabel("loss record (optimizer step)")
+    axes.set_ylabel("loss")
+    axes.set_title(title)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+class ProgressLine:
+    """One status line on a terminal, rewritten in place; on a pipe, one line per run."""
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self.current: str | None = None
+
+    def __call__(self, name: str, steps: int) -> None:
+        if name != self.current:
+            if self.current is not None and self.live:
+                self.stream.write("\n")
+            self.current = name
+            if not self.live:
+                self.stream.write(f"running {name} ...\n")
+                self.stream.flush()
+        if self.live:
+            self.stream.write(f"\rrunning {name}: step {steps}\033[K")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.live and self.current is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+        self.current = None

@@ -8,16 +8,20 @@ replace a user's own. The script runs as ``__main__`` with its own argv and its
 directory first on ``sys.path``, as ``python SCRIPT`` would run it.
 
 Each process writes, under ``out_dir``, ``<role>-rank<r>.log`` (its stdout and
-stderr), ``.jsonl`` (its losses, see ``capture``) and, when it ends, ``.json``
-(how it ended). A rank without a ``.json`` did not finish.
+stderr), ``.pid``, ``.jsonl`` (its losses, see ``capture``) and, when it ends,
+``.json`` (how it ended). A rank without a ``.json`` did not finish. SIGUSR1
+makes a process write its Python stack to its log: where a hung rank waits.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import runpy
+import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,14 @@ def _redirect_output(log: Path) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+
+
+def _script_traceback(error: BaseException, script: str) -> str:
+    """The traceback from the script's first frame on; the bootstrap and runpy frames say nothing."""
+    frames = traceback.extract_tb(error.__traceback__)
+    first = next((i for i, frame in enumerate(frames) if frame.filename == script), 0)
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames[first:])]
+    return "".join(lines + traceback.format_exception_only(type(error), error))
 
 
 def _force_backend(backend: str) -> None:
@@ -75,6 +87,8 @@ def main() -> None:
     script, args = sys.argv[1], sys.argv[2:]
     name = Path(config.out_dir) / f"{config.role}-rank{config.rank()}"
     _redirect_output(name.with_suffix(".log"))
+    faulthandler.register(signal.SIGUSR1, all_threads=False)
+    name.with_suffix(".pid").write_text(str(os.getpid()))
     sampler: dict[str, int] = {}
     recorder = capture.LossRecorder(name.with_suffix(".jsonl"), config.max_steps)
     _install(config, sampler, recorder)
@@ -90,12 +104,12 @@ def main() -> None:
         if exit.code not in (None, 0):
             outcome = {"outcome": "error", "error": f"the script exited with status {exit.code}"}
         raise
-    except BaseException:
-        outcome = {"outcome": "error", "error": traceback.format_exc()}
+    except BaseException as error:
+        outcome = {"outcome": "error", "error": _script_traceback(error, script)}
         raise
     finally:
         recorder.close()
-        outcome.update(steps=recorder.steps, losses=recorder.losses, sampler=sampler)
+        outcome.update(steps=recorder.steps, losses=recorder.losses, sampler=sampler, ended_at=time.time())
         name.with_suffix(".json").write_text(json.dumps(outcome))
 
 

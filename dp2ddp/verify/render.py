@@ -94,11 +94,14 @@ def failure(run: RunOutcome, timeout_s: float) -> str:
         for rank in stuck:
             lines.append(f"--- rank {rank.rank}, last output ---\n{rank.log_tail or '(no output)'}")
         return "\n".join(lines)
-    crashed = [rank for rank in run.ranks if rank.outcome == "error"]
+    crashed = sorted((rank for rank in run.ranks if rank.outcome == "error"), key=lambda rank: rank.ended_at or 0.0)
     if crashed:
-        for rank in crashed:
-            lines.append(f"{run.name}: rank {rank.rank} failed")
-            lines.append(rank.error.rstrip() if rank.error else rank.log_tail)
+        first, *then = crashed
+        lines.append(f"{run.name}: rank {first.rank} failed" + (" first" if then else ""))
+        lines.append((first.error or first.log_tail).rstrip())
+        for rank in then:
+            last = (rank.error or rank.log_tail).rstrip().splitlines()[-1:]
+            lines.append(f"then rank {rank.rank} failed: {last[0] if last else '(no output)'}")
         stopped = [str(rank.rank) for rank in run.ranks if rank.outcome == "unfinished"]
         if stopped:
             lines.append(f"(rank {', '.join(stopped)} stopped when the launcher shut the run down)")

@@ -65,6 +65,7 @@ class RankOutcome:
     error: str | None
     log_tail: str
     sampler: dict[str, int]
+    ended_at: float | None = None  # wall clock; the first rank to fail is the likely cause
 
     @property
     def ok(self) -> bool:
@@ -173,6 +174,21 @@ def _kill_leftovers(token: str) -> None:
             continue
 
 
+def _dump_stacks(out: Path, role: str) -> None:
+    """Ask every rank still running to write its Python stack to its log (bootstrap registers SIGUSR1)."""
+    signalled = False
+    for pid_file in out.glob(f"{role}-rank*.pid"):
+        if pid_file.with_suffix(".json").exists():
+            continue
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGUSR1)
+            signalled = True
+        except (OSError, ValueError):
+            continue
+    if signalled:
+        time.sleep(0.5)
+
+
 def _stop(process: subprocess.Popen[bytes], token: str) -> None:
     # SIGTERM first: torchrun passes it on to its ranks and reaps them.
     try:
@@ -205,6 +221,7 @@ def launch(
             while process.poll() is None:
                 if time.monotonic() - started > plan.timeout_s:
                     timed_out = True
+                    _dump_stacks(out, config.role)
                     _stop(process, token)
                     break
                 progress(name, _steps_so_far(out, config.role))
@@ -225,9 +242,8 @@ def _rank_outcome(name: Path, rank: int) -> RankOutcome:
         ended = json.loads(name.with_suffix(".json").read_text())
     except (OSError, json.JSONDecodeError):
         return RankOutcome(rank, "unfinished", losses, None, _tail(name.with_suffix(".log")), {})
-    return RankOutcome(
-        rank, ended["outcome"], losses, ended.get("error"), _tail(name.with_suffix(".log")), ended.get("sampler", {})
-    )
+    log = _tail(name.with_suffix(".log"))
+    return RankOutcome(rank, ended["outcome"], losses, ended.get("error"), log, ended["sampler"], ended["ended_at"])
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from libcst.codemod import Codemod
 REGISTRY: tuple[tuple[str, str], ...] = (
     ("replace_data_parallel", "ReplaceDataParallelCommand"),
     ("add_distributed_sampler", "AddDistributedSamplerCommand"),
+    ("scale_summed_losses", "ScaleSummedLossesCommand"),
     ("shard_evaluation", "ShardEvaluationCommand"),
     ("gather_metrics", "GatherMetricsCommand"),
     ("guard_side_effects", "GuardSideEffectsCommand"),

@@ -142,6 +142,13 @@ RULES: dict[str, Rule] = {
             "`{size} // world_size` and the global batch shrinks there; pick a multiple of the process count",
         ),
         Rule(
+            "DDP310",
+            "summed-loss-scaled",
+            "note",
+            "`{loss}` sums over the batch and DDP averages gradients over processes: backward "
+            "now runs on `{loss} * world_size`, so the gradient is the whole batch's sum again",
+        ),
+        Rule(
             "DDP401",
             "side-effect-with-collective",
             "warning",

@@ -1,0 +1,93 @@
+"""Scale summed losses by the world size before backward.
+
+DDP averages gradients over processes, which matches DataParallel for losses
+that average over the batch. A loss built with ``reduction="sum"`` (or the
+old ``size_average=False``) sums instead: DataParallel's gradient is the sum
+over the whole batch, while DDP's average over W processes of per-process
+sums is 1/W of it. ``loss.backward()`` becomes
+``(loss * dist.get_world_size()).backward()``, and
+``scaler.scale(loss)`` becomes ``scaler.scale(loss * dist.get_world_size())``;
+the loss the script logs is unchanged.
+
+A loss counts as summed when it is the value of a ``torch.nn`` call with
+``reduction="sum"``, directly or through a criterion object built with it,
+assigned to the name that back-propagates in the same function.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+
+from ._base import Dp2ddpCodemod, code_of, import_torch_distributed, string_literal
+
+_TORCH_NN = m.MatchMetadataIfTrue(QualifiedNameProvider, lambda found: any(q.name.startswith("torch.nn.") for q in found))
+_SUMS = m.Arg(keyword=m.Name("reduction"), value=string_literal("sum")) | m.Arg(
+    keyword=m.Name("size_average"), value=m.Name("False")
+)
+_SUMMED_TORCH_CALL = m.Call(func=m.Name(metadata=_TORCH_NN) | m.Attribute(metadata=_TORCH_NN), args=[m.ZeroOrMore(), _SUMS, m.ZeroOrMore()])
+_BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
+_SCALER_SCALE = m.Call(func=m.Attribute(attr=m.Name("scale")), args=[m.Arg(keyword=None)])
+
+
+class ScaleSummedLossesCommand(Dp2ddpCodemod):
+    DESCRIPTION = "Multiply summed (reduction='sum') losses by the world size before backward, as DDP averages gradients."
+    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (PositionProvider, QualifiedNameProvider, ParentNodeProvider)
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        super().visit_Module(node)
+        # Criterion objects that sum: `criterion = nn.MSELoss(reduction="sum")`, `self.loss_fn = ...`.
+        self.summing = {
+            code_of(target.target)
+            for assign in m.findall(node, m.Assign(value=_SUMMED_TORCH_CALL), metadata_resolver=self)
+            if isinstance(assign, cst.Assign)
+            for target in assign.targets
+        }
+        self.scaled: dict[cst.BaseExpression, cst.Call] = {}  # loss expression -> its backward call
+        return True
+
+    def _sums(self, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:
+        if self.matches(value, _SUMMED_TORCH_CALL):
+            return True
+        if isinstance(value, cst.Call) and code_of(value.func) in self.summing:
+            return True
+        if isinstance(value, cst.Name):
+            assigned = m.findall(scope, m.Assign(targets=[m.AssignTarget(m.Name(value.value))]))
+            return any(isinstance(a, cst.Assign) and self._sums(a.value, scope) for a in assigned)
+        return False
+
+    def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
+        while not isinstance(node, (cst.FunctionDef, cst.Module)):
+            node = self.get_metadata(ParentNodeProvider, node)
+        return node
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not m.matches(node, _BACKWARD):
+            return
+        assert isinstance(node.func, cst.Attribute)
+        loss = node.func.value
+        if m.matches(loss, _SCALER_SCALE):
+            assert isinstance(loss, cst.Call)
+            loss = loss.args[0].value
+        if self._sums(loss, self._scope(node)):
+            self.scaled[loss] = node
+            self.report(node, "DDP310", loss=code_of(loss))
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        if m.matches(original_node, _BACKWARD) and original_node.func.value in self.scaled:  # type: ignore[attr-defined]
+            assert isinstance(updated_node.func, cst.Attribute)
+            scaled = self._times_world_size(updated_node.func.value, parenthesized=True)
+            return updated_node.with_changes(func=updated_node.func.with_changes(value=scaled))
+        if m.matches(original_node, _SCALER_SCALE) and original_node.args[0].value in self.scaled:
+            argument = updated_node.args[0]
+            return updated_node.with_changes(args=[argument.with_changes(value=self._times_world_size(argument.value))])
+        return updated_node
+
+    def _times_world_size(self, loss: cst.BaseExpression, parenthesized: bool = False) -> cst.BaseExpression:
+        import_torch_distributed(self.context, self.facts.distributed_alias)
+        world_size = cst.parse_expression(f"{self.facts.distributed_alias}.get_world_size()")
+        product = cst.BinaryOperation(loss, cst.Multiply(), world_size)
+        return product.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if parenthesized else product

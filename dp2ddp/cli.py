@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -175,6 +176,8 @@ Exit status: 0 equivalent, 1 diverges, 2 error (a crash, a hang, bad arguments).
 @click.option("--synthetic-data", is_flag=True, help="Replace torchvision datasets with FakeData of the same shape.")
 @click.option("--synthetic-size", default=256, show_default=True, type=click.IntRange(min=1),
               help="Samples in each synthetic dataset.")  # fmt: skip
+@click.option("--keep-logs", type=click.Path(file_okay=False, path_type=Path),
+              help="Copy every process's output, the losses and the converted script into this folder.")  # fmt: skip
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the result as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a loss-curve plot (needs matplotlib: pip install 'dp2ddp[plot]').")  # fmt: skip
@@ -194,6 +197,7 @@ def verify(
     statistical: bool,
     synthetic_data: bool,
     synthetic_size: int,
+    keep_logs: Path | None,
     json_path: Path | None,
     plot_path: Path | None,
 ) -> None:
@@ -206,8 +210,6 @@ def verify(
         raise click.UsageError("--plot needs matplotlib: pip install 'dp2ddp[plot]'")
     with tempfile.TemporaryDirectory(prefix="dp2ddp-verify-") as temporary:
         work = Path(temporary)
-        if converted is None:
-            converted = _convert_for_verify(script, work)
         plan = Plan(
             original=script, converted=converted, args=script_args, nproc=nproc, backend=backend, device=device,
             max_steps=max_steps, timeout_s=timeout_s, seed=seed, dropout=dropout, synthetic_data=synthetic_data,
@@ -215,15 +217,23 @@ def verify(
         )  # fmt: skip
         progress = render.ProgressLine()
         try:
-            runs = run_all(plan, work, progress)
+            convert = None if converted is not None else lambda: _convert_for_verify(script, work)
+            runs = run_all(plan, work, progress, convert)
         except VerifyError as error:
             raise click.UsageError(str(error)) from None
+        except (SourceError, ConversionError) as error:
+            progress.close()
+            click.echo(f"error: cannot convert {script}: {error}", err=True)
+            sys.exit(2)
         finally:
             progress.close()
-    failed = next((run for run in (runs.converted, *runs.references) if not run.ok), None)
+            if keep_logs is not None:
+                shutil.copytree(work, keep_logs, dirs_exist_ok=True)
+    failed = next((run for run in runs.all if not run.ok), None)
     if failed is not None:
         message = render.failure(failed, timeout_s)
         _finish(runs, None, "error", message, json_path, exit_code=2)
+    assert runs.converted is not None
     references = [tuple(run.ranks[0].losses) for run in runs.references]
     ranks = [rank.losses for rank in runs.converted.ranks]
     if not any(references) and not any(ranks):
@@ -244,15 +254,11 @@ def verify(
 
 
 def _convert_for_verify(script: Path, work: Path) -> Path:
-    try:
-        source = read_source(script)
-        result = convert_source(source.text, ConvertOptions())
-    except (SourceError, ConversionError) as error:
-        click.echo(f"error: cannot convert {script}: {error}", err=True)
-        sys.exit(2)
+    """Convert ``script`` into ``work/script/<same name>``; runs in a thread while the reference runs."""
+    source = read_source(script)
+    result = convert_source(source.text, ConvertOptions())
     if not result.changed:
-        click.echo(f"error: {script} has nothing to convert; give the DDP script with --converted", err=True)
-        sys.exit(2)
+        raise ConversionError("it has nothing to convert (no nn.DataParallel); give the DDP script with --converted")
     for finding in result.findings:
         click.echo(f"{script}:{finding}", err=True)
     folder = work / "script"

@@ -7,9 +7,12 @@ place a correct conversion agrees to about 1e-6, and real defects show up at
 - **Seeds** are forced before the script starts, so unseeded scripts build the
   same initial weights in both runs (DDP broadcasts rank 0's).
 - **Data order.** In the reference, ``RandomSampler`` yields the permutation a
-  ``DistributedSampler`` with the converted run's seed and first epoch draws,
-  advancing one epoch per full pass. Rank r's batch k is then rows r, r+W, ... of
-  the reference's batch k.
+  ``DistributedSampler`` draws, ``randperm(n)`` seeded with the pass number,
+  advancing one pass per full pass. In the converted run, shuffled
+  ``DistributedSampler``s draw with the same seed and count epochs from the first
+  ``set_epoch`` value, so ``range(1, ...)`` or a resumed ``start_epoch`` line up
+  with pass 0; a missing ``set_epoch`` still repeats one order. Rank r's batch k
+  is then rows r, r+W, ... of the reference's batch k.
 - **Dropout** draws one mask for the whole global batch from a per-call seed;
   each rank keeps rows ``[rank::world]``. Or it is switched off in both runs.
 - **BatchNorm** in the reference normalises each rank's rows ``x[r::W]`` on its
@@ -30,6 +33,8 @@ from torch.utils.data import DistributedSampler, RandomSampler
 
 from dp2ddp.verify.config import RunConfig
 
+SAMPLER_SEED = 0  # DistributedSampler's default
+
 
 def force_seeds(seed: int) -> None:
     random.seed(seed)
@@ -41,8 +46,8 @@ def force_seeds(seed: int) -> None:
     numpy.random.seed(seed)
 
 
-def distributed_sampler_order(config: RunConfig) -> None:
-    """Reference only: shuffled RandomSamplers draw DistributedSampler's permutation."""
+def distributed_sampler_order() -> None:
+    """Reference only: shuffled RandomSamplers draw DistributedSampler's permutation for pass 0, 1, ..."""
     random_sampler_iter = RandomSampler.__iter__
 
     def aligned_iter(self: RandomSampler) -> Iterator[int]:
@@ -51,7 +56,7 @@ def distributed_sampler_order(config: RunConfig) -> None:
             return
         passes = getattr(self, "_dp2ddp_passes", 0)
         generator = torch.Generator()
-        generator.manual_seed(config.sampler_seed + config.first_epoch + passes)
+        generator.manual_seed(SAMPLER_SEED + passes)
         yield from torch.randperm(len(self.data_source), generator=generator).tolist()
         # After a full pass only: a `next(iter(loader))` peek must not start a new epoch.
         self._dp2ddp_passes = passes + 1  # type: ignore[attr-defined]
@@ -59,16 +64,24 @@ def distributed_sampler_order(config: RunConfig) -> None:
     RandomSampler.__iter__ = aligned_iter  # type: ignore[method-assign]
 
 
-def record_distributed_sampler(seen: dict[str, int]) -> None:
-    """Converted run: note the seed and epoch of the first shuffled DistributedSampler pass."""
+def epochs_from_first_set_epoch() -> None:
+    """Converted run only: shuffled DistributedSamplers count epochs from the first value they see."""
     distributed_iter = DistributedSampler.__iter__
+    first: list[int] = []
 
-    def recording_iter(self: DistributedSampler) -> Iterator[int]:
-        if self.shuffle and not seen:
-            seen.update(sampler_seed=self.seed, first_epoch=self.epoch)
-        return distributed_iter(self)
+    def counted_iter(self: DistributedSampler) -> Iterator[int]:
+        if not self.shuffle:
+            return distributed_iter(self)
+        if not first:
+            first.append(self.epoch)
+        seed, epoch = self.seed, self.epoch
+        self.seed, self.epoch = SAMPLER_SEED, epoch - first[0]
+        try:
+            return distributed_iter(self)  # draws its permutation now, before returning
+        finally:
+            self.seed, self.epoch = seed, epoch
 
-    DistributedSampler.__iter__ = recording_iter  # type: ignore[method-assign]
+    DistributedSampler.__iter__ = counted_iter  # type: ignore[method-assign]
 
 
 def _shard(config: RunConfig) -> tuple[int, int]:

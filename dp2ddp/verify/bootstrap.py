@@ -57,7 +57,7 @@ def _force_backend(backend: str) -> None:
     dist.init_process_group = forced
 
 
-def _install(config: RunConfig, sampler: dict[str, int], recorder: capture.LossRecorder) -> None:
+def _install(config: RunConfig, recorder: capture.LossRecorder) -> None:
     if config.cpu:
         from dp2ddp.verify import cpu_device
 
@@ -68,11 +68,11 @@ def _install(config: RunConfig, sampler: dict[str, int], recorder: capture.LossR
         synthetic.install(config.synthetic_size)
     alignment.force_seeds(config.seed)
     if config.role == "reference":
-        alignment.distributed_sampler_order(config)
+        alignment.distributed_sampler_order()
         if config.world_size > 1:
             alignment.per_rank_batch_norm(config.world_size)
     else:
-        alignment.record_distributed_sampler(sampler)
+        alignment.epochs_from_first_set_epoch()
         if config.backend:
             _force_backend(config.backend)
     if config.dropout == "off":
@@ -89,9 +89,8 @@ def main() -> None:
     _redirect_output(name.with_suffix(".log"))
     faulthandler.register(signal.SIGUSR1, all_threads=False)
     name.with_suffix(".pid").write_text(str(os.getpid()))
-    sampler: dict[str, int] = {}
     recorder = capture.LossRecorder(name.with_suffix(".jsonl"), config.max_steps)
-    _install(config, sampler, recorder)
+    _install(config, recorder)
 
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
@@ -109,7 +108,7 @@ def main() -> None:
         raise
     finally:
         recorder.close()
-        outcome.update(steps=recorder.steps, losses=recorder.losses, sampler=sampler, ended_at=time.time())
+        outcome.update(steps=recorder.steps, losses=recorder.losses, ended_at=time.time())
         name.with_suffix(".json").write_text(json.dumps(outcome))
 
 

@@ -20,8 +20,6 @@ class RunConfig:
     world_size: int  # the converted run's process count; the reference emulates it
     max_steps: int | None = None  # stop after this many optimizer steps
     dropout: str = "mask"  # "mask": one global mask, rows [rank::world]; "off": no dropout
-    sampler_seed: int = 0  # DistributedSampler's seed, for the reference's data order
-    first_epoch: int = 0  # the converted run's first set_epoch value, ditto
     synthetic_data: bool = False
     synthetic_size: int = 256
     cpu: bool = False  # map CUDA onto the CPU

@@ -125,7 +125,7 @@ def as_json(runs: Runs, comparison: Comparison | None, status: str, message: str
 
     document: dict[str, Any] = {
         "verdict": status, "message": message, "semantics": SEMANTICS, "backend": runs.backend,
-        "device": runs.device, "runs": [run(runs.converted), *map(run, runs.references)],
+        "device": runs.device, "runs": [run(outcome) for outcome in runs.all],
     }  # fmt: skip
     if comparison is not None:
         first = comparison.first_divergence

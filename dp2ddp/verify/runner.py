@@ -5,8 +5,9 @@ with N processes; the reference is the original script in one process on one
 device, whole batches at a time, which is what DataParallel computes on one GPU
 (on several GPUs it splits each batch into contiguous chunks with BatchNorm
 statistics per chunk; the reference emulates the converted run's per-rank
-statistics instead). The converted run goes first: the reference reads the
-DistributedSampler seed and first epoch it used.
+statistics instead). The runs go one after the other, in the current
+directory, as the user would run them: the reference first, while the script
+is being converted, then the converted run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -43,7 +45,7 @@ class VerifyError(Exception):
 @dataclass(frozen=True)
 class Plan:
     original: Path
-    converted: Path
+    converted: Path | None = None  # None: run_all is given a function that converts
     args: tuple[str, ...] = ()
     nproc: int = 2
     backend: str = "auto"  # auto | nccl | gloo
@@ -64,7 +66,6 @@ class RankOutcome:
     losses: tuple[tuple[int, float], ...]
     error: str | None
     log_tail: str
-    sampler: dict[str, int]
     ended_at: float | None = None  # wall clock; the first rank to fail is the likely cause
 
     @property
@@ -205,7 +206,13 @@ def _stop(process: subprocess.Popen[bytes], token: str) -> None:
 
 
 def launch(
-    name: str, config: RunConfig, command: Sequence[str], plan: Plan, visible: str | None, progress: Progress
+    name: str,
+    config: RunConfig,
+    command: Sequence[str],
+    plan: Plan,
+    visible: str | None,
+    progress: Progress,
+    abort: Callable[[], bool] = lambda: False,
 ) -> RunOutcome:
     out = Path(config.out_dir)
     token = uuid.uuid4().hex
@@ -219,6 +226,9 @@ def launch(
         )  # fmt: skip
         try:
             while process.poll() is None:
+                if abort():
+                    _stop(process, token)
+                    break
                 if time.monotonic() - started > plan.timeout_s:
                     timed_out = True
                     _dump_stacks(out, config.role)
@@ -241,54 +251,66 @@ def _rank_outcome(name: Path, rank: int) -> RankOutcome:
     try:
         ended = json.loads(name.with_suffix(".json").read_text())
     except (OSError, json.JSONDecodeError):
-        return RankOutcome(rank, "unfinished", losses, None, _tail(name.with_suffix(".log")), {})
+        return RankOutcome(rank, "unfinished", losses, None, _tail(name.with_suffix(".log")))
     log = _tail(name.with_suffix(".log"))
-    return RankOutcome(rank, ended["outcome"], losses, ended.get("error"), log, ended["sampler"], ended["ended_at"])
+    return RankOutcome(rank, ended["outcome"], losses, ended.get("error"), log, ended["ended_at"])
 
 
 @dataclass(frozen=True)
 class Runs:
     backend: str
     device: str
-    converted: RunOutcome
+    converted: RunOutcome | None  # None when a reference run failed first
     references: tuple[RunOutcome, ...]  # one, or one per seed in statistical mode
 
+    @property
+    def all(self) -> tuple[RunOutcome, ...]:
+        return (*self.references, *([self.converted] if self.converted else []))
 
-def run_all(plan: Plan, work: Path, progress: Progress) -> Runs:
+
+def run_all(plan: Plan, work: Path, progress: Progress, convert: Callable[[], Path] | None = None) -> Runs:
+    """The reference run(s), then the converted run.
+
+    ``convert``, when given, writes the converted script and returns its path;
+    it runs in a thread while the reference runs (converting takes seconds),
+    and if it fails the reference is stopped and its exception raised here.
+    """
     backend, device = resolve_device(plan, visible_gpus())
     cpu = device == "cpu"
     base = RunConfig(
-        role="converted", out_dir="", seed=plan.seed, world_size=plan.nproc, max_steps=plan.max_steps,
+        role="reference", out_dir="", seed=plan.seed, world_size=plan.nproc, max_steps=plan.max_steps,
         dropout=plan.dropout, synthetic_data=plan.synthetic_data, synthetic_size=plan.synthetic_size, cpu=cpu,
-        backend=backend,
     )  # fmt: skip
-    converted_dir = work / "converted"
-    converted_dir.mkdir()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        converting = pool.submit(convert) if convert is not None else None
+
+        def conversion_failed() -> bool:
+            return converting is not None and converting.done() and converting.exception() is not None
+
+        references: list[RunOutcome] = []
+        for seed in range(plan.seed, plan.seed + max(plan.statistical_seeds, 1)):
+            out = work / f"reference-seed{seed}"
+            out.mkdir()
+            command = [sys.executable, "-m", "dp2ddp.verify.bootstrap", str(plan.original), *plan.args]
+            label = "reference (1 process" + (f", seed {seed})" if plan.statistical_seeds else ")")
+            # One device: DataParallel on several GPUs would split batches into chunks.
+            visible = "" if cpu else _first_gpu()
+            config = replace(base, out_dir=str(out), seed=seed)
+            references.append(launch(label, config, command, plan, visible, progress, conversion_failed))
+            if not references[-1].ok:
+                break
+        script = converting.result() if converting is not None else plan.converted
+    if not references[-1].ok:
+        return Runs(backend, device, None, tuple(references))
+    out = work / "converted"
+    out.mkdir()
     torchrun = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={plan.nproc}",
-        "-m", "--", "dp2ddp.verify.bootstrap", str(plan.converted), *plan.args,
+        "-m", "--", "dp2ddp.verify.bootstrap", str(script), *plan.args,
     ]  # fmt: skip
-    visible = "" if cpu else None
-    converted = launch(
-        f"converted ({plan.nproc} processes, {backend}, {device})",
-        replace(base, out_dir=str(converted_dir)), torchrun, plan, visible, progress,
-    )  # fmt: skip
-    if not converted.ok:
-        return Runs(backend, device, converted, ())
-    sampler = next((rank.sampler for rank in converted.ranks if rank.sampler), {})
-    seeds = range(plan.seed, plan.seed + max(plan.statistical_seeds, 1))
-    references = []
-    for seed in seeds:
-        reference_dir = work / f"reference-seed{seed}"
-        reference_dir.mkdir()
-        config = replace(base, role="reference", out_dir=str(reference_dir), seed=seed, backend=None, **sampler)
-        command = [sys.executable, "-m", "dp2ddp.verify.bootstrap", str(plan.original), *plan.args]
-        label = "reference (1 process" + (f", seed {seed})" if plan.statistical_seeds else ")")
-        # One device: DataParallel on several GPUs would split batches into chunks.
-        reference = launch(label, config, command, plan, "" if cpu else _first_gpu(), progress)
-        references.append(reference)
-        if not reference.ok:
-            break
+    config = replace(base, role="converted", out_dir=str(out), backend=backend)
+    name = f"converted ({plan.nproc} processes, {backend}, {device})"
+    converted = launch(name, config, torchrun, plan, "" if cpu else None, progress)
     return Runs(backend, device, converted, tuple(references))
 
 

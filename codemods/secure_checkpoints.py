@@ -96,7 +96,10 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
             return None
         statement: cst.BaseStatement = node
         while True:
-            owner = self.get_metadata(ParentNodeProvider, self.get_metadata(ParentNodeProvider, statement))
+            block = self.get_metadata(ParentNodeProvider, statement)
+            if isinstance(block, cst.Module):
+                return statement  # module level: no `if` around it
+            owner = self.get_metadata(ParentNodeProvider, block)
             while isinstance(owner, (cst.Else, cst.If)) and not isinstance(owner, cst.IndentedBlock):
                 parent = self.get_metadata(ParentNodeProvider, owner)
                 if not isinstance(parent, (cst.If, cst.Else)):

@@ -87,6 +87,12 @@ def _run(source: str, codemods: Iterable[type[Codemod]], options: ConvertOptions
             module = codemod(context, **kwargs).transform_module(module)
         except SkipFile:
             pass
+        except Exception as error:  # a codemod bug must not cost the user a traceback or a half-written file
+            name = codemod.__module__.rsplit(".", 1)[-1]
+            raise ConversionError(
+                f"internal error in codemod {name} ({type(error).__name__}); the file is left unchanged: "
+                "please report this script, or run with --skip " + name
+            ) from error
         for finding in context.scratch.get(FINDINGS_KEY, []):
             line = finding.line
             for opcodes in reversed(edits):

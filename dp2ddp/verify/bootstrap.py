@@ -93,7 +93,7 @@ def main() -> None:
     _install(config, recorder)
 
     sys.argv = [script, *args]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    sys.path[0] = config.import_dir or os.path.dirname(os.path.abspath(script))
     outcome: dict[str, Any] = {"outcome": "finished"}
     try:
         runpy.run_path(script, run_name="__main__")

@@ -24,6 +24,7 @@ class RunConfig:
     synthetic_size: int = 256
     cpu: bool = False  # map CUDA onto the CPU
     backend: str | None = None  # forced onto init_process_group in the converted run
+    import_dir: str | None = None  # first on sys.path: the original's folder, also for a converted copy elsewhere
 
     def to_environment(self) -> dict[str, str]:
         return {ENVIRONMENT_VARIABLE: json.dumps(dataclasses.asdict(self))}

@@ -75,7 +75,11 @@ def verdict(comparison: Comparison) -> str:
     if first is None:
         kind = "within the seed-to-seed band" if comparison.statistical else "within tolerance"
         return f"equivalent: {count} steps, every loss {kind}"
-    return f"diverges at step {first.label}: {_why(first, comparison)}"
+    hint = "" if comparison.statistical else (
+        "\n(random augmentation or noise drawn in the training loop differs per process by design: "
+        "if the script has any, compare with --statistical)"
+    )
+    return f"diverges at step {first.label}: {_why(first, comparison)}{hint}"
 
 
 def largest_gap(comparison: Comparison) -> tuple[float, float]:
@@ -97,7 +101,8 @@ def failure(run: RunOutcome, timeout_s: float) -> str:
     crashed = sorted((rank for rank in run.ranks if rank.outcome == "error"), key=lambda rank: rank.ended_at or 0.0)
     if crashed:
         first, *then = crashed
-        lines.append(f"{run.name}: rank {first.rank} failed" + (" first" if then else ""))
+        who = f"rank {first.rank} failed" + (" first" if then else "") if len(run.ranks) > 1 else "failed"
+        lines.append(f"{run.name}: {who}")
         lines.append((first.error or first.log_tail).rstrip())
         for rank in then:
             last = (rank.error or rank.log_tail).rstrip().splitlines()[-1:]

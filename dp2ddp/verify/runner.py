@@ -280,6 +280,7 @@ def run_all(plan: Plan, work: Path, progress: Progress, convert: Callable[[], Pa
     base = RunConfig(
         role="reference", out_dir="", seed=plan.seed, world_size=plan.nproc, max_steps=plan.max_steps,
         dropout=plan.dropout, synthetic_data=plan.synthetic_data, synthetic_size=plan.synthetic_size, cpu=cpu,
+        import_dir=str(plan.original.resolve().parent),
     )  # fmt: skip
     with ThreadPoolExecutor(max_workers=1) as pool:
         converting = pool.submit(convert) if convert is not None else None

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from libcst.codemod import CodemodTest
+
+from dp2ddp.codemods.secure_checkpoints import LOCAL_DEVICE_HELPER_SOURCE, SecureCheckpointsCommand
+
+HELPER = LOCAL_DEVICE_HELPER_SOURCE.strip("\n").replace("\n", "\n            ")
+
+
+class SecureCheckpointsTest(CodemodTest):
+    TRANSFORM = SecureCheckpointsCommand
+
+    def test_module_level_load_of_a_saved_file(self) -> None:
+        """Should wait before a module-level load of a file the script saves (kuangliu/pytorch-cifar's shape)."""
+        before = """
+            import torch
+
+            net = wrap_ddp(net)
+            if args.resume:
+                checkpoint = torch.load("./checkpoint/ckpt.pth")
+            torch.save(state, "./checkpoint/ckpt.pth")
+        """
+        after = f"""
+            import torch
+            import torch.distributed as dist
+
+
+            {HELPER}
+
+
+            net = wrap_ddp(net)
+            dist.barrier()
+            if args.resume:
+                checkpoint = torch.load("./checkpoint/ckpt.pth", map_location=local_device())
+            torch.save(state, "./checkpoint/ckpt.pth")
+        """
+        self.assertCodemod(before, after, expected_warnings=[])
+
+    def test_load_at_module_level_outside_any_if(self) -> None:
+        """Should put the barrier right before a bare module-level load, the statement whose parent is the module."""
+        before = """
+            import torch
+
+            net = wrap_ddp(net)
+            torch.save(net.state_dict(), "w.pt")
+            state = torch.load("w.pt", map_location="cpu")
+        """
+        after = """
+            import torch
+            import torch.distributed as dist
+
+            net = wrap_ddp(net)
+            torch.save(net.state_dict(), "w.pt")
+            dist.barrier()
+            state = torch.load("w.pt", map_location="cpu")
+        """
+        self.assertCodemod(before, after, expected_warnings=[])

@@ -317,3 +317,16 @@ def test_nccl_on_one_gpu(tmp_path: Path) -> None:
     )
     assert code == 0, output
     assert document["backend"] == "nccl" and document["device"] == "cuda"
+
+
+def test_converted_copy_imports_modules_next_to_the_original(tmp_path: Path) -> None:
+    """The script is converted into a temporary folder; `from models import Net` must still resolve."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "models.py").write_text("import torch.nn as nn\n\ndef Net():\n    return nn.Linear(6, 3)\n")
+    script = project / "train.py"
+    script.write_text(GPU_SCRIPT.replace("nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))", "Net()")
+                      .replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom models import Net\n", 1))  # fmt: skip
+    code, output, document = run_verify(tmp_path, "--device", "cpu", "--max-steps", "2", str(script))
+    assert code == 0, output
+    assert len(document["steps"]) == 2

@@ -219,11 +219,12 @@ def test_synthetic_data_verifies_a_downloading_script_offline(tmp_path: Path) ->
 
 
 def test_without_synthetic_data_the_download_is_attempted(tmp_path: Path) -> None:
-    """The control for the test above: offline, the real MNIST download fails in the converted run."""
+    """The control for the test above: offline, the real MNIST download fails, in the reference, which runs first."""
     code, output, _ = run_verify(tmp_path, "--max-steps", "1", str(fixture("mnist_download", tmp_path)),
                                  "--", "--data", str(tmp_path / "data"))  # fmt: skip
     assert code == 2, output
-    assert "rank 0 failed" in output or "rank 1 failed" in output
+    assert "reference (1 process): failed" in output
+    assert "Traceback" in output and "mnist" in output.lower()
 
 
 GPU_SCRIPT = '''

@@ -222,7 +222,6 @@ def verify(
         except VerifyError as error:
             raise click.UsageError(str(error)) from None
         except (SourceError, ConversionError) as error:
-            progress.close()
             click.echo(f"error: cannot convert {script}: {error}", err=True)
             sys.exit(2)
         finally:

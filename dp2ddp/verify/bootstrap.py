@@ -108,7 +108,7 @@ def main() -> None:
         raise
     finally:
         recorder.close()
-        outcome.update(steps=recorder.steps, losses=recorder.losses, ended_at=time.time())
+        outcome.update(ended_at=time.time())
         name.with_suffix(".json").write_text(json.dumps(outcome))
 
 

@@ -24,13 +24,11 @@ class LossRecorder:
 
     def __init__(self, path: Path, max_steps: int | None) -> None:
         self.steps = 0
-        self.losses = 0
         self.max_steps = max_steps
         self._file: IO[str] = path.open("w", buffering=1)  # line-buffered: progress is visible from outside
 
     def record(self, loss: float) -> None:
         self._file.write(json.dumps({"step": self.steps, "loss": loss}) + "\n")
-        self.losses += 1
 
     def step_taken(self) -> None:
         self.steps += 1

@@ -154,13 +154,16 @@ def _read_losses(path: Path) -> list[tuple[int, float]]:
 
 
 def _steps_so_far(out: Path, role: str) -> int:
+    """The furthest optimizer step any rank has recorded; reads only the end of each losses file."""
     steps = 0
     for path in out.glob(f"{role}-rank*.jsonl"):
         try:
-            last = path.read_bytes().rstrip().rsplit(b"\n", 1)[-1]
-            steps = max(steps, int(json.loads(last)["step"])) if last else steps
+            with path.open("rb") as losses:
+                losses.seek(max(losses.seek(0, os.SEEK_END) - 256, 0))
+                last = losses.read().rstrip().rsplit(b"\n", 1)[-1]
+            steps = max(steps, int(json.loads(last)["step"]))
         except (OSError, ValueError, KeyError):
-            continue
+            continue  # no line yet, or half of one
     return steps
 
 

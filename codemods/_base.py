@@ -5,19 +5,23 @@ from __future__ import annotations
 import re
 from abc import ABC
 from dataclasses import dataclass, field
-from typing import ClassVar, Collection, Sequence
+from typing import TYPE_CHECKING, ClassVar, Collection, Sequence
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import PositionProvider, QualifiedNameProvider
+from libcst.metadata import QualifiedNameProvider
 
 from dp2ddp.rules import RULES, Severity
 
 from . import _names as names
+from ._analysis import MISSING as _MISSING
 
 FINDINGS_KEY = "dp2ddp.findings"
+
+if TYPE_CHECKING:
+    from ._analysis import Analysis
 
 
 @dataclass(frozen=True)
@@ -168,87 +172,99 @@ class ScriptFacts:
         return bool(self.model_wraps) or self.helper_wraps > 0
 
 
-class _FactsCollector(cst.CSTVisitor):
-    def __init__(self, codemod: "Dp2ddpCodemod") -> None:
-        self.codemod = codemod
-        self.facts = ScriptFacts()
-        self._functions: list[str] = []
-        self._module_classes: list[bool] = []
+def collect_script_facts(analysis: "Analysis") -> ScriptFacts:
+    """The whole-script facts every codemod starts from, read off the analysis's index."""
+    facts = ScriptFacts()
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._functions.append(node.name.value)
+    def means(node: cst.CSTNode, qualified: Collection[str]) -> bool:
+        return any(q.name in qualified for q in analysis.qualified_names(node))
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._functions.pop()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        is_module = any(self.codemod.matches(base.value, resolves_to(names.NN_MODULE)) for base in node.bases)
-        self._module_classes.append(is_module)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self._module_classes.pop()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self._note_mention(node)
-        if node.value == "dist":
-            qualified = self.codemod.get_metadata(QualifiedNameProvider, node, set())
+    # Spellings that can mean DataParallel here: its own names and what imports bind them to.
+    spellings = {"DataParallel", "data_parallel"}
+    for alias in analysis.nodes(cst.ImportAlias):
+        if code_of(alias.name).rsplit(".", 1)[-1] in spellings and alias.asname is not None:
+            spellings.add(code_of(alias.asname.name))
+    data_parallel = names.DATA_PARALLEL | names.FUNCTIONAL_DATA_PARALLEL
+    mentions = [n for n in analysis.nodes(cst.Name) if n.value in spellings]
+    mentions += [n for n in analysis.nodes(cst.Attribute) if n.attr.value in spellings]
+    facts.mentions_data_parallel = any(means(node, data_parallel) for node in mentions)
+    for name in analysis.nodes(cst.Name):
+        if name.value == "dist":
+            qualified = analysis.qualified_names(name)
             # Import aliases carry no qualified name; any other meaning is a clash.
             if qualified and not any(q.name.startswith("torch.distributed") for q in qualified):
-                self.facts.dist_name_taken = True
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self._note_mention(node)
-
-    def _note_mention(self, node: cst.BaseExpression) -> None:
-        if self.codemod.matches(node, resolves_to(names.DATA_PARALLEL | names.FUNCTIONAL_DATA_PARALLEL)):
-            self.facts.mentions_data_parallel = True
-
-    def visit_Call(self, node: cst.Call) -> None:
-        matches = self.codemod.matches
-        if matches(node, call_to(names.DATA_PARALLEL)):
-            wrapped = argument(node, 0, "module")
-            in_module_class = bool(self._module_classes) and self._module_classes[-1]
+                facts.dist_name_taken = True
+                break
+    for call in analysis.nodes(cst.Call):
+        if analysis.matches(call, call_to(names.DATA_PARALLEL)):
+            wrapped = argument(call, 0, "module")
             # `model.features = DataParallel(model.features)` wraps part of a model.
             part_of_model = wrapped is not None and m.matches(
                 without_device_move(wrapped), m.Attribute(value=m.Name() & ~m.Name("self"))
             )
-            if in_module_class or part_of_model:
-                self.facts.submodule_wraps.append(node)
+            if _in_module_class(analysis, call) or part_of_model:
+                facts.submodule_wraps.append(call)
             elif wrapped is not None:
-                self.facts.model_wraps.append(node)
-        if m.matches(node.func, m.Name(names.WRAP_HELPER)):
-            self.facts.helper_wraps += 1
-        inside_helper = any(f in names.HELPERS for f in self._functions)
-        if self.facts.existing_distributed is None and not inside_helper:
-            if matches(node, call_to(names.DISTRIBUTED_DATA_PARALLEL)):
-                self.facts.existing_distributed = (node, "DistributedDataParallel")
-            elif matches(node, call_to(names.INIT_PROCESS_GROUP)):
-                self.facts.existing_distributed = (node, "init_process_group")
+                facts.model_wraps.append(call)
+        if m.matches(call.func, m.Name(names.WRAP_HELPER)):
+            facts.helper_wraps += 1
+        if facts.existing_distributed is None and not _inside_helper(analysis, call):
+            if analysis.matches(call, call_to(names.DISTRIBUTED_DATA_PARALLEL)):
+                facts.existing_distributed = (call, "DistributedDataParallel")
+            elif analysis.matches(call, call_to(names.INIT_PROCESS_GROUP)):
+                facts.existing_distributed = (call, "init_process_group")
+    facts.helpers = defined_functions(analysis.module)
+    return facts
+
+
+def _in_module_class(analysis: "Analysis", node: cst.CSTNode) -> bool:
+    """Whether the innermost class around ``node`` is an ``nn.Module``."""
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, cst.ClassDef):
+            return any(analysis.matches(base.value, resolves_to(names.NN_MODULE)) for base in ancestor.bases)
+    return False
+
+
+def _inside_helper(analysis: "Analysis", node: cst.CSTNode) -> bool:
+    return any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in analysis.ancestors(node))
 
 
 class Dp2ddpCodemod(VisitorBasedCodemodCommand, ABC):
     """Base of every dp2ddp codemod.
+
+    A codemod plans against an ``Analysis`` of the tree, which resolves
+    metadata once for every codemod that plans against the same tree, and
+    then makes its edits in the leave methods of one shared traversal
+    (``ChainedTransformer``). Under LibCST's own runner it analyses the tree
+    itself and runs alone.
 
     It skips scripts the user already made distributed, so that a script with
     its own DDP path is left byte-identical, and scripts with no
     DataParallel at all, which dp2ddp does not migrate.
     """
 
-    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (PositionProvider, QualifiedNameProvider)
+    # The analysis resolves metadata once for all codemods; LibCST resolves nothing itself.
+    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = ()
     # Most codemods only make sense once the model is wrapped in DDP; the one
     # that does the wrapping runs wherever DataParallel is mentioned.
     RUNS_ON_MENTION: ClassVar[bool] = False
 
+    analysis: "Analysis"
     facts: ScriptFacts
+    # Each original statement of this traversal -> what the codemods before and
+    # including this one turned it into; filled by the ChainedTransformer.
+    became: dict[cst.CSTNode, object]
+
+    def get_metadata(self, key: object, node: cst.CSTNode, default: object = _MISSING) -> object:  # type: ignore[override]
+        return self.analysis.get_metadata(key, node, default)
 
     def matches(self, node: cst.CSTNode, matcher: m.BaseMatcherNode) -> bool:
-        return m.matches(node, matcher, metadata_resolver=self)
+        return m.matches(node, matcher, metadata_resolver=self.analysis)
 
-    def visit_Module(self, node: cst.Module) -> bool:
-        collector = _FactsCollector(self)
-        node.visit(collector)
-        self.facts = collector.facts
-        self.facts.helpers = defined_functions(node)
+    def plan(self, analysis: "Analysis") -> None:
+        """Decide every edit against ``analysis``; raise ``SkipFile`` when none applies."""
+        self.analysis = analysis
+        self.facts = analysis.script_facts
         existing = self.facts.existing_distributed
         if existing is not None:
             found, what = existing
@@ -256,12 +272,20 @@ class Dp2ddpCodemod(VisitorBasedCodemodCommand, ABC):
             raise SkipFile(f"already uses torch.distributed ({what})")
         if not (self.facts.mentions_data_parallel if self.RUNS_ON_MENTION else self.facts.converts_to_ddp):
             raise SkipFile("no nn.DataParallel wrap of a whole model in this file")
-        return True
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        """LibCST's runner: analyse the tree, plan, and apply this codemod alone."""
+        from ._analysis import Analysis
+        from ._chain import ChainedTransformer
+
+        analysis = Analysis(tree)
+        self.plan(analysis)
+        return tree.visit(ChainedTransformer([self]))
 
     def report(self, node: cst.CSTNode, code: str, **values: object) -> None:
         """Record a finding at ``node`` for the migration report."""
         rule = RULES[code]
-        start = self.get_metadata(PositionProvider, node).start
+        start = self.analysis.position(node).start
         finding = Finding(code, rule.message.format(**values), start.line, start.column + 1, rule.severity)
         self.context.scratch.setdefault(FINDINGS_KEY, []).append(finding)
         self.warn(str(finding))
@@ -296,9 +320,8 @@ def parse_helper(source: str) -> cst.FunctionDef:
 
 def add_helper(module: cst.Module, facts: ScriptFacts, name: str, source: str) -> cst.Module:
     """Add helper ``name`` once, spelling torch.distributed as the script can."""
-    if name in facts.helpers:
+    if name in defined_functions(module):
         return module
-    facts.helpers.add(name)
     if facts.distributed_alias != "dist":
         source = re.sub(r"\bdist\.", f"{facts.distributed_alias}.", source)
     return insert_helper(module, parse_helper(source))

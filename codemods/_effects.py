@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ParentNodeProvider, QualifiedNameProvider
+from libcst.metadata import ParentNodeProvider
 
 from . import _names as names
 from ._base import argument, call_to, code_of, script_functions
 
 if TYPE_CHECKING:
+    from ._analysis import Analysis
     from ._base import Dp2ddpCodemod
 
 # Names people give the objects they log through.
@@ -41,7 +42,7 @@ CONDITIONAL_CONTEXTS = (
 )
 
 
-def opens_for_writing(codemod: "Dp2ddpCodemod", node: cst.CSTNode) -> bool:
+def opens_for_writing(codemod: "Dp2ddpCodemod | Analysis", node: cst.CSTNode) -> bool:
     """``open(path, "w")`` and every other mode that creates or changes a file."""
     if not isinstance(node, cst.Call) or not codemod.matches(node, call_to({"builtins.open"})):
         return False
@@ -53,7 +54,7 @@ def is_rank_guard(test: cst.BaseExpression) -> bool:
     return bool(RANK_GUARD.search(code_of(test)))
 
 
-def under_rank_guard(codemod: "Dp2ddpCodemod", node: cst.CSTNode) -> bool:
+def under_rank_guard(codemod: "Dp2ddpCodemod | Analysis", node: cst.CSTNode) -> bool:
     """Whether ``node`` only runs on some processes: inside ``if rank == 0:`` and the like."""
     while not isinstance(node, cst.Module):
         node = codemod.get_metadata(ParentNodeProvider, node)
@@ -65,29 +66,34 @@ def under_rank_guard(codemod: "Dp2ddpCodemod", node: cst.CSTNode) -> bool:
 class ProcessEffects:
     """Side effects and collectives of one script, resolved once."""
 
-    def __init__(self, codemod: "Dp2ddpCodemod", module: cst.Module) -> None:
-        self.codemod = codemod
+    def __init__(self, analysis: "Analysis") -> None:
+        self.analysis = analysis
         self.models: set[str] = set()
         self.loggers: set[str] = set()
         self.writers: set[str] = set()
-        for assign in m.findall(module, m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
+        for assign in analysis.findall(m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
             assert isinstance(assign, cst.Assign)
             target, value = code_of(assign.targets[0].target), assign.value
             if m.matches(value, m.Call(func=m.Name(names.WRAP_HELPER))):
                 # A DDP model is often passed on as `model` or kept as `self.model`.
                 self.models |= {target, target.rsplit(".", 1)[-1]}
-            elif codemod.matches(value, call_to(names.GET_LOGGER)):
+            elif analysis.matches(value, call_to(names.GET_LOGGER)):
                 self.loggers.add(target)
-            elif codemod.matches(value, call_to(names.WRITER_CONSTRUCTORS)) or opens_for_writing(codemod, value):
+            elif analysis.matches(value, call_to(names.WRITER_CONSTRUCTORS)) or opens_for_writing(analysis, value):
                 self.writers.add(target)
-        self.functions = script_functions(module)
-        self._follow_models_into_functions(module)
-        self.collective_functions = self._functions_reaching_collectives(module)
+        self.functions = script_functions(analysis.module)
+        # Calls in each function's body, found once for the fixpoints below.
+        self._calls_in = {
+            name: [c for c in m.findall(function.body, m.Call()) if isinstance(c, cst.Call)]
+            for name, function in self.functions.items()
+        }
+        self._follow_models_into_functions()
+        self.collective_functions = self._functions_reaching_collectives()
 
-    def _follow_models_into_functions(self, module: cst.Module) -> None:
+    def _follow_models_into_functions(self) -> None:
         """``evaluate(net, loader)`` makes ``evaluate``'s first parameter a DDP model too."""
         functions = self.functions
-        calls = [c for c in m.findall(module, m.Call()) if isinstance(c, cst.Call)]
+        calls = self.analysis.nodes(cst.Call)
         changed = True
         while changed:
             changed = False
@@ -111,7 +117,7 @@ class ProcessEffects:
                         self.models.add(parameter)
                         changed = True
 
-    def _functions_reaching_collectives(self, module: cst.Module) -> set[str]:
+    def _functions_reaching_collectives(self) -> set[str]:
         functions = self.functions
         reaching: set[str] = set()
         changed = True
@@ -120,8 +126,7 @@ class ProcessEffects:
             for name, function in functions.items():
                 if name in reaching or name.split(".")[-1] in names.HELPERS:
                     continue
-                calls = m.findall(function.body, m.Call())
-                if any(self._is_collective(call, reaching) for call in calls if isinstance(call, cst.Call)):
+                if any(self._is_collective(call, reaching) for call in self._calls_in[name]):
                     reaching.add(name)
                     changed = True
         return reaching
@@ -134,7 +139,7 @@ class ProcessEffects:
             return True
         if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
             return True  # DDP averages gradients inside backward().
-        qualified = self.codemod.get_metadata(QualifiedNameProvider, call.func, set())
+        qualified = self.analysis.qualified_names(call.func)
         if any(q.name.startswith("torch.distributed.") and q.name not in names.DISTRIBUTED_QUERIES for q in qualified):
             return True
         # A function from another file that is handed the DDP model probably runs it.
@@ -164,10 +169,10 @@ class ProcessEffects:
         return found
 
     def is_side_effect(self, call: cst.Call) -> bool:
-        matches = self.codemod.matches
+        matches = self.analysis.matches
         if matches(call, call_to(names.SIDE_EFFECT_CALLS | names.LOGGING_FUNCTIONS)):
             return True
-        qualified = self.codemod.get_metadata(QualifiedNameProvider, call.func, set())
+        qualified = self.analysis.qualified_names(call.func)
         if any(q.name.startswith(names.REPORTING_MODULES) for q in qualified):
             return True
         if isinstance(call.func, cst.Attribute):
@@ -181,7 +186,7 @@ class ProcessEffects:
     def is_conditionally_evaluated(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
         """Whether ``node`` may be skipped when ``statement`` runs (a lambda, an ``and``, a comprehension)."""
         while node is not statement:
-            node = self.codemod.get_metadata(ParentNodeProvider, node)
+            node = self.analysis.parents[node]
             if isinstance(node, CONDITIONAL_CONTEXTS):
                 return True
         return False

@@ -13,21 +13,16 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import (
-    Assignment,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-)
+from libcst.metadata import Assignment, ParentNodeProvider, ScopeProvider
 
 from . import _names as names
+from ._analysis import Analysis
 from ._base import (
     Dp2ddpCodemod,
     argument,
@@ -54,13 +49,6 @@ class _LoaderPlan:
 
 class AddDistributedSamplerCommand(Dp2ddpCodemod):
     DESCRIPTION = "Give the training DataLoader a DistributedSampler, keep the global batch, call set_epoch."
-    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (
-        PositionProvider,
-        QualifiedNameProvider,
-        ParentNodeProvider,
-        ScopeProvider,
-    )
-
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
         arg_parser.add_argument(
@@ -84,24 +72,25 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     # -- detection, on the original tree --------------------------------------------
 
-    def visit_Module(self, node: cst.Module) -> bool:
-        super().visit_Module(node)
+    def plan(self, analysis: Analysis) -> None:
+        super().plan(analysis)
+        node = analysis.module
         self.dist = self.facts.distributed_alias
-        loaders = m.findall(node, call_to(names.DATA_LOADER), metadata_resolver=self)
+        loaders = analysis.findall(call_to(names.DATA_LOADER))
         if not loaders:
             if not self.SHARDS_EVALUATION:
                 self.report(self.facts.model_wraps[0] if self.facts.model_wraps else node, "DDP306")
-            return True
+            return
         iterable_classes = {
             c.name.value
-            for c in m.findall(node, m.ClassDef(), metadata_resolver=self)
-            if isinstance(c, cst.ClassDef)
-            and any(self.matches(b.value, resolves_to(names.ITERABLE_DATASET)) for b in c.bases)
+            for c in analysis.nodes(cst.ClassDef)
+            if any(self.matches(b.value, resolves_to(names.ITERABLE_DATASET)) for b in c.bases)
         }
         for call in loaders:
             assert isinstance(call, cst.Call)
             self._plan_loader(node, call, only_loader=len(loaders) == 1, iterable_classes=iterable_classes)
-        return True
+        if not self.SHARDS_EVALUATION:
+            analysis.sharded_loaders.update(self.plans)
 
     def _plan_loader(self, module: cst.Module, call: cst.Call, only_loader: bool, iterable_classes: set[str]) -> None:
         sampler = argument(call, SAMPLER, "sampler")
@@ -170,7 +159,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return None, None
         name = function.name.value
         builder = m.Call(func=m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
-        assignments = m.findall(module, m.Assign(targets=[m.AssignTarget()], value=builder))
+        assignments = self.analysis.findall(m.Assign(targets=[m.AssignTarget()], value=builder))
         if len(assignments) != 1:
             return None, None
         assignment = assignments[0]
@@ -202,7 +191,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return False
         stem = name.rsplit(".", 1)[-1]
         no_grad = m.With(items=[m.ZeroOrMore(), m.WithItem(call_to(names.NO_GRAD)), m.ZeroOrMore()])
-        for block in m.findall(module, no_grad, metadata_resolver=self):
+        for block in self.analysis.findall(no_grad):
             for loop in m.findall(block, m.For()):
                 assert isinstance(loop, cst.For)
                 if any(code_of(n).rsplit(".", 1)[-1] == stem for n in m.findall(loop.iter, m.Name() | m.Attribute())):
@@ -215,7 +204,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return True
         if isinstance(dataset, cst.Name):
             assigned = m.Assign(targets=[m.AssignTarget(m.Name(dataset.value))], value=built_by_class)
-            return bool(m.findall(module, assigned))
+            return bool(self.analysis.findall(assigned))
         return False
 
     def _dataset_name(self, reference: cst.BaseExpression | None, call: cst.Call) -> str:
@@ -255,7 +244,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         loader = code_of(reference)
         functions = script_functions(module)
         candidates: list[tuple[int, cst.For]] = []
-        for loop in m.findall(module, m.For(target=m.Name()), metadata_resolver=self):
+        for loop in self.analysis.findall(m.For(target=m.Name())):
             assert isinstance(loop, cst.For) and isinstance(loop.target, cst.Name)
             if self._mentions(loop.iter, loader) or not self._can_see(loop, bound_at, reference):
                 continue

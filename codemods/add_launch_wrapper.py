@@ -13,6 +13,7 @@ import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 
 from . import _names as names
+from ._analysis import Analysis
 from ._base import MAIN_GUARD, Dp2ddpCodemod, add_helper, call_to, import_torch_distributed, main_guard
 
 # One statement per line and a one-line docstring: LibCST re-indents lines
@@ -52,18 +53,21 @@ def {names.SETUP_HELPER}() -> None:
 class AddLaunchWrapperCommand(Dp2ddpCodemod):
     DESCRIPTION = "Add a distributed setup for torchrun, SLURM and plain python, called at the entry point."
 
-    def visit_Module(self, node: cst.Module) -> bool:
-        super().visit_Module(node)
+    def plan(self, analysis: Analysis) -> None:
+        super().plan(analysis)
+        node = analysis.module
         self.entry = self._entry_point(node)
         if self.entry is None and names.SETUP_HELPER not in self.facts.helpers:
             self.report(self.facts.model_wraps[0] if self.facts.model_wraps else node, "DDP101")
-        return False
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        return False  # Everything happens in leave_Module, on the converted module.
 
     def _needs_distributed(self, statement: cst.CSTNode) -> bool:
         needs = m.Call(func=m.Name(names.WRAP_HELPER)) | call_to(
             names.DATA_PARALLEL | names.DATA_LOADER | names.DISTRIBUTED_SAMPLER
         )
-        return bool(m.findall(statement, needs, metadata_resolver=self))
+        return bool(m.findall(statement, needs, metadata_resolver=self.analysis))
 
     def _entry_point(self, module: cst.Module) -> str | None:
         """Where setup goes: "main" (the entry guard), "top" (after the imports) or nowhere."""

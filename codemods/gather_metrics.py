@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider, ScopeProvider
+from libcst.metadata import ParentNodeProvider
 
 from . import _names as names
+from ._analysis import Analysis
 from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
-from ._effects import ProcessEffects, under_rank_guard
+from ._effects import under_rank_guard
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values):
@@ -94,13 +94,6 @@ class _LoopPlan:
 
 class GatherMetricsCommand(Dp2ddpCodemod):
     DESCRIPTION = "All-reduce reported metrics (loss sums, correct/total, AverageMeters) where they are reported."
-    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (
-        PositionProvider,
-        QualifiedNameProvider,
-        ParentNodeProvider,
-        ScopeProvider,
-    )
-
     def __init__(self, context: CodemodContext) -> None:
         super().__init__(context)
         self.after_loop: dict[cst.For, _LoopPlan] = {}
@@ -110,22 +103,22 @@ class GatherMetricsCommand(Dp2ddpCodemod):
 
     # -- detection, on the original tree --------------------------------------------
 
-    def visit_Module(self, node: cst.Module) -> bool:
-        super().visit_Module(node)
-        self.effects = ProcessEffects(self, node)
-        self.training_loaders = self._training_loaders(node)
-        for loop in m.findall(node, m.For(), metadata_resolver=self):
-            assert isinstance(loop, cst.For)
+    def plan(self, analysis: Analysis) -> None:
+        super().plan(analysis)
+        self.effects = analysis.effects
+        self.training_loaders = self._training_loaders(analysis)
+        for loop in analysis.nodes(cst.For):
             if self._loader_names(loop) and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
-        return True
 
-    def _training_loaders(self, module: cst.Module) -> set[str]:
+    def _training_loaders(self, analysis: Analysis) -> set[str]:
+        """Names of loaders with a DistributedSampler: given one already, or about to get one."""
         sharded = m.Call(args=[m.ZeroOrMore(), m.Arg(call_to(names.DISTRIBUTED_SAMPLER), keyword=m.Name("sampler")), m.ZeroOrMore()])
         found = set()
-        for assign in m.findall(module, m.Assign(targets=[m.AssignTarget()], value=sharded), metadata_resolver=self):
+        for assign in analysis.findall(m.Assign(targets=[m.AssignTarget()])):
             assert isinstance(assign, cst.Assign)
-            found.add(code_of(assign.targets[0].target).rsplit(".", 1)[-1])
+            if assign.value in analysis.sharded_loaders or self.matches(assign.value, sharded):
+                found.add(code_of(assign.targets[0].target).rsplit(".", 1)[-1])
         return found
 
     def _loader_names(self, loop: cst.For) -> list[str]:
@@ -149,10 +142,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         return next(a for a in self._ancestors(loop) if isinstance(a, (cst.FunctionDef, cst.Module)))
 
     def _line(self, node: cst.CSTNode) -> int:
-        return self.get_metadata(PositionProvider, node).start.line
+        return self.analysis.position(node).start.line
 
     def _end_line(self, node: cst.CSTNode) -> int:
-        return self.get_metadata(PositionProvider, node).end.line
+        return self.analysis.position(node).end.line
 
     def _plan_loop(self, loop: cst.For) -> None:
         owner = self._scope_body(loop)
@@ -221,9 +214,11 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         return meters
 
     def _plan_reports(self, loop: cst.For, training: bool, accumulators: dict[str, str], meters: list[str]) -> None:
+        # A backward whose loss gets scaled by the world size no longer names the loss.
         losses = {
             code_of(call.func.value)  # type: ignore[attr-defined]
             for call in m.findall(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward"))))
+            if call not in self.analysis.scaled_backwards
         }
         assigned_in_loop = {
             code_of(t.target) for a in m.findall(loop.body, m.Assign()) for t in a.targets  # type: ignore[attr-defined]

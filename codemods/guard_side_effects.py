@@ -13,16 +13,17 @@ cannot be split that way is reported and left on every process.
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from typing import Sequence
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider, ScopeProvider
+from libcst.metadata import ParentNodeProvider, ScopeProvider
 
 from . import _names as names
+from ._analysis import Analysis
 from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed, keyword_arg, with_argument
-from ._effects import ProcessEffects, is_rank_guard, opens_for_writing
+from ._effects import is_rank_guard, opens_for_writing
 
 MAIN_PROCESS_HELPER_SOURCE = f'''
 def {names.MAIN_PROCESS_HELPER}() -> bool:
@@ -41,13 +42,6 @@ def _guard_call() -> cst.Call:
 
 class GuardSideEffectsCommand(Dp2ddpCodemod):
     DESCRIPTION = "Run prints, logs, saves and file writes on the main process only; never guard a collective."
-    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (
-        PositionProvider,
-        QualifiedNameProvider,
-        ParentNodeProvider,
-        ScopeProvider,
-    )
-
     def __init__(self, context: CodemodContext) -> None:
         super().__init__(context)
         self.uses_helper = False
@@ -55,10 +49,9 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         # Names this codemod bound in each scope, so two hoists never share one.
         self._hoisted_names: dict[int, set[str]] = {}
 
-    def visit_Module(self, node: cst.Module) -> bool:
-        super().visit_Module(node)
-        self.effects = ProcessEffects(self, node)
-        return True
+    def plan(self, analysis: Analysis) -> None:
+        super().plan(analysis)
+        self.effects = analysis.effects
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return node.name.value not in names.HELPERS

@@ -9,16 +9,15 @@ which moves the model to this process's GPU and binds DDP to it there
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
-
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import ParentNodeProvider
 
 from . import _names as names
+from ._analysis import Analysis
 from ._base import (
     DEVICE_MOVE,
     Dp2ddpCodemod,
@@ -65,12 +64,6 @@ DATA_PARALLEL_IMPORT_MODULES = ("torch.nn", "torch.nn.parallel", "torch.nn.paral
 class ReplaceDataParallelCommand(Dp2ddpCodemod):
     DESCRIPTION = "Replace nn.DataParallel with DistributedDataParallel on this process's device."
     RUNS_ON_MENTION = True
-    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (
-        PositionProvider,
-        QualifiedNameProvider,
-        ParentNodeProvider,
-    )
-
     def __init__(self, context: CodemodContext) -> None:
         super().__init__(context)
         # Original DataParallel calls to convert, mapped to whether their
@@ -82,36 +75,36 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
 
     # -- detection, on the original tree --------------------------------------------
 
-    def visit_Module(self, node: cst.Module) -> bool:
-        super().visit_Module(node)
+    def plan(self, analysis: Analysis) -> None:
+        super().plan(analysis)
         for call in self.facts.submodule_wraps:
             self.report(call, "DDP201")
+        # A file that wraps no whole model is not a training script to migrate:
+        # what could not be converted is reported, and nothing is edited.
+        self.converting = self.facts.converts_to_ddp
         for call in self.facts.model_wraps:
             self._plan_conversion(call)
-        return True
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        for base in node.bases:
-            if self.matches(base.value, resolves_to(names.DATA_PARALLEL)):
-                self.report(node.name, "DDP203", name=node.name.value)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.matches(node, call_to(names.FUNCTIONAL_DATA_PARALLEL)):
-            self.report(node, "DDP202")
-        elif m.matches(node, FIRST_GPU_CALL) and not self.matches(
-            node, m.Call(func=m.Attribute(value=call_to(names.DATA_PARALLEL)))
-        ):
-            self.report(node, "DDP205", literal=".cuda(0)", replacement=".cuda()")
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if m.matches(node, FIRST_GPU_STRING):
-            self.report(node, "DDP205", literal=node.value, replacement=_cuda_string(node).value)
-
-    def visit_Subscript(self, node: cst.Subscript) -> None:
-        if m.matches(node, VISIBLE_DEVICES) and isinstance(self.get_metadata(ParentNodeProvider, node), cst.AssignTarget):
-            self.report(node, "DDP206")
+        for node in analysis.order:  # in document order, as a reader meets them
+            if isinstance(node, cst.ClassDef):
+                if any(self.matches(base.value, resolves_to(names.DATA_PARALLEL)) for base in node.bases):
+                    self.report(node.name, "DDP203", name=node.name.value)
+            elif isinstance(node, cst.Call):
+                if self.matches(node, call_to(names.FUNCTIONAL_DATA_PARALLEL)):
+                    self.report(node, "DDP202")
+                elif self.converting and m.matches(node, FIRST_GPU_CALL) and not self.matches(
+                    node, m.Call(func=m.Attribute(value=call_to(names.DATA_PARALLEL)))
+                ):
+                    self.report(node, "DDP205", literal=".cuda(0)", replacement=".cuda()")
+            elif isinstance(node, cst.SimpleString):
+                if self.converting and m.matches(node, FIRST_GPU_STRING):
+                    self.report(node, "DDP205", literal=node.value, replacement=_cuda_string(node).value)
+            elif isinstance(node, cst.Subscript):
+                if self.converting and m.matches(node, VISIBLE_DEVICES) and isinstance(analysis.parents.get(node), cst.AssignTarget):
+                    self.report(node, "DDP206")
 
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
+        if not self.converting:
+            return updated_node
         return _cuda_string(updated_node) if m.matches(original_node, FIRST_GPU_STRING) else updated_node
 
     def _plan_conversion(self, call: cst.Call) -> None:
@@ -169,6 +162,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
     # -- rewriting ------------------------------------------------------------------
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if not self.converting:
+            return updated_node
         if original_node in self.conversions:
             return self._wrap_call(updated_node, drop_device_moves=self.conversions[original_node])
         inner = original_node.func.value if isinstance(original_node.func, cst.Attribute) else None

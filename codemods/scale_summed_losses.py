@@ -16,12 +16,11 @@ assigned to the name that back-propagates in the same function.
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
-
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import ParentNodeProvider, QualifiedNameProvider
 
+from ._analysis import Analysis
 from ._base import Dp2ddpCodemod, code_of, import_torch_distributed, string_literal
 
 _TORCH_NN = m.MatchMetadataIfTrue(QualifiedNameProvider, lambda found: any(q.name.startswith("torch.nn.") for q in found))
@@ -35,19 +34,19 @@ _SCALER_SCALE = m.Call(func=m.Attribute(attr=m.Name("scale")), args=[m.Arg(keywo
 
 class ScaleSummedLossesCommand(Dp2ddpCodemod):
     DESCRIPTION = "Multiply summed (reduction='sum') losses by the world size before backward, as DDP averages gradients."
-    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (PositionProvider, QualifiedNameProvider, ParentNodeProvider)
-
-    def visit_Module(self, node: cst.Module) -> bool:
-        super().visit_Module(node)
+    def plan(self, analysis: Analysis) -> None:
+        super().plan(analysis)
         # Criterion objects that sum: `criterion = nn.MSELoss(reduction="sum")`, `self.loss_fn = ...`.
         self.summing = {
             code_of(target.target)
-            for assign in m.findall(node, m.Assign(value=_SUMMED_TORCH_CALL), metadata_resolver=self)
+            for assign in analysis.findall(m.Assign(value=_SUMMED_TORCH_CALL))
             if isinstance(assign, cst.Assign)
             for target in assign.targets
         }
         self.scaled: dict[cst.BaseExpression, cst.Call] = {}  # loss expression -> its backward call
-        return True
+        for call in analysis.nodes(cst.Call):
+            self._plan_backward(call)
+        analysis.scaled_backwards.update(self.scaled.values())
 
     def _sums(self, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:
         if self.matches(value, _SUMMED_TORCH_CALL):
@@ -64,7 +63,7 @@ class ScaleSummedLossesCommand(Dp2ddpCodemod):
             node = self.get_metadata(ParentNodeProvider, node)
         return node
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def _plan_backward(self, node: cst.Call) -> None:
         if not m.matches(node, _BACKWARD):
             return
         assert isinstance(node.func, cst.Attribute)

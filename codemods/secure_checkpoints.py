@@ -16,14 +16,15 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from typing import Sequence
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import ParentNodeProvider
 
 from . import _names as names
+from ._analysis import Analysis
 from ._base import (
     Dp2ddpCodemod,
     add_helper,
@@ -34,7 +35,7 @@ from ._base import (
     keyword_arg,
     with_argument,
 )
-from ._effects import ProcessEffects, is_rank_guard, under_rank_guard
+from ._effects import is_rank_guard, under_rank_guard
 
 LOAD_STATE_HELPER_SOURCE = f'''
 def {names.LOAD_STATE_HELPER}(model, state_dict, **kwargs):
@@ -55,23 +56,21 @@ def {names.LOCAL_DEVICE_HELPER}() -> torch.device:
 
 class SecureCheckpointsCommand(Dp2ddpCodemod):
     DESCRIPTION = "Load checkpoints onto this process's device, and wait for the main process's save first."
-    METADATA_DEPENDENCIES: ClassVar[Sequence[type]] = (PositionProvider, QualifiedNameProvider, ParentNodeProvider)
-
     def __init__(self, context: CodemodContext) -> None:
         super().__init__(context)
         self.needs_location: set[cst.Call] = set()
         self.barriers: set[cst.BaseStatement] = set()
         self.loads_state = False
 
-    def visit_Module(self, node: cst.Module) -> bool:
-        super().visit_Module(node)
-        self.effects = ProcessEffects(self, node)
+    def plan(self, analysis: Analysis) -> None:
+        super().plan(analysis)
+        self.effects = analysis.effects
         saved = {
             code_of(path)
-            for call in m.findall(node, call_to(names.TORCH_SAVE), metadata_resolver=self)
+            for call in analysis.findall(call_to(names.TORCH_SAVE))
             if isinstance(call, cst.Call) and (path := argument(call, 1, "f")) is not None
         }
-        for call in m.findall(node, call_to(names.TORCH_LOAD), metadata_resolver=self):
+        for call in analysis.findall(call_to(names.TORCH_LOAD)):
             assert isinstance(call, cst.Call)
             if argument(call, 1, "map_location") is None:
                 self.needs_location.add(call)
@@ -81,7 +80,6 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
             line = self._statement(call)
             if line is not None and not under_rank_guard(self, line):
                 self.barriers.add(line)
-        return True
 
     def _statement(self, node: cst.CSTNode) -> cst.BaseStatement | None:
         """The statement a barrier goes before: the load's line, or the ``if`` chain around it.
@@ -123,15 +121,21 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
         return with_argument(updated_node, keyword_arg("map_location", location))
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
-        return updated_node.with_changes(body=self._with_barriers(original_node.body, updated_node.body))
+        return updated_node.with_changes(body=self._with_barriers(updated_node.body))
 
-    def _with_barriers(
-        self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]
-    ) -> list[cst.BaseStatement]:
+    def _with_barriers(self, updated: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """``dist.barrier()`` before each load of a saved file that every process still runs.
+
+        The codemods before this one in its traversal (guard_side_effects) may
+        have put a load under a main-process guard, and then no process may
+        wait for it: a barrier goes only before a statement that is still
+        exactly what those codemods made of the planned one, at this level.
+        """
+        targets = {id(self.became.get(statement)) for statement in self.barriers}
         body: list[cst.BaseStatement] = []
-        for original, statement in zip(originals, updated):
+        for statement in updated:
             waited = body and m.matches(body[-1], m.SimpleStatementLine([m.Expr(m.Call(func=m.Attribute(attr=m.Name("barrier"))))]))
-            if original in self.barriers and not waited:
+            if id(statement) in targets and not waited:
                 barrier = cst.parse_statement(f"{self.facts.distributed_alias}.barrier()")
                 body.append(barrier.with_changes(leading_lines=statement.leading_lines))
                 statement = statement.with_changes(leading_lines=[])
@@ -140,7 +144,7 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
         return body
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        module = updated_node.with_changes(body=self._with_barriers(original_node.body, updated_node.body))
+        module = updated_node.with_changes(body=self._with_barriers(updated_node.body))
         if self.loads_state:
             module = add_helper(module, self.facts, names.LOAD_STATE_HELPER, LOAD_STATE_HELPER_SOURCE)
         if self.needs_location:

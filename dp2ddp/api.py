@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import io
+import tokenize
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, SkipFile
 
-from dp2ddp.codemods import codemods
-from dp2ddp.codemods._base import FINDINGS_KEY, Finding
+from dp2ddp.codemods import codemods, groups
+from dp2ddp.codemods._analysis import Analysis
+from dp2ddp.codemods._base import FINDINGS_KEY, Finding, code_of
+from dp2ddp.codemods._chain import ChainedTransformer, apply_queued_imports
 from dp2ddp.codemods._names import WRAP_HELPER
-
-# Every codemod needs a DataParallel name or a converted wrap, and no Python
-# spelling of either avoids these words; files without them are not parsed.
-PREFILTER = ("DataParallel", "data_parallel", WRAP_HELPER)
-
 
 class ConversionError(Exception):
     """The source cannot be converted; ``line``/``column`` point at the cause when known."""
@@ -60,9 +59,90 @@ def select_codemods(only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[
     return [cls for name, cls in codemods().items() if (not only or name in only) and name not in skip]
 
 
-def _run(source: str, codemods: Iterable[type[Codemod]], options: ConvertOptions) -> tuple[str, list[Finding]]:
+def _selected_groups(options: ConvertOptions) -> list[list[type[Codemod]]]:
+    selected = set(select_codemods(options.only, options.skip))
+    found = [[codemods()[name] for name in group if codemods()[name] in selected] for group in groups()]
+    return [group for group in found if group]
+
+
+def convert_source(source: str, options: ConvertOptions = ConvertOptions()) -> ConvertResult:
+    """Convert one DataParallel script to DDP.
+
+    Raises ``ValueError`` for unknown codemod names and ``ConversionError``
+    when the source does not parse or the conversion would not be sound.
+    """
+    codemod_groups = _selected_groups(options)
+    if not needs_analysis(source):
+        return ConvertResult(source, source, ())
+    module = _parse(source)
+    if not _wraps_or_imports_data_parallel(module):
+        return ConvertResult(source, source, ())
+    output, findings = _convert(Analysis(module), codemod_groups, options)
+    if output != source:
+        _check_stable(output, codemod_groups, options)
+    unique = sorted(set(findings), key=lambda f: (f.line, f.column, f.code))
+    return ConvertResult(source, output, tuple(unique))
+
+
+# -- deciding early -------------------------------------------------------------------
+
+# Python spellings that can call or import DataParallel, or call a wrap dp2ddp made.
+_CANDIDATE_WORDS = ("DataParallel", "data_parallel", WRAP_HELPER)
+
+
+def needs_analysis(source: str) -> bool:
+    """Whether a DataParallel name, or dp2ddp's wrap, appears as code rather than in text.
+
+    A docstring, a comment or a string that mentions DataParallel settles the
+    file from its tokens, before any parse.
+    """
+    if not any(word in source for word in _CANDIDATE_WORDS):
+        return False
     try:
-        module = cst.parse_module(source)
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.NAME and token.string in _CANDIDATE_WORDS:
+                return True
+    except (tokenize.TokenError, SyntaxError):
+        return True  # Let the parser name the error.
+    return False
+
+
+def _wraps_or_imports_data_parallel(module: cst.Module) -> bool:
+    """Whether the tree calls, imports or subclasses a DataParallel name (by spelling).
+
+    A file that only tests ``isinstance(m, nn.DataParallel)`` or reads the
+    name otherwise wraps nothing, so it needs no metadata at all.
+    """
+    finder = _CandidateFinder()
+    module.visit(finder)
+    return finder.found
+
+
+class _CandidateFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Call):
+            self.found |= _spelled(node.func)
+        elif isinstance(node, cst.ImportAlias):
+            self.found |= any(part in _CANDIDATE_WORDS for part in code_of(node.name).split("."))
+        elif isinstance(node, cst.ClassDef):
+            self.found |= any(_spelled(base.value) for base in node.bases)
+        return not self.found
+
+
+def _spelled(expression: cst.BaseExpression) -> bool:
+    name = expression.attr if isinstance(expression, cst.Attribute) else expression
+    return isinstance(name, cst.Name) and name.value in _CANDIDATE_WORDS
+
+
+# -- converting -------------------------------------------------------------------------
+
+
+def _parse(source: str) -> cst.Module:
+    try:
+        return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
         # CPython's own message and position are the ones users know; LibCST's
         # stand in only for syntax that CPython accepts and LibCST does not.
@@ -73,38 +153,111 @@ def _run(source: str, codemods: Iterable[type[Codemod]], options: ConvertOptions
                 f"syntax error: {python_error.msg}", python_error.lineno, python_error.offset
             ) from None
         raise ConversionError(f"cannot parse: {error.message}", error.raw_line, error.raw_column + 1) from None
-    code = source
-    # Each codemod reports positions in the code it was given; map them back
-    # through the edits of the codemods before it to positions in `source`.
+
+
+def _convert(
+    analysis: Analysis, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
+) -> tuple[str, list[Finding]]:
+    """Apply each group of codemods in one traversal; one analysis per group that changes the code.
+
+    Findings are placed in the source as given: each group reports positions
+    in the code it analysed, mapped back through the edits of the groups before it.
+    """
+    code = analysis.module.code
+    facts = analysis.script_facts
+    if facts.existing_distributed is not None or not facts.converts_to_ddp:
+        # Settled by this analysis: the script is left as it is, and the codemods say why.
+        return code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
     edits: list[list[tuple[str, int, int, int, int]]] = []
     findings: list[Finding] = []
-    for codemod in codemods:
-        context = CodemodContext()
-        kwargs = {}
-        if "keep_per_process_batch" in inspect.signature(codemod.__init__).parameters:
-            kwargs["keep_per_process_batch"] = options.keep_per_process_batch
-        try:
-            module = codemod(context, **kwargs).transform_module(module)
-        except SkipFile:
-            pass
-        except Exception as error:  # a codemod bug must not cost the user a traceback or a half-written file
-            name = codemod.__module__.rsplit(".", 1)[-1]
-            raise ConversionError(
-                f"internal error in codemod {name} ({type(error).__name__}); the file is left unchanged: "
-                "please report this script, or run with --skip " + name
-            ) from error
-        for finding in context.scratch.get(FINDINGS_KEY, []):
+    for group in codemod_groups:
+        output, reported = _apply_group(analysis, group, options)
+        for finding in reported:
             line = finding.line
             for opcodes in reversed(edits):
                 line = _line_before(line, opcodes)
             findings.append(Finding(finding.code, finding.message, line, finding.column, finding.severity))
-        if module.code != code:
-            before, code = code, module.code
-            edits.append(
-                difflib.SequenceMatcher(None, before.splitlines(), code.splitlines(), autojunk=False).get_opcodes()
-            )
-    unique = sorted(set(findings), key=lambda f: (f.line, f.column, f.code))
-    return code, unique
+        if output != code:
+            edits.append(difflib.SequenceMatcher(None, code.splitlines(), output.splitlines(), autojunk=False).get_opcodes())
+            code = output
+            analysis = Analysis(_parse_output(code))
+    return code, findings
+
+
+def _apply_group(
+    analysis: Analysis, group: list[type[Codemod]], options: ConvertOptions
+) -> tuple[str, list[Finding]]:
+    """Plan every codemod of ``group`` against ``analysis``, then make their edits in one traversal."""
+    planned = []
+    contexts: list[CodemodContext] = []
+    name = ""
+    try:
+        for codemod in group:
+            name = codemod.__module__.rsplit(".", 1)[-1]
+            kwargs = {}
+            if "keep_per_process_batch" in inspect.signature(codemod.__init__).parameters:
+                kwargs["keep_per_process_batch"] = options.keep_per_process_batch
+            # One context each: LibCST's runner adds each codemod's imports after it ran,
+            # and their order in the output follows from that.
+            context = CodemodContext()
+            contexts.append(context)
+            instance = codemod(context, **kwargs)
+            try:
+                instance.plan(analysis)  # type: ignore[attr-defined]
+            except SkipFile:
+                continue
+            planned.append(instance)
+        name = ", ".join(c.__module__.rsplit(".", 1)[-1] for c in group)
+        tree = analysis.module.visit(ChainedTransformer(planned)) if planned else analysis.module
+        tree = apply_queued_imports(tree, contexts)
+    except Exception as error:  # a codemod bug must not cost the user a traceback or a half-written file
+        raise ConversionError(
+            f"internal error in codemod {name} ({type(error).__name__}); the file is left unchanged: "
+            "please report this script, or run with --skip " + name.split(", ")[0]
+        ) from error
+    return tree.code, [finding for context in contexts for finding in context.scratch.get(FINDINGS_KEY, [])]
+
+
+def _plan_only(analysis: Analysis, group: list[type[Codemod]], options: ConvertOptions) -> list[Finding]:
+    """What the codemods that look at any DataParallel mention report, without editing."""
+    context = CodemodContext()
+    for codemod in group:
+        if getattr(codemod, "RUNS_ON_MENTION", False):
+            name = codemod.__module__.rsplit(".", 1)[-1]
+            try:
+                codemod(context).plan(analysis)  # type: ignore[attr-defined]
+            except SkipFile:
+                pass
+            except Exception as error:  # a codemod bug must not cost the user a traceback
+                raise ConversionError(
+                    f"internal error in codemod {name} ({type(error).__name__}); the file is left unchanged: "
+                    "please report this script, or run with --skip " + name
+                ) from error
+    return list(context.scratch.get(FINDINGS_KEY, []))
+
+
+def _parse_output(code: str) -> cst.Module:
+    try:
+        return cst.parse_module(code)
+    except cst.ParserSyntaxError as error:
+        raise ConversionError(f"internal error: the converted script does not parse: {error.message}") from None
+
+
+def _check_stable(output: str, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions) -> None:
+    """black's rule: the result compiles, and converting it again changes nothing.
+
+    Converting a stable result changes nothing in any group, so every group
+    plans against the one analysis of the output.
+    """
+    try:
+        compile(output, "<converted>", "exec")
+    except SyntaxError as error:
+        raise ConversionError(f"internal error: the converted script does not compile: {error.msg}") from None
+    analysis = Analysis(_parse_output(output))
+    for group in codemod_groups:
+        again, _ = _apply_group(analysis, group, options)
+        if again != output:
+            raise ConversionError("internal error: the conversion is not stable; please report this script")
 
 
 def _line_before(line: int, opcodes: list[tuple[str, int, int, int, int]]) -> int:
@@ -114,25 +267,3 @@ def _line_before(line: int, opcodes: list[tuple[str, int, int, int, int]]) -> in
         if new_start <= index < new_end:
             return old_start + (index - new_start if tag == "equal" else 0) + 1
     return line
-
-
-def convert_source(source: str, options: ConvertOptions = ConvertOptions()) -> ConvertResult:
-    """Convert one DataParallel script to DDP.
-
-    Raises ``ValueError`` for unknown codemod names and ``ConversionError``
-    when the source does not parse or the conversion would not be sound.
-    """
-    codemods = select_codemods(options.only, options.skip)
-    if not any(word in source for word in PREFILTER):
-        return ConvertResult(source, source, ())
-    output, findings = _run(source, codemods, options)
-    if output != source:
-        # black's rule: a second pass must change nothing, and the result must compile.
-        again, _ = _run(output, codemods, options)
-        if again != output:
-            raise ConversionError("internal error: the conversion is not stable; please report this script")
-        try:
-            compile(output, "<converted>", "exec")
-        except SyntaxError as error:
-            raise ConversionError(f"internal error: the converted script does not compile: {error.msg}") from None
-    return ConvertResult(source, output, tuple(findings))

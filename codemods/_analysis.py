@@ -1,0 +1,183 @@
+"""Everything dp2ddp knows about one parsed tree, resolved once.
+
+LibCST's metadata providers are the expensive part of a conversion: scope
+resolution alone costs about four bare parses, and every provider walks the
+whole tree again. An ``Analysis`` resolves ``ScopeProvider`` once, without
+copying the tree, and walks the tree once more to record each node's parent
+and an index of nodes by type in document order. Qualified names are then
+looked up in the scopes only for the nodes a codemod asks about, and
+positions are resolved only when something is reported.
+
+Codemods read the analysis instead of resolving metadata themselves, and the
+facts derived from it (``script_facts``, ``effects``) are computed once and
+shared by every codemod that plans against the same tree.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Collection, Iterator, Mapping, TypeVar
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import (
+    CodeRange,
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedName,
+    QualifiedNameProvider,
+    Scope,
+    ScopeProvider,
+)
+
+if TYPE_CHECKING:
+    from ._base import ScriptFacts
+    from ._effects import ProcessEffects
+
+NodeT = TypeVar("NodeT", bound=cst.CSTNode)
+MISSING = object()
+
+
+class _Indexer(cst.CSTVisitor):
+    """One walk: each node's parent, and every node in document (pre-)order."""
+
+    def __init__(self) -> None:
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.order: list[cst.CSTNode] = []
+        self._stack: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._stack:
+            self.parents[node] = self._stack[-1]
+        self._stack.append(node)
+        self.order.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self._stack.pop()
+
+
+class Analysis:
+    """One module and the metadata every codemod needs about it.
+
+    It answers ``get_metadata`` like a resolved ``MetadataWrapper`` for
+    ``ParentNodeProvider``, ``ScopeProvider``, ``QualifiedNameProvider`` and
+    ``PositionProvider``, so it can be passed to matchers as their
+    ``metadata_resolver``.
+    """
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        # The module was parsed for this analysis alone, so the wrapper need not copy it.
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.scopes: Mapping[cst.CSTNode, Scope | None] = self.wrapper.resolve(ScopeProvider)
+        indexer = _Indexer()
+        module.visit(indexer)
+        self.parents = indexer.parents
+        self.order = indexer.order
+        self._by_type: dict[type, list[cst.CSTNode]] = {}
+        for node in indexer.order:
+            self._by_type.setdefault(type(node), []).append(node)
+        self._qualified: dict[cst.CSTNode, Collection[QualifiedName]] = {}
+        # Plans that codemods earlier in a group publish for the ones after them, so a
+        # codemod plans against the script as the earlier ones will have changed it.
+        # DataLoader calls that get a DistributedSampler:
+        self.sharded_loaders: set[cst.Call] = set()
+        # backward() calls whose loss is multiplied by the world size first:
+        self.scaled_backwards: set[cst.Call] = set()
+
+    @classmethod
+    def of_source(cls, source: str) -> "Analysis":
+        return cls(cst.parse_module(source))
+
+    # -- metadata ---------------------------------------------------------------------
+
+    def get_metadata(self, key: object, node: cst.CSTNode, default: object = MISSING) -> object:
+        if key is ParentNodeProvider:
+            value = self.parents.get(node, MISSING)
+        elif key is QualifiedNameProvider:
+            value = self.qualified_names(node)
+        elif key is ScopeProvider:
+            value = self.scopes.get(node, MISSING)
+        elif key is PositionProvider:
+            value = self.positions.get(node, MISSING)
+        else:
+            raise KeyError(f"the analysis does not provide {key!r}")
+        if value is MISSING:
+            if default is MISSING:
+                raise KeyError(f"no {getattr(key, '__name__', key)} for {type(node).__name__}")
+            return default
+        return value
+
+    def qualified_names(self, node: cst.CSTNode) -> Collection[QualifiedName]:
+        """What ``node`` means, as ``QualifiedNameProvider`` would say, computed on demand."""
+        found = self._qualified.get(node)
+        if found is None:
+            scope = self.scopes.get(node)
+            found = scope.get_qualified_names_for(node) if scope is not None else set()
+            self._qualified[node] = found
+        return found
+
+    @cached_property
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        # Only reports need positions, so most trees never pay for them.
+        return self.wrapper.resolve(PositionProvider)
+
+    def position(self, node: cst.CSTNode) -> CodeRange:
+        return self.positions[node]
+
+    # -- finding nodes ----------------------------------------------------------------
+
+    def nodes(self, kind: type[NodeT]) -> list[NodeT]:
+        """Every node of exactly this type, in document order."""
+        return self._by_type.get(kind, [])  # type: ignore[return-value]
+
+    def findall(self, matcher: m.BaseMatcherNode) -> list[cst.CSTNode]:
+        """``m.findall(module, matcher)`` from the index, without walking the tree again."""
+        kinds = _matched_types(matcher)
+        if kinds is None:
+            candidates: Iterator[cst.CSTNode] | list[cst.CSTNode] = self.order
+        elif len(kinds) == 1:
+            candidates = self.nodes(next(iter(kinds)))
+        else:
+            candidates = (node for node in self.order if type(node) in kinds)
+        return [node for node in candidates if m.matches(node, matcher, metadata_resolver=self)]
+
+    def matches(self, node: cst.CSTNode, matcher: m.BaseMatcherNode) -> bool:
+        return m.matches(node, matcher, metadata_resolver=self)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        while node in self.parents:
+            node = self.parents[node]
+            yield node
+
+    # -- facts, shared by every codemod planning against this tree ----------------------
+
+    @cached_property
+    def script_facts(self) -> "ScriptFacts":
+        from ._base import collect_script_facts
+
+        return collect_script_facts(self)
+
+    @cached_property
+    def effects(self) -> "ProcessEffects":
+        from ._effects import ProcessEffects
+
+        return ProcessEffects(self)
+
+
+def _matched_types(matcher: m.BaseMatcherNode) -> set[type] | None:
+    """The LibCST node types a matcher can match, or None when it cannot tell."""
+    if isinstance(matcher, m.OneOf):
+        kinds: set[type] = set()
+        for option in matcher.options:
+            option_kinds = _matched_types(option)
+            if option_kinds is None:
+                return None
+            kinds |= option_kinds
+        return kinds
+    kind = getattr(cst, type(matcher).__name__, None)
+    if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and type(matcher).__module__.startswith("libcst.matchers"):
+        return {kind}
+    return None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar, Collection, Sequence
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
+from libcst.codemod import CodemodCommand, CodemodContext, SkipFile
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import QualifiedNameProvider
 
@@ -19,6 +19,8 @@ from . import _names as names
 from ._analysis import MISSING as _MISSING
 
 FINDINGS_KEY = "dp2ddp.findings"
+# Set in a context whose findings nobody reads, such as the stability check's.
+QUIET_KEY = "dp2ddp.quiet"
 
 if TYPE_CHECKING:
     from ._analysis import Analysis
@@ -229,14 +231,16 @@ def _inside_helper(analysis: "Analysis", node: cst.CSTNode) -> bool:
     return any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in analysis.ancestors(node))
 
 
-class Dp2ddpCodemod(VisitorBasedCodemodCommand, ABC):
+class Dp2ddpCodemod(CodemodCommand, ABC):
     """Base of every dp2ddp codemod.
 
     A codemod plans against an ``Analysis`` of the tree, which resolves
     metadata once for every codemod that plans against the same tree, and
-    then makes its edits in the leave methods of one shared traversal
-    (``ChainedTransformer``). Under LibCST's own runner it analyses the tree
-    itself and runs alone.
+    then makes its edits in its ``visit_<Node>``/``leave_<Node>`` methods,
+    which one shared traversal (``ChainedTransformer``) calls. It is not a
+    transformer itself: LibCST's matcher-decorator machinery, which every
+    transformer instance pays for on construction, would go unused. Under
+    LibCST's own runner it analyses the tree itself and runs alone.
 
     It skips scripts the user already made distributed, so that a script with
     its own DDP path is left byte-identical, and scripts with no
@@ -284,6 +288,8 @@ class Dp2ddpCodemod(VisitorBasedCodemodCommand, ABC):
 
     def report(self, node: cst.CSTNode, code: str, **values: object) -> None:
         """Record a finding at ``node`` for the migration report."""
+        if self.context.scratch.get(QUIET_KEY):
+            return  # Positions are resolved only for reports someone reads.
         rule = RULES[code]
         start = self.analysis.position(node).start
         finding = Finding(code, rule.message.format(**values), start.line, start.column + 1, rule.severity)

@@ -108,10 +108,19 @@ class AddImportsAtTop(AddImportsVisitor):
         return super().on_visit(node) and not isinstance(node, cst.BaseCompoundStatement)
 
 
-def apply_queued_imports(tree: cst.Module, contexts: Sequence[CodemodContext]) -> cst.Module:
-    """Add and remove the imports each codemod queued, codemod by codemod, as LibCST's runner does."""
+def apply_queued_imports(tree: cst.Module, contexts: Sequence[CodemodContext], added: set[object]) -> cst.Module:
+    """Add and remove the imports each codemod queued, codemod by codemod, as LibCST's runner does.
+
+    An import an earlier codemod already added (``added``, kept across
+    groups) is at the top already, so asking again changes nothing and costs
+    nothing: a codemod left with nothing new to add is not run at all.
+    """
     for context in contexts:
-        if AddImportsVisitor.CONTEXT_KEY in context.scratch:
+        queued = context.scratch.get(AddImportsVisitor.CONTEXT_KEY, [])
+        new = [request for request in queued if request not in added]
+        if new:
+            added.update(new)
+            context.scratch[AddImportsVisitor.CONTEXT_KEY] = new
             tree = tree.visit(AddImportsAtTop(context))
         if RemoveImportsVisitor.CONTEXT_KEY in context.scratch:
             tree = RemoveImportsVisitor(context).transform_module(tree)

@@ -14,7 +14,7 @@ from libcst.codemod import Codemod, CodemodContext, SkipFile
 
 from dp2ddp.codemods import codemods, groups
 from dp2ddp.codemods._analysis import Analysis
-from dp2ddp.codemods._base import FINDINGS_KEY, Finding, code_of
+from dp2ddp.codemods._base import FINDINGS_KEY, QUIET_KEY, Finding, code_of
 from dp2ddp.codemods._chain import ChainedTransformer, apply_queued_imports
 from dp2ddp.codemods._names import WRAP_HELPER
 
@@ -170,8 +170,11 @@ def _convert(
         return code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
     edits: list[list[tuple[str, int, int, int, int]]] = []
     findings: list[Finding] = []
-    for group in codemod_groups:
-        output, reported = _apply_group(analysis, group, options)
+    added_imports: set[object] = set()
+    for position, group in enumerate(codemod_groups):
+        if position and code != analysis.module.code:
+            analysis = Analysis(_parse_output(code))
+        output, reported = _apply_group(analysis, group, options, added_imports)
         for finding in reported:
             line = finding.line
             for opcodes in reversed(edits):
@@ -180,12 +183,15 @@ def _convert(
         if output != code:
             edits.append(difflib.SequenceMatcher(None, code.splitlines(), output.splitlines(), autojunk=False).get_opcodes())
             code = output
-            analysis = Analysis(_parse_output(code))
     return code, findings
 
 
 def _apply_group(
-    analysis: Analysis, group: list[type[Codemod]], options: ConvertOptions
+    analysis: Analysis,
+    group: list[type[Codemod]],
+    options: ConvertOptions,
+    added_imports: set[object],
+    quiet: bool = False,
 ) -> tuple[str, list[Finding]]:
     """Plan every codemod of ``group`` against ``analysis``, then make their edits in one traversal."""
     planned = []
@@ -199,7 +205,7 @@ def _apply_group(
                 kwargs["keep_per_process_batch"] = options.keep_per_process_batch
             # One context each: LibCST's runner adds each codemod's imports after it ran,
             # and their order in the output follows from that.
-            context = CodemodContext()
+            context = CodemodContext(scratch={QUIET_KEY: True} if quiet else {})
             contexts.append(context)
             instance = codemod(context, **kwargs)
             try:
@@ -209,7 +215,7 @@ def _apply_group(
             planned.append(instance)
         name = ", ".join(c.__module__.rsplit(".", 1)[-1] for c in group)
         tree = analysis.module.visit(ChainedTransformer(planned)) if planned else analysis.module
-        tree = apply_queued_imports(tree, contexts)
+        tree = apply_queued_imports(tree, contexts, added_imports)
     except Exception as error:  # a codemod bug must not cost the user a traceback or a half-written file
         raise ConversionError(
             f"internal error in codemod {name} ({type(error).__name__}); the file is left unchanged: "
@@ -254,8 +260,9 @@ def _check_stable(output: str, codemod_groups: list[list[type[Codemod]]], option
     except SyntaxError as error:
         raise ConversionError(f"internal error: the converted script does not compile: {error.msg}") from None
     analysis = Analysis(_parse_output(output))
+    added_imports: set[object] = set()
     for group in codemod_groups:
-        again, _ = _apply_group(analysis, group, options)
+        again, _ = _apply_group(analysis, group, options, added_imports, quiet=True)
         if again != output:
             raise ConversionError("internal error: the conversion is not stable; please report this script")
 

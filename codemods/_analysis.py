@@ -15,6 +15,7 @@ shared by every codemod that plans against the same tree.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from functools import cached_property
 from typing import TYPE_CHECKING, Collection, Iterator, Mapping, TypeVar
 
@@ -45,16 +46,21 @@ class _Indexer(cst.CSTVisitor):
     def __init__(self) -> None:
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self.order: list[cst.CSTNode] = []
+        # Pre-order index of each node and of the last node in its subtree.
+        self.index: dict[cst.CSTNode, int] = {}
+        self.last: dict[cst.CSTNode, int] = {}
         self._stack: list[cst.CSTNode] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self._stack:
             self.parents[node] = self._stack[-1]
         self._stack.append(node)
+        self.index[node] = len(self.order)
         self.order.append(node)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.last[original_node] = len(self.order) - 1
         self._stack.pop()
 
 
@@ -76,9 +82,12 @@ class Analysis:
         module.visit(indexer)
         self.parents = indexer.parents
         self.order = indexer.order
+        self.index = indexer.index
+        self.last = indexer.last
         self._by_type: dict[type, list[cst.CSTNode]] = {}
         for node in indexer.order:
             self._by_type.setdefault(type(node), []).append(node)
+        self._type_indices: dict[type, list[int]] = {}
         self._qualified: dict[cst.CSTNode, Collection[QualifiedName]] = {}
         # Plans that codemods earlier in a group publish for the ones after them, so a
         # codemod plans against the script as the earlier ones will have changed it.
@@ -132,6 +141,29 @@ class Analysis:
     def nodes(self, kind: type[NodeT]) -> list[NodeT]:
         """Every node of exactly this type, in document order."""
         return self._by_type.get(kind, [])  # type: ignore[return-value]
+
+    def within(self, node: cst.CSTNode, kind: type[NodeT]) -> list[NodeT]:
+        """Every node of type ``kind`` in ``node``'s subtree (itself included), in document order."""
+        indices = self._type_indices.get(kind)
+        if indices is None:
+            indices = self._type_indices[kind] = [self.index[n] for n in self.nodes(kind)]
+        found = self.nodes(kind)
+        return found[bisect_left(indices, self.index[node]) : bisect_right(indices, self.last[node])]
+
+    def findall_in(self, node: cst.CSTNode, matcher: m.BaseMatcherNode) -> list[cst.CSTNode]:
+        """``m.findall(node, matcher)`` for a node of this tree, from the index."""
+        kinds = _matched_types(matcher)
+        if kinds is None or len(kinds) != 1:
+            return m.findall(node, matcher, metadata_resolver=self)
+        return [n for n in self.within(node, next(iter(kinds))) if m.matches(n, matcher, metadata_resolver=self)]
+
+    def is_before(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """Whether ``node`` starts before ``other`` does, in document order."""
+        return self.index[node] < self.index[other]
+
+    def is_after(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """Whether ``node`` starts after all of ``other`` has ended."""
+        return self.index[node] > self.last[other]
 
     def findall(self, matcher: m.BaseMatcherNode) -> list[cst.CSTNode]:
         """``m.findall(module, matcher)`` from the index, without walking the tree again."""

@@ -83,10 +83,7 @@ class ProcessEffects:
                 self.writers.add(target)
         self.functions = script_functions(analysis.module)
         # Calls in each function's body, found once for the fixpoints below.
-        self._calls_in = {
-            name: [c for c in m.findall(function.body, m.Call()) if isinstance(c, cst.Call)]
-            for name, function in self.functions.items()
-        }
+        self._calls_in = {name: analysis.within(function.body, cst.Call) for name, function in self.functions.items()}
         self._follow_models_into_functions()
         self.collective_functions = self._functions_reaching_collectives()
 
@@ -152,21 +149,29 @@ class ProcessEffects:
         return self._is_collective(call, self.collective_functions)
 
     def collectives_in(self, node: cst.CSTNode) -> list[cst.Call]:
-        """Collective calls in ``node``, outermost first, skipping ones nested in another."""
+        """Collective calls in ``node``, outermost first, skipping ones nested in another.
+
+        Calls in a function defined inside ``node`` do not count: defining a
+        function runs none of it.
+        """
         found: list[cst.Call] = []
-
-        class Finder(cst.CSTVisitor):
-            def visit_Call(inner, call: cst.Call) -> bool:  # noqa: N805
-                if self.is_collective(call):
-                    found.append(call)
-                    return False
-                return True
-
-            def visit_FunctionDef(inner, node: cst.FunctionDef) -> bool:  # noqa: N805
-                return False  # Defining a function runs none of it.
-
-        node.visit(Finder())
+        analysis = self.analysis
+        skip_through = -1
+        for call in analysis.within(node, cst.Call):
+            if analysis.index[call] <= skip_through or self._in_definition(call, node):
+                continue
+            if self.is_collective(call):
+                found.append(call)
+                skip_through = analysis.last[call]
         return found
+
+    def _in_definition(self, call: cst.Call, node: cst.CSTNode) -> bool:
+        ancestor: cst.CSTNode = call
+        while ancestor is not node:
+            ancestor = self.analysis.parents[ancestor]
+            if isinstance(ancestor, cst.FunctionDef):
+                return True
+        return False
 
     def is_side_effect(self, call: cst.Call) -> bool:
         matches = self.analysis.matches

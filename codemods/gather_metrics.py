@@ -141,15 +141,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
     def _scope_body(self, loop: cst.For) -> cst.CSTNode:
         return next(a for a in self._ancestors(loop) if isinstance(a, (cst.FunctionDef, cst.Module)))
 
-    def _line(self, node: cst.CSTNode) -> int:
-        return self.analysis.position(node).start.line
-
-    def _end_line(self, node: cst.CSTNode) -> int:
-        return self.analysis.position(node).end.line
-
     def _plan_loop(self, loop: cst.For) -> None:
         owner = self._scope_body(loop)
-        start, end = self._line(loop), self._end_line(loop)
         increments: dict[str, list[cst.BaseExpression]] = {}
         for aug in m.findall(loop.body, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
             assert isinstance(aug, cst.AugAssign) and isinstance(aug.target, cst.Name)
@@ -160,42 +153,42 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         for name, values in increments.items():
             if all(m.matches(v, m.Integer()) for v in values):
                 continue  # Counts steps, which every process takes alike.
-            if not self._initialised_before(owner, name, start) or self._reduced_already(owner, name, end):
+            if not self._initialised_before(owner, name, loop) or self._reduced_already(owner, name, loop):
                 continue
             kind = "sum" if any(SUM_INCREMENT.search(code_of(v)) for v in values) else "mean"
-            if self._read_after(owner, name, end):
+            if self._read_after(owner, name, loop):
                 (plan.sums if kind == "sum" else plan.means).append(name)
             in_loop_reads[name] = names.SUM_HELPER if kind == "sum" else names.MEAN_HELPER
-        for meter in self._meters(loop, owner, start, end):
+        for meter in self._meters(loop, owner):
             plan.meters.append(meter)
         if plan.sums or plan.means or plan.meters:
             self.after_loop[loop] = plan
         self._plan_reports(loop, training, in_loop_reads, plan.meters)
 
-    def _initialised_before(self, owner: cst.CSTNode, name: str, line: int) -> bool:
+    def _initialised_before(self, owner: cst.CSTNode, name: str, loop: cst.For) -> bool:
         initialised = m.Assign(targets=[m.ZeroOrMore(), m.AssignTarget(m.Name(name)), m.ZeroOrMore()], value=NUMBER)
-        starts = [self._line(a) for a in m.findall(owner, initialised)]
+        starts = list(self.analysis.findall_in(owner, initialised))
         unpacked = m.Assign(targets=[m.AssignTarget(m.Tuple())], value=m.Tuple())
-        for assign in m.findall(owner, unpacked):
+        for assign in self.analysis.findall_in(owner, unpacked):
             assert isinstance(assign, cst.Assign)
             target, value = assign.targets[0].target, assign.value
             assert isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple)
             for element, initial in zip(target.elements, value.elements):
                 if m.matches(element.value, m.Name(name)) and m.matches(initial.value, NUMBER):
-                    starts.append(self._line(assign))
-        return any(s < line for s in starts)
+                    starts.append(assign)
+        return any(self.analysis.is_before(start, loop) for start in starts)
 
-    def _reduced_already(self, owner: cst.CSTNode, name: str, line: int) -> bool:
+    def _reduced_already(self, owner: cst.CSTNode, name: str, loop: cst.For) -> bool:
         reduction = m.Call(func=m.Name(names.SUM_HELPER) | m.Name(names.MEAN_HELPER) | m.Name(names.METER_HELPER))
-        for call in m.findall(owner, reduction):
-            if self._line(call) > line and any(code_of(a.value) == name for a in call.args):  # type: ignore[attr-defined]
+        for call in self.analysis.findall_in(owner, reduction):
+            if self.analysis.is_after(call, loop) and any(code_of(a.value) == name for a in call.args):  # type: ignore[attr-defined]
                 return True
         return False
 
-    def _read_after(self, owner: cst.CSTNode, name: str, line: int) -> bool:
-        return any(self._line(n) > line for n in m.findall(owner, m.Name(name)))
+    def _read_after(self, owner: cst.CSTNode, name: str, loop: cst.For) -> bool:
+        return any(self.analysis.is_after(n, loop) for n in self.analysis.findall_in(owner, m.Name(name)))
 
-    def _meters(self, loop: cst.For, owner: cst.CSTNode, start: int, end: int) -> list[str]:
+    def _meters(self, loop: cst.For, owner: cst.CSTNode) -> list[str]:
         """Meters updated in the loop and created in the same function before it."""
         updated = []
         for call in m.findall(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("update")))):
@@ -209,7 +202,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 targets=[m.AssignTarget(m.Name(name))],
                 value=m.Call(func=m.Name(m.MatchIfTrue(lambda cls: "Meter" in cls))),
             )
-            if any(self._line(a) < start for a in m.findall(owner, created)) and not self._reduced_already(owner, name, end):
+            if any(self.analysis.is_before(a, loop) for a in self.analysis.findall_in(owner, created)) and not self._reduced_already(owner, name, loop):
                 meters.append(name)
         return meters
 

@@ -9,17 +9,22 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import click
 
 from dp2ddp import __version__
 from dp2ddp.api import ConversionError, ConvertOptions, convert_source, select_codemods
 from dp2ddp.codemods import codemods
+from dp2ddp.batch import FileResult, convert_files, default_jobs
 from dp2ddp.files import SourceError, discover, read_source, write_atomic
-from dp2ddp.report import Report
+from dp2ddp.report import EXIT_INTERRUPTED, Report
 from dp2ddp.verify import render
 from dp2ddp.verify.compare import Tolerance, compare, compare_band
 from dp2ddp.verify.runner import Plan, VerifyError, run_all
+
+# A tree of more files than this shows a progress bar on a terminal.
+PROGRESS_MINIMUM = 5
 
 
 def _codemod_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -78,6 +83,12 @@ Codemods, in the order they run:
     is_flag=True,
     help="Keep batch_size per process (effective batch x world size) instead of splitting the global batch.",
 )
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="Convert files in this many processes (default: the number of CPUs); output order is unchanged.",
+)
 def convert(
     paths: tuple[Path, ...],
     diff: bool,
@@ -86,6 +97,7 @@ def convert(
     only: tuple[str, ...],
     skip: tuple[str, ...],
     keep_per_process_batch: bool,
+    jobs: int | None,
 ) -> None:
     """Rewrite DataParallel training scripts to use DistributedDataParallel.
 
@@ -100,34 +112,51 @@ def convert(
         files = discover(paths)
     except SourceError as error:
         raise click.UsageError(str(error)) from None
-    for path in files:
-        try:
-            source = read_source(path)
-            result = convert_source(source.text, options)
-        except SourceError as error:
-            click.echo(f"error: {error}", err=True)
-            report.fail()
-            continue
-        except ConversionError as error:
-            click.echo(f"error: {path}:{error}", err=True)
-            report.fail()
-            continue
-        for finding in result.findings:
-            click.echo(f"{path}:{finding}", err=True)
-        report.done(result.changed)
-        if diff:
-            _print_diff(path, result.source, result.output)
-        elif check:
-            if result.changed:
-                click.echo(f"would convert {path}", err=True)
-        elif output is not None:
-            write_atomic(output, result.output, source.encoding)
-            click.echo(f"wrote {output}", err=True)
-        elif result.changed:
-            write_atomic(path, result.output, source.encoding)
-            click.echo(f"converted {path}", err=True)
+    show_progress = len(files) > PROGRESS_MINIMUM and sys.stderr.isatty()
+    progress = click.progressbar(length=len(files), label="converting", file=sys.stderr) if show_progress else None
+
+    def say(message: str) -> None:
+        # Clear the progress line first, so the message does not run into it.
+        click.echo(("\r\x1b[K" if progress is not None else "") + message, err=True)
+
+    try:
+        for outcome in convert_files(files, options, jobs or default_jobs()):
+            _finish_file(outcome, report, say, diff=diff, check=check, output=output)
+            if progress is not None:
+                progress.update(1)
+    except KeyboardInterrupt:
+        say(f"interrupted: {report.summary()}; every other file is untouched")
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        if progress is not None:
+            progress.render_finish()
     click.echo(report.summary(), err=True)
     sys.exit(report.exit_code)
+
+
+def _finish_file(
+    outcome: FileResult, report: Report, say: Callable[[str], None], diff: bool, check: bool, output: Path | None
+) -> None:
+    """Report one file's result and write it, in the order the files were named."""
+    path, result = outcome.path, outcome.result
+    if result is None:
+        say(f"error: {outcome.error}")
+        report.fail()
+        return
+    for finding in result.findings:
+        say(f"{path}:{finding}")
+    report.done(result.changed)
+    if diff:
+        _print_diff(path, result.source, result.output)
+    elif check:
+        if result.changed:
+            say(f"would convert {path}")
+    elif output is not None:
+        write_atomic(output, result.output, outcome.encoding)
+        say(f"wrote {output}")
+    elif result.changed:
+        write_atomic(path, result.output, outcome.encoding)
+        say(f"converted {path}")
 
 
 def _print_diff(path: Path, before: str, after: str) -> None:

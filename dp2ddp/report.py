@@ -7,6 +7,8 @@ from dataclasses import dataclass
 EXIT_OK = 0
 EXIT_WORK_FOUND = 1
 EXIT_ERROR = 2
+# Ctrl-C, as shells report SIGINT.
+EXIT_INTERRUPTED = 130
 
 
 @dataclass

@@ -27,11 +27,11 @@ from typing import Callable
 
 import libcst as cst
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from dp2ddp.api import convert_source
+from dp2ddp.files import discover
 
-from dp2ddp.api import convert_source  # noqa: E402
-from dp2ddp.files import discover  # noqa: E402
+# Needs dp2ddp installed (pip install -e '.[dev]'); the fixtures are read from this checkout.
+ROOT = Path(__file__).resolve().parent.parent
 
 FIXTURE_TARGETS = {"changes": 15.0, "unchanged": 3.0}
 TREE_TARGET = 0.5

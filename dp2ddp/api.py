@@ -6,8 +6,8 @@ import difflib
 import inspect
 import io
 import tokenize
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, SkipFile
@@ -17,6 +17,7 @@ from dp2ddp.codemods._analysis import Analysis
 from dp2ddp.codemods._base import FINDINGS_KEY, QUIET_KEY, Finding, code_of
 from dp2ddp.codemods._chain import ChainedTransformer, apply_queued_imports
 from dp2ddp.codemods._names import WRAP_HELPER
+
 
 class ConversionError(Exception):
     """The source cannot be converted; ``line``/``column`` point at the cause when known."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source
 from dp2ddp.files import SourceError, read_source

@@ -6,9 +6,9 @@ import io
 import os
 import tempfile
 import tokenize
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 SKIPPED_DIRECTORIES = frozenset(
     {".git", ".hg", ".tox", ".nox", ".venv", "venv", "__pycache__", "node_modules", "site-packages", "build", "dist"}

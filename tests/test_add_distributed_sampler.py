@@ -1,8 +1,8 @@
 from __future__ import annotations
 
+from dp2ddp.codemods.add_distributed_sampler import AddDistributedSamplerCommand
 from libcst.codemod import CodemodTest
 
-from dp2ddp.codemods.add_distributed_sampler import AddDistributedSamplerCommand
 
 class AddDistributedSamplerTest(CodemodTest):
     TRANSFORM = AddDistributedSamplerCommand

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import textwrap
 
+from dp2ddp.codemods.add_launch_wrapper import (
+    SETUP_HELPER_SOURCE,
+    AddLaunchWrapperCommand,
+)
 from libcst.codemod import CodemodTest
-
-from dp2ddp.codemods.add_launch_wrapper import SETUP_HELPER_SOURCE, AddLaunchWrapperCommand
 
 # Indented to sit inside the dedented test strings below.
 HELPER = textwrap.indent(SETUP_HELPER_SOURCE.strip("\n"), " " * 12).lstrip()

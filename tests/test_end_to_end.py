@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest

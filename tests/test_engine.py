@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import dp2ddp.api as api
+from dp2ddp import api
 from dp2ddp.api import convert_source
 from dp2ddp.cli import main
 from tests.conftest import FIXTURES
@@ -145,7 +145,7 @@ def test_parallel_jobs_write_the_same_files(tree: Path, tmp_path: Path) -> None:
 def test_ctrl_c_mid_tree_leaves_every_file_untouched_or_fully_written(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dp2ddp.cli as cli
+    from dp2ddp import cli
 
     originals = {path.name: path.read_text(encoding="utf-8") for path in tree.iterdir()}
     written: list[Path] = []

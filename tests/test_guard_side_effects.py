@@ -3,9 +3,8 @@ from __future__ import annotations
 import re
 from textwrap import dedent
 
-from libcst.codemod import CodemodTest
-
 from dp2ddp.codemods.guard_side_effects import GuardSideEffectsCommand
+from libcst.codemod import CodemodTest
 
 HELPER = '''
 import torch.distributed as dist

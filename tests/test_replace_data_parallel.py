@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import textwrap
 
+from dp2ddp.codemods.replace_data_parallel import (
+    WRAP_HELPER_SOURCE,
+    ReplaceDataParallelCommand,
+)
 from libcst.codemod import CodemodTest
-
-from dp2ddp.codemods.replace_data_parallel import WRAP_HELPER_SOURCE, ReplaceDataParallelCommand
 
 # Indented to sit inside the dedented test strings below.
 HELPER = textwrap.indent(WRAP_HELPER_SOURCE.strip("\n"), " " * 12).lstrip()

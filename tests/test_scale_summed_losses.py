@@ -1,8 +1,8 @@
 from __future__ import annotations
 
+from dp2ddp.codemods.scale_summed_losses import ScaleSummedLossesCommand
 from libcst.codemod import CodemodTest
 
-from dp2ddp.codemods.scale_summed_losses import ScaleSummedLossesCommand
 from dp2ddp.rules import RULES
 
 

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from dp2ddp.codemods.secure_checkpoints import (
+    LOCAL_DEVICE_HELPER_SOURCE,
+    SecureCheckpointsCommand,
+)
 from libcst.codemod import CodemodTest
-
-from dp2ddp.codemods.secure_checkpoints import LOCAL_DEVICE_HELPER_SOURCE, SecureCheckpointsCommand
 
 HELPER = LOCAL_DEVICE_HELPER_SOURCE.strip("\n").replace("\n", "\n            ")
 

@@ -8,21 +8,29 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import click
 
 from dp2ddp import __version__
 from dp2ddp.api import ConversionError, ConvertOptions, convert_source, select_codemods
-from dp2ddp.codemods import codemods
 from dp2ddp.batch import FileResult, convert_files, default_jobs
+from dp2ddp.codemods import codemods
 from dp2ddp.files import SourceError, discover, read_source, write_atomic
 from dp2ddp.report import EXIT_INTERRUPTED, Report
-from dp2ddp.verify import render
+from dp2ddp.verify import checks, render
 from dp2ddp.verify.compare import Tolerance, compare, compare_band
-from dp2ddp.verify.runner import Plan, VerifyError, run_all
+from dp2ddp.verify.runner import (
+    Plan,
+    VerifyError,
+    converted_seed,
+    reference_seeds,
+    run_all,
+)
 
+# Reference runs in statistical mode (see README, "Verifying a conversion").
+STATISTICAL_SEEDS = 5
 # A tree of more files than this shows a progress bar on a terminal.
 PROGRESS_MINIMUM = 5
 
@@ -192,11 +200,15 @@ Exit status: 0 equivalent, 1 diverges, 2 error (a crash, a hang, bad arguments).
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="cpu maps .cuda(), .to('cuda'), torch.device('cuda') and is_available() onto the CPU in both runs.")  # fmt: skip
 @click.option("--max-steps", type=click.IntRange(min=1), help="Stop both runs after this many optimizer steps.")
-@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=click.FloatRange(min=1),
-              help="Seconds each run may take; a run past it is killed and reported as hung.")  # fmt: skip
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1),
+              help="Seconds each run may take; a run past it is killed and reported as hung. "
+                   "Default: 600 s for the reference, 60 s + 4x the reference's time for the converted run.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, help="Seed forced into random, numpy and torch at start-up.")
 @click.option("--dropout", type=click.Choice(["mask", "off"]), default="mask", show_default=True,
               help="mask: one global dropout mask, each rank its rows; off: no dropout in either run.")  # fmt: skip
+@click.option("--precision", type=click.Choice(["auto", "float64", "native"]), default="auto", show_default=True,
+              help="auto: both runs compute in float64 on the CPU (float noise ~1e-16, autocast off) and as "
+                   "written on GPUs; native: as written.")  # fmt: skip
 @click.option("--atol", default=1e-5, show_default=True, help="Absolute tolerance per step.")
 @click.option("--rtol", default=1e-4, show_default=True, help="Tolerance relative to the reference loss.")
 @click.option("--statistical", is_flag=True,
@@ -218,9 +230,10 @@ def verify(
     backend: str,
     device: str,
     max_steps: int | None,
-    timeout_s: float,
+    timeout_s: float | None,
     seed: int,
     dropout: str,
+    precision: str,
     atol: float,
     rtol: float,
     statistical: bool,
@@ -242,8 +255,13 @@ def verify(
         plan = Plan(
             original=script, converted=converted, args=script_args, nproc=nproc, backend=backend, device=device,
             max_steps=max_steps, timeout_s=timeout_s, seed=seed, dropout=dropout, synthetic_data=synthetic_data,
-            synthetic_size=synthetic_size, statistical_seeds=3 if statistical else 0,
+            synthetic_size=synthetic_size, statistical_seeds=STATISTICAL_SEEDS if statistical else 0, precision=precision,
         )  # fmt: skip
+        context = {
+            "script": str(script.resolve()), "converted": str(converted.resolve()) if converted else None,
+            "arguments": list(script_args), "seed": seed, "nproc": nproc, "max_steps": max_steps,
+            "reference_seeds": list(reference_seeds(plan)), "converted_seed": converted_seed(plan),
+        }  # fmt: skip
         progress = render.ProgressLine()
         try:
             convert = None if converted is not None else lambda: _convert_for_verify(script, work)
@@ -257,16 +275,25 @@ def verify(
             progress.close()
             if keep_logs is not None:
                 shutil.copytree(work, keep_logs, dirs_exist_ok=True)
+        # Read what the converted processes recorded before their folder goes.
+        findings = [] if runs.converted is None or not runs.converted.ok else [
+            *checks.distributed(runs.converted, nproc),
+            *checks.replicas(runs.converted),
+            *checks.samplers(runs.converted, max_steps),
+        ]  # fmt: skip
     failed = next((run for run in runs.all if not run.ok), None)
     if failed is not None:
-        message = render.failure(failed, timeout_s)
-        _finish(runs, None, "error", message, json_path, exit_code=2)
+        _finish(runs, None, "error", render.failure(failed), json_path, 2, context)
     assert runs.converted is not None
+    for run in runs.all:
+        if run.exit_note is not None:
+            click.echo(f"note: {run.exit_note}", err=True)
     references = [tuple(run.ranks[0].losses) for run in runs.references]
     ranks = [rank.losses for rank in runs.converted.ranks]
-    if not any(references) and not any(ranks):
-        _finish(runs, None, "error", "no loss was recorded: neither run called backward() on a scalar",
-                json_path, exit_code=2)  # fmt: skip
+    if not any(references):
+        _finish(runs, None, "error", render.no_losses(runs.references[0]), json_path, 2, context)
+    if not any(ranks):
+        _finish(runs, None, "error", render.no_converted_losses(runs), json_path, 2, context)
     tolerance = Tolerance(absolute=atol, relative=rtol)
     comparison = compare_band(references, ranks, tolerance) if statistical else compare(references[0], ranks, tolerance)
     click.echo(f"semantics: {render.SEMANTICS}")
@@ -276,9 +303,13 @@ def verify(
         click.echo(f"wrote {plot_path}", err=True)
     max_abs, max_rel = render.largest_gap(comparison)
     click.echo(f"largest gap: {max_abs:.2e} absolute, {max_rel:.2e} relative")
-    equivalent = comparison.equivalent
-    _finish(runs, comparison, "equivalent" if equivalent else "diverges", render.verdict(comparison), json_path,
-            exit_code=0 if equivalent else 1)  # fmt: skip
+    for finding in findings:
+        click.echo(f"{finding.kind}: {finding.message}")
+    defects = [finding for finding in findings if finding.kind == "defect"]
+    equivalent = comparison.equivalent and not defects
+    message = render.verdict(comparison, defects, runs.written)
+    _finish(runs, comparison, "equivalent" if equivalent else "diverges", message, json_path,
+            0 if equivalent else 1, context, findings)  # fmt: skip
 
 
 def _convert_for_verify(script: Path, work: Path) -> Path:
@@ -296,8 +327,10 @@ def _convert_for_verify(script: Path, work: Path) -> Path:
     return converted
 
 
-def _finish(runs, comparison, status: str, message: str, json_path: Path | None, exit_code: int):  # type: ignore[no-untyped-def]
+def _finish(runs, comparison, status: str, message: str, json_path: Path | None, exit_code: int, context,  # type: ignore[no-untyped-def]
+            findings=()):
     if json_path is not None:
-        json_path.write_text(json.dumps(render.as_json(runs, comparison, status, message), indent=2) + "\n")
+        document = {**context, **render.as_json(runs, comparison, status, message, findings)}
+        json_path.write_text(json.dumps(document, indent=2) + "\n")
     click.echo(message if status != "error" else f"error: {message}", err=status == "error")
     sys.exit(exit_code)

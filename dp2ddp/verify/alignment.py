@@ -13,8 +13,7 @@ place a correct conversion agrees to about 1e-6, and real defects show up at
   ``set_epoch`` value, so ``range(1, ...)`` or a resumed ``start_epoch`` line up
   with pass 0; a missing ``set_epoch`` still repeats one order. Rank r's batch k
   is then rows r, r+W, ... of the reference's batch k.
-- **Dropout** draws one mask for the whole global batch from a per-call seed;
-  each rank keeps rows ``[rank::world]``. Or it is switched off in both runs.
+- **Dropout and noise** are drawn for the global batch (see ``noise``).
 - **BatchNorm** in the reference normalises each rank's rows ``x[r::W]`` on its
   own, as DDP's per-process BatchNorm does; rank 0's rows update the running
   statistics, as DDP broadcasts rank 0's buffers.
@@ -22,16 +21,14 @@ place a correct conversion agrees to about 1e-6, and real defects show up at
 
 from __future__ import annotations
 
-import os
 import random
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler, RandomSampler
-
-from dp2ddp.verify.config import RunConfig
 
 SAMPLER_SEED = 0  # DistributedSampler's default
 
@@ -44,6 +41,65 @@ def force_seeds(seed: int) -> None:
     except ImportError:
         return
     numpy.random.seed(seed)
+
+
+def _to_float64(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.double() if value.dtype == torch.float32 else value
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_to_float64(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _to_float64(item) for key, item in value.items()}
+    return value
+
+
+def float64() -> None:
+    """Both runs compute in float64, so float noise (about 1e-7 relative in float32, amplified past 1e-2 by deep
+    BatchNorm nets) falls to about 1e-16 and the tolerance measures only what the conversion changed.
+
+    New tensors and modules are float64 by default; float32 tensors are cast where they enter: batches a
+    DataLoader yields, inputs of every module, ``.float()``. Autocast is switched off: its bf16/fp16 rounding
+    differs between one process and several as float32's does, only 10 to 1000 times larger.
+    """
+    from torch.utils.data import dataloader
+
+    torch.set_default_dtype(torch.float64)
+    next_batch = dataloader._BaseDataLoaderIter.__next__
+
+    def batch_in_float64(self: Any) -> Any:
+        return _to_float64(next_batch(self))
+
+    dataloader._BaseDataLoaderIter.__next__ = batch_in_float64  # type: ignore[method-assign]
+    torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: _to_float64(args))
+    torch.Tensor.float = lambda self, *args, **kwargs: self.double(*args, **kwargs)  # type: ignore[method-assign]
+    torch.nn.Module.float = torch.nn.Module.double  # type: ignore[method-assign]
+    autocast_init = torch.autocast.__init__
+
+    def autocast_off(self: Any, *args: Any, **kwargs: Any) -> None:
+        autocast_init(self, *args, **{**kwargs, "enabled": False})
+
+    torch.autocast.__init__ = autocast_off  # type: ignore[method-assign]
+
+
+def vary_script_seeds(seed: int) -> None:
+    """Statistical mode: the script's own ``manual_seed``/``random.seed``/``numpy.random.seed`` calls mix in
+    verify's seed, so a script that seeds itself still draws differently in each reference run."""
+    torch_seed, random_seed = torch.manual_seed, random.seed
+
+    def mixed(value: Any) -> Any:
+        if value is None:
+            return None
+        number = value if isinstance(value, int) else zlib.crc32(repr(value).encode())  # str hashes vary per process
+        return (number * 1_000_003 + seed) % 2**31
+
+    torch.manual_seed = torch.random.manual_seed = lambda value: torch_seed(mixed(value))  # type: ignore[assignment]
+    random.seed = lambda value=None, *args: random_seed(mixed(value), *args)  # type: ignore[assignment]
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy_seed = numpy.random.seed
+    numpy.random.seed = lambda value=None: numpy_seed(mixed(value))
 
 
 def distributed_sampler_order() -> None:
@@ -64,14 +120,21 @@ def distributed_sampler_order() -> None:
     RandomSampler.__iter__ = aligned_iter  # type: ignore[method-assign]
 
 
-def epochs_from_first_set_epoch() -> None:
-    """Converted run only: shuffled DistributedSamplers count epochs from the first value they see."""
+def epochs_from_first_set_epoch(on_pass: Callable[[DistributedSampler, list[int]], None]) -> None:
+    """Converted run only: shuffled DistributedSamplers count epochs from the first value they see.
+
+    ``on_pass`` is given each pass's indices as the script configured them (its own
+    seed and epoch), before the seed is replaced, so a seed that differs per rank
+    is still seen.
+    """
     distributed_iter = DistributedSampler.__iter__
     first: list[int] = []
 
     def counted_iter(self: DistributedSampler) -> Iterator[int]:
+        own = list(distributed_iter(self))
+        on_pass(self, own)
         if not self.shuffle:
-            return distributed_iter(self)
+            return iter(own)
         if not first:
             first.append(self.epoch)
         seed, epoch = self.seed, self.epoch
@@ -82,45 +145,6 @@ def epochs_from_first_set_epoch() -> None:
             self.seed, self.epoch = seed, epoch
 
     DistributedSampler.__iter__ = counted_iter  # type: ignore[method-assign]
-
-
-def _shard(config: RunConfig) -> tuple[int, int]:
-    """(rank, world): which rows of a global batch this process holds, and how many processes share it."""
-    if config.role == "reference":
-        return 0, 1
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def global_dropout_masks(config: RunConfig) -> None:
-    rank, world = _shard(config)
-    calls = 0
-
-    def masked(channels_only: bool) -> Callable[..., torch.Tensor]:
-        def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
-            nonlocal calls
-            if not training or p == 0.0 or input.dim() == 0:
-                return input
-            calls += 1
-            generator = torch.Generator()
-            generator.manual_seed(config.seed * 1_000_003 + calls)
-            rows = input.shape[0] * world
-            shape = (rows, *input.shape[1:2], *[1] * (input.dim() - 2)) if channels_only else (rows, *input.shape[1:])
-            keep = torch.empty(shape).bernoulli_(1.0 - p, generator=generator)[rank::world]
-            mask = (keep / (1.0 - p) if p < 1.0 else keep).to(device=input.device, dtype=input.dtype)
-            return input.mul_(mask) if inplace else input * mask
-
-        return dropout
-
-    F.dropout = masked(channels_only=False)
-    F.dropout1d = F.dropout2d = F.dropout3d = masked(channels_only=True)
-
-
-def no_dropout() -> None:
-    def identity(input: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return input
-
-    F.dropout = F.dropout1d = F.dropout2d = F.dropout3d = identity
-    F.alpha_dropout = F.feature_alpha_dropout = identity
 
 
 def per_rank_batch_norm(world: int) -> None:

@@ -7,14 +7,19 @@ rank. Launched as a module rather than through ``sitecustomize``, which would
 replace a user's own. The script runs as ``__main__`` with its own argv and its
 directory first on ``sys.path``, as ``python SCRIPT`` would run it.
 
-Each process writes, under ``out_dir``, ``<role>-rank<r>.log`` (its stdout and
-stderr), ``.pid``, ``.jsonl`` (its losses, see ``capture``) and, when it ends,
-``.json`` (how it ended). A rank without a ``.json`` did not finish. SIGUSR1
-makes a process write its Python stack to its log: where a hung rank waits.
+Each process writes, under ``out_dir``, ``<role>-rank<r>.out`` (its stdout),
+``.log`` (its stderr), ``.pid``, ``.jsonl`` (its losses, see ``capture``), the
+records of ``observe`` and, when it ends, ``.json`` (how it ended and what it
+saw of the process group). A rank without a ``.json`` did not finish. SIGUSR1
+makes a process write its Python stack to its stderr log: where a hung rank waits.
+
+A converted copy of the script lives in a temporary folder, but runs with
+``__file__`` set to the original's path, so files next to the script are found.
 """
 
 from __future__ import annotations
 
+import builtins
 import faulthandler
 import json
 import os
@@ -23,18 +28,23 @@ import signal
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 from typing import Any
 
 from dp2ddp.verify import alignment, capture
 from dp2ddp.verify.config import RunConfig
+from dp2ddp.verify.noise import GlobalNoise
+from dp2ddp.verify.noise import install as install_noise
+from dp2ddp.verify.observe import Observer
 
 
-def _redirect_output(log: Path) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+def _redirect_output(name: Path) -> None:
+    # stdout apart from stderr: the logs comparison reads what the script prints, not warnings.
+    for suffix, target in ((".out", 1), (".log", 2)):
+        fd = os.open(name.with_suffix(suffix), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, target)
+        os.close(fd)
 
 
 def _script_traceback(error: BaseException, script: str) -> str:
@@ -45,19 +55,32 @@ def _script_traceback(error: BaseException, script: str) -> str:
     return "".join(lines + traceback.format_exception_only(type(error), error))
 
 
-def _force_backend(backend: str) -> None:
+def _watch_process_group(observer: Observer, backend: str | None) -> None:
+    """Record the process group and every DDP wrap; force ``backend`` on the group when given."""
     import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
 
     init_process_group = dist.init_process_group
 
-    def forced(*args: Any, **kwargs: Any) -> Any:
-        kwargs.pop("backend", None)
-        return init_process_group(backend, *args[1:], **kwargs)
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        if backend is not None:
+            kwargs.pop("backend", None)
+            args = (backend, *args[1:])
+        result = init_process_group(*args, **kwargs)
+        observer.process_group_created()
+        return result
 
-    dist.init_process_group = forced
+    dist.init_process_group = watched
+    ddp_init = DistributedDataParallel.__init__
+
+    def recorded(self: DistributedDataParallel, *args: Any, **kwargs: Any) -> None:
+        ddp_init(self, *args, **kwargs)
+        observer.wrapped(self.module)
+
+    DistributedDataParallel.__init__ = recorded  # type: ignore[method-assign]
 
 
-def _install(config: RunConfig, recorder: capture.LossRecorder) -> None:
+def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observer) -> GlobalNoise:
     if config.cpu:
         from dp2ddp.verify import cpu_device
 
@@ -66,50 +89,78 @@ def _install(config: RunConfig, recorder: capture.LossRecorder) -> None:
         from dp2ddp.verify import synthetic
 
         synthetic.install(config.synthetic_size)
+    if config.precision == "float64":
+        alignment.float64()
     alignment.force_seeds(config.seed)
+    if config.statistical:
+        alignment.vary_script_seeds(config.seed)
     if config.role == "reference":
         alignment.distributed_sampler_order()
         if config.world_size > 1:
             alignment.per_rank_batch_norm(config.world_size)
     else:
-        alignment.epochs_from_first_set_epoch()
-        if config.backend:
-            _force_backend(config.backend)
-    if config.dropout == "off":
-        alignment.no_dropout()
-    else:
-        alignment.global_dropout_masks(config)
+        alignment.epochs_from_first_set_epoch(lambda sampler, own: observer.sampler_pass(sampler, recorder.steps, own))
+        _watch_process_group(observer, config.backend)
+    rank, world = (config.rank(), config.world_size) if config.role == "converted" else (0, 1)
+    noise = GlobalNoise(config.seed, rank, world, dropout=config.dropout != "off")
+    install_noise(noise)
     capture.install(recorder)
+    return noise
 
 
 def main() -> None:
     config = RunConfig.from_environment()
     script, args = sys.argv[1], sys.argv[2:]
     name = Path(config.out_dir) / f"{config.role}-rank{config.rank()}"
-    _redirect_output(name.with_suffix(".log"))
+    _redirect_output(name)
     faulthandler.register(signal.SIGUSR1, all_threads=False)
     name.with_suffix(".pid").write_text(str(os.getpid()))
-    recorder = capture.LossRecorder(name.with_suffix(".jsonl"), config.max_steps)
-    _install(config, recorder)
+    observer = Observer(name, replicas=config.role == "converted")
+    recorder = capture.LossRecorder(name.with_suffix(".jsonl"), config.max_steps, observer.optimizer_stepped)
+    noise = _install(config, recorder, observer)
 
-    sys.argv = [script, *args]
+    sys.argv = [config.script_file or script, *args]
     sys.path[0] = config.import_dir or os.path.dirname(os.path.abspath(script))
     outcome: dict[str, Any] = {"outcome": "finished"}
     try:
-        runpy.run_path(script, run_name="__main__")
+        _run_as_main(script, config.script_file or script)
     except capture.StopRun:
         outcome = {"outcome": "stopped"}
     except SystemExit as exit:
+        outcome["exit_status"] = exit.code if isinstance(exit.code, int) or exit.code is None else 1
         if exit.code not in (None, 0):
-            outcome = {"outcome": "error", "error": f"the script exited with status {exit.code}"}
+            message = exit.code if isinstance(exit.code, str) else f"the script exited with status {exit.code}"
+            outcome.update(outcome="error", error=message)
         raise
     except BaseException as error:
         outcome = {"outcome": "error", "error": _script_traceback(error, script)}
         raise
     finally:
         recorder.close()
-        outcome.update(ended_at=time.time())
+        observer.close()
+        outcome.update(ended_at=time.time(), steps=recorder.steps, dropout_off=noise.switched_off, **observer.facts)
         name.with_suffix(".json").write_text(json.dumps(outcome))
+
+
+def _run_as_main(script: str, file: str) -> None:
+    """``runpy.run_path(script, run_name="__main__")``, but with ``__file__`` set to ``file``.
+
+    A converted copy runs from a temporary folder; its tracebacks name the copy,
+    but ``os.path.dirname(__file__)`` must find what lies next to the original.
+    """
+    if file == script:
+        runpy.run_path(script, run_name="__main__")
+        return
+    code = compile(Path(script).read_bytes(), script, "exec")
+    main = types.ModuleType("__main__")
+    main.__file__ = file
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = main  # pickling classes the script defines finds them here
+    try:
+        exec(code, main.__dict__)  # noqa: S102 - running the user's script is what verify does
+    finally:
+        sys.modules["__main__"] = saved
 
 
 if __name__ == "__main__":

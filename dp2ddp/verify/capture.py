@@ -1,13 +1,16 @@
 """Record every scalar loss a process back-propagates, grouped by optimizer step.
 
-``Tensor.backward`` is wrapped, so nothing in the script changes. A loss scaled by
-an AMP ``GradScaler`` is recorded unscaled. Several backward calls before one
-optimizer step (gradient accumulation, GANs) are recorded in order.
+``torch.autograd.backward`` (which ``Tensor.backward`` calls) and
+``torch.autograd.grad`` are wrapped, so nothing in the script changes and all
+three ways of training are seen. A loss scaled by an AMP ``GradScaler`` is
+recorded unscaled. Several backward calls before one optimizer step (gradient
+accumulation, GANs) are recorded in order.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,18 +22,24 @@ class StopRun(BaseException):
     """Raised after the last optimizer step asked for; a BaseException so ``except Exception`` lets it through."""
 
 
+StepListener = Callable[[int, torch.optim.Optimizer], None]
+
+
 class LossRecorder:
     """Appends one JSON line per loss, ``{"step": k, "loss": v}``, where k counts optimizer steps before it."""
 
-    def __init__(self, path: Path, max_steps: int | None) -> None:
+    def __init__(self, path: Path, max_steps: int | None, on_step: StepListener | None = None) -> None:
         self.steps = 0
         self.max_steps = max_steps
+        self.on_step = on_step
         self._file: IO[str] = path.open("w", buffering=1)  # line-buffered: progress is visible from outside
 
     def record(self, loss: float) -> None:
         self._file.write(json.dumps({"step": self.steps, "loss": loss}) + "\n")
 
-    def step_taken(self) -> None:
+    def step_taken(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.on_step is not None:
+            self.on_step(self.steps, optimizer)
         self.steps += 1
         if self.max_steps is not None and self.steps >= self.max_steps:
             raise StopRun
@@ -39,14 +48,30 @@ class LossRecorder:
         self._file.close()
 
 
+def _scalar_loss(outputs: Any) -> torch.Tensor | None:
+    if isinstance(outputs, (list, tuple)) and len(outputs) == 1:
+        outputs = outputs[0]
+    if isinstance(outputs, torch.Tensor) and outputs.numel() == 1 and outputs.requires_grad:
+        return outputs
+    return None
+
+
 def install(recorder: LossRecorder) -> None:
-    tensor_backward = torch.Tensor.backward
+    autograd_backward, autograd_grad = torch.autograd.backward, torch.autograd.grad
     scale = torch.amp.GradScaler.scale
 
-    def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if self.numel() == 1:
-            recorder.record(float(self.detach()) / getattr(self, "_dp2ddp_loss_scale", 1.0))
-        return tensor_backward(self, *args, **kwargs)
+    def remember(outputs: Any) -> None:
+        loss = _scalar_loss(outputs)
+        if loss is not None:
+            recorder.record(float(loss.detach()) / getattr(loss, "_dp2ddp_loss_scale", 1.0))
+
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        remember(tensors)
+        return autograd_backward(tensors, *args, **kwargs)
+
+    def grad(outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        remember(outputs)
+        return autograd_grad(outputs, *args, **kwargs)
 
     def remembering_scale(self: torch.amp.GradScaler, outputs: Any) -> Any:
         scaled = scale(self, outputs)
@@ -54,6 +79,7 @@ def install(recorder: LossRecorder) -> None:
             scaled._dp2ddp_loss_scale = float(self._scale)  # type: ignore[attr-defined]
         return scaled
 
-    torch.Tensor.backward = backward  # type: ignore[method-assign]
+    torch.autograd.backward = backward  # Tensor.backward looks it up here at every call
+    torch.autograd.grad = grad
     torch.amp.GradScaler.scale = remembering_scale  # type: ignore[method-assign]
-    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: recorder.step_taken())
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: recorder.step_taken(optimizer))

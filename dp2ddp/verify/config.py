@@ -23,8 +23,11 @@ class RunConfig:
     synthetic_data: bool = False
     synthetic_size: int = 256
     cpu: bool = False  # map CUDA onto the CPU
+    precision: str = "native"  # "float64": both runs compute in float64 (CPU only); "native": as written
     backend: str | None = None  # forced onto init_process_group in the converted run
     import_dir: str | None = None  # first on sys.path: the original's folder, also for a converted copy elsewhere
+    statistical: bool = False  # the script's own seeding is mixed with `seed`, so seeds really vary
+    script_file: str | None = None  # __file__ and argv[0] for a converted copy: the original's path
 
     def to_environment(self) -> dict[str, str]:
         return {ENVIRONMENT_VARIABLE: json.dumps(dataclasses.asdict(self))}

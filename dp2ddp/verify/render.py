@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from dp2ddp.verify.compare import Comparison, StepComparison
-from dp2ddp.verify.runner import SEMANTICS, RunOutcome, Runs
+from dp2ddp.verify.runner import SEMANTICS, RankOutcome, RunOutcome, Runs
+
+if TYPE_CHECKING:
+    from dp2ddp.verify.checks import Finding
 
 _HEAD, _AROUND, _TAIL = 8, 3, 3  # rows shown of a long table
 
@@ -69,17 +73,46 @@ def _why(step: StepComparison, comparison: Comparison) -> str:
     return f"reference {step.reference:.6g}, converted {step.converted:.6g}, gap {step.gap:+.2e} > {allowed:.2e}"
 
 
-def verdict(comparison: Comparison) -> str:
+def verdict(comparison: Comparison, defects: Sequence[Finding] = (), written: Sequence[str] = ()) -> str:
     first = comparison.first_divergence
     count = len({step.step for step in comparison.steps})
+    if defects:
+        losses = "the losses agree" if first is None else f"the losses diverge at step {first.label}"
+        return f"not equivalent ({losses}): {defects[0].message}"
     if first is None:
         kind = "within the seed-to-seed band" if comparison.statistical else "within tolerance"
         return f"equivalent: {count} steps, every loss {kind}"
-    hint = "" if comparison.statistical else (
-        "\n(random augmentation or noise drawn in the training loop differs per process by design: "
-        "if the script has any, compare with --statistical)"
-    )
+    hint = ""
+    if first.converted is None and first.reference is not None and written:
+        hint = "\n" + _resumed_hint(written)
+    elif not comparison.statistical:
+        hint = ("\n(randomness verify cannot line up, such as augmentation drawn in the dataset with numpy or "
+                "random, differs per process by design: if the script has any, compare with --statistical)")  # fmt: skip
     return f"diverges at step {first.label}: {_why(first, comparison)}{hint}"
+
+
+def _resumed_hint(written: Sequence[str]) -> str:
+    shown = ", ".join(written[:5]) + (f" and {len(written) - 5} more" if len(written) > 5 else "")
+    return (f"the converted run took fewer steps than the reference, which left these in the working directory: {shown}. "
+            "If the script resumes from a checkpoint it finds there, point its output somewhere fresh (an argument) "
+            "or move them away, and verify again")  # fmt: skip
+
+
+def no_losses(run: RunOutcome) -> str:
+    """The reference finished without a backward: --help, a dry-run flag, or a script that does not train."""
+    rank = run.ranks[0]
+    said = "\n".join(rank.stdout.rstrip().splitlines()[-12:]) or rank.log_tail
+    status = "" if rank.exit_status in (None, 0) or rank.exit_status == 0 else f" (sys.exit({rank.exit_status}))"
+    return (f"no loss was recorded: {run.name} ended{status} after {rank.steps or 0} optimizer steps without calling "
+            "backward() on a scalar loss (torch.autograd.backward and torch.autograd.grad count too)"
+            + (f"; its last output:\n{said}" if said else ""))  # fmt: skip
+
+
+def no_converted_losses(runs: Runs) -> str:
+    assert runs.converted is not None
+    steps = len({step for step, _ in runs.references[0].ranks[0].losses})
+    message = f"the converted run recorded no loss, where the reference recorded {steps} steps"
+    return message + ("\n" + _resumed_hint(runs.written) if runs.written else "")
 
 
 def largest_gap(comparison: Comparison) -> tuple[float, float]:
@@ -88,22 +121,91 @@ def largest_gap(comparison: Comparison) -> tuple[float, float]:
     return (max(g for g, _ in gaps), max(r for _, r in gaps)) if gaps else (0.0, 0.0)
 
 
-def failure(run: RunOutcome, timeout_s: float) -> str:
-    """Why a run did not give losses to compare: a hang (which ranks) or a crash (whose traceback)."""
+# DDP's own runtime errors, what in a script causes them, and the fix.
+_DDP_ERRORS = (
+    (
+        "Expected to have finished reduction in the prior iteration",
+        (
+            "DDP waited for gradients that never came: some parameters took no part in the loss (a branch of the "
+            "model not used every step, a frozen head still in the optimizer) or a forward had no backward. Fix: "
+            "find_unused_parameters=True in the DistributedDataParallel call, or make every forward reach every parameter"
+        ),
+    ),
+    (
+        "Expected to mark a variable ready only once",
+        (
+            "a parameter's gradient was produced twice in one backward: the model ran twice before one backward "
+            "(two forwards, reentrant activation checkpointing) or backward ran twice per forward. Fix: "
+            "static_graph=True in the DistributedDataParallel call, or run the extra passes under model.no_sync()"
+        ),
+    ),
+    (
+        "does not support create_graph",
+        (
+            "torch.autograd.grad(..., create_graph=True) through a DDP model: DDP cannot average higher-order "
+            "gradients. Compute the penalty through model.module, or use static_graph=True"
+        ),
+    ),
+    (
+        "find_unused_parameters",
+        (
+            "some parameters received no gradient. Fix: find_unused_parameters=True in the DistributedDataParallel call",
+        )
+        ),
+
+)
+
+
+def explain(error: str) -> str | None:
+    """The likely cause in the script of one of DDP's runtime errors, and the fix."""
+    return next((why for needle, why in _DDP_ERRORS if needle in error), None)
+
+
+def _rank_error(rank: RankOutcome) -> str:
+    text = (rank.error or rank.log_tail or "(no output)").rstrip()
+    if rank.error and rank.error.startswith("the script exited with status"):
+        # argparse and friends print their reason on stderr before sys.exit(2).
+        text += "\n" + (rank.log_tail or "(no output)")
+    why = explain(text)
+    return text + (f"\nlikely cause: {why}" if why else "")
+
+
+def _left(rank: RankOutcome) -> str:
+    at = f" at step {rank.steps}" if rank.steps is not None else ""
+    if rank.outcome == "left":
+        return f"rank {rank.rank} left{at}: its process ended without finishing the script (os._exit, a signal, out of memory)"
+    status = "" if rank.exit_status is None else f" with sys.exit({rank.exit_status})"
+    return f"rank {rank.rank} ended{status}{at} while the other ranks were still training"
+
+
+def failure(run: RunOutcome) -> str:
+    """Why a run did not give losses to compare: a hang (which ranks), a rank that left, or a crash."""
     lines = []
+    if run.left_early is not None:
+        lines.append(f"{run.name}: {run.left_early}; stopped at once")
+        lines += [_left(rank) for rank in run.ranks if rank.outcome in ("left", "finished")]
+        lines.append("ranks of a DDP run must take the same steps and reach the same collectives: "
+                     "exit, return or break on all ranks together")  # fmt: skip
+        for rank in run.ranks:
+            if rank.outcome == "unfinished":
+                lines.append(f"--- rank {rank.rank}, where it waits ---\n{rank.log_tail or '(no output)'}")
+        return "\n".join(lines)
     if run.timed_out:
         stuck = [rank for rank in run.ranks if rank.outcome == "unfinished"]
         who = ", ".join(str(rank.rank) for rank in stuck) or "none"
-        lines.append(f"{run.name} hung: stopped after {timeout_s:g} s; ranks that did not finish: {who}")
+        lines.append(f"{run.name} hung: stopped after {run.timeout_s:g} s; ranks that did not finish: {who}")
         for rank in stuck:
             lines.append(f"--- rank {rank.rank}, last output ---\n{rank.log_tail or '(no output)'}")
         return "\n".join(lines)
+    left = [rank for rank in run.ranks if rank.outcome == "left"]
     crashed = sorted((rank for rank in run.ranks if rank.outcome == "error"), key=lambda rank: rank.ended_at or 0.0)
     if crashed:
         first, *then = crashed
-        who = f"rank {first.rank} failed" + (" first" if then else "") if len(run.ranks) > 1 else "failed"
+        earlier = [rank for rank in left if (rank.ended_at or 0.0) <= (first.ended_at or 0.0)]
+        lines += [_left(rank) + "; the others then failed without it" for rank in earlier]
+        who = f"rank {first.rank} failed" + (" first" if then and not earlier else "") if len(run.ranks) > 1 else "failed"
         lines.append(f"{run.name}: {who}")
-        lines.append((first.error or first.log_tail).rstrip())
+        lines.append(_rank_error(first))
         for rank in then:
             last = (rank.error or rank.log_tail).rstrip().splitlines()[-1:]
             lines.append(f"then rank {rank.rank} failed: {last[0] if last else '(no output)'}")
@@ -112,6 +214,7 @@ def failure(run: RunOutcome, timeout_s: float) -> str:
             lines.append(f"(rank {', '.join(stopped)} stopped when the launcher shut the run down)")
         return "\n".join(lines)
     lines.append(f"{run.name} exited with status {run.exit_code}")
+    lines += [_left(rank) for rank in left]
     for rank in run.ranks:
         if not rank.ok:
             lines.append(f"--- rank {rank.rank}, last output ---\n{rank.log_tail or '(no output)'}")
@@ -120,17 +223,22 @@ def failure(run: RunOutcome, timeout_s: float) -> str:
     return "\n".join(lines)
 
 
-def as_json(runs: Runs, comparison: Comparison | None, status: str, message: str) -> dict[str, Any]:
+def as_json(
+    runs: Runs, comparison: Comparison | None, status: str, message: str, findings: Sequence[Finding] = ()
+) -> dict[str, Any]:
     def run(outcome: RunOutcome) -> dict[str, Any]:
         return {
             "name": outcome.name, "command": list(outcome.command), "exit_code": outcome.exit_code,
             "wall_s": round(outcome.wall_s, 3), "timed_out": outcome.timed_out,
-            "ranks": [{"rank": r.rank, "outcome": r.outcome, "steps": len({s for s, _ in r.losses})} for r in outcome.ranks],
+            "ranks": [{"rank": r.rank, "outcome": r.outcome, "steps": len({s for s, _ in r.losses}), **r.facts}
+                      for r in outcome.ranks],
+            "exit_note": outcome.exit_note,
         }  # fmt: skip
 
     document: dict[str, Any] = {
         "verdict": status, "message": message, "semantics": SEMANTICS, "backend": runs.backend,
         "device": runs.device, "runs": [run(outcome) for outcome in runs.all],
+        "checks": [finding.as_json() for finding in findings],
     }  # fmt: skip
     if comparison is not None:
         first = comparison.first_divergence

@@ -22,8 +22,9 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from dp2ddp.verify.config import RunConfig
 
@@ -34,6 +35,14 @@ SEMANTICS = (
 _MARKER = "DP2DDP_VERIFY_RUN"  # set in every launched process, so leftovers can be found and killed
 _GRACE_S = 5.0
 _TAIL_LINES = 25
+REFERENCE_TIMEOUT_S = 600.0
+# Without --timeout the converted run may take this many times the reference, plus a start-up allowance:
+# two processes share the machine, torchrun adds about 2 s and DDP a little per step.
+_TIMEOUT_FACTOR, _TIMEOUT_START_S = 4.0, 60.0
+# After one rank has ended, how long the others may go without a step before their stacks are read.
+_LEFT_QUIET_S = 3.0
+# Frames that mean a process waits for the others: a collective, DDP's reducer, or a backward it runs.
+_WAITING = ("torch/distributed/", "torch/nn/parallel/distributed.py", "torch/autograd/")
 
 Progress = Callable[[str, int], None]  # (run name, optimizer steps so far)
 
@@ -51,22 +60,27 @@ class Plan:
     backend: str = "auto"  # auto | nccl | gloo
     device: str = "auto"  # auto | cpu | cuda
     max_steps: int | None = None
-    timeout_s: float = 600.0
+    timeout_s: float | None = None  # None: 600 s for the reference, then derived from its time
     seed: int = 0
     dropout: str = "mask"
     synthetic_data: bool = False
     synthetic_size: int = 256
     statistical_seeds: int = 0  # 0: exact comparison; k >= 2: k reference seeds
+    precision: str = "auto"  # auto: float64 on the CPU, as written on GPUs | float64 | native
 
 
 @dataclass(frozen=True)
 class RankOutcome:
     rank: int
-    outcome: str  # finished | stopped | error | unfinished
+    outcome: str  # finished | stopped | error | unfinished | left (the process ended without a word)
     losses: tuple[tuple[int, float], ...]
     error: str | None
-    log_tail: str
+    log_tail: str  # the last lines of its stderr, then of its stdout
     ended_at: float | None = None  # wall clock; the first rank to fail is the likely cause
+    steps: int | None = None  # optimizer steps it took, when it ended through the bootstrap
+    facts: dict[str, Any] = field(default_factory=dict)  # process group, world size, DDP wraps (observe)
+    stdout: str = ""
+    exit_status: int | None = None  # the script's own sys.exit status, when it called sys.exit
 
     @property
     def ok(self) -> bool:
@@ -82,10 +96,22 @@ class RunOutcome:
     timed_out: bool
     ranks: tuple[RankOutcome, ...]
     launcher_tail: str
+    timeout_s: float = 0.0
+    left_early: str | None = None  # the run was stopped because a rank left while the others waited for it
+    out_dir: str = ""
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and self.exit_code == 0 and all(rank.ok for rank in self.ranks)
+        # Every rank ended its script: an abort at exit after that (gloo's "terminate called
+        # without an active exception") does not undo what they recorded.
+        return not self.timed_out and self.left_early is None and all(rank.ok for rank in self.ranks)
+
+    @property
+    def exit_note(self) -> str | None:
+        if self.ok and self.exit_code != 0:
+            return (f"{self.name}: every process finished and recorded its losses, then the launcher exited with "
+                    f"status {self.exit_code} (an abort at exit); the losses are kept")  # fmt: skip
+        return None
 
 
 def visible_gpus() -> int:
@@ -118,6 +144,14 @@ def resolve_device(plan: Plan, gpus: int) -> tuple[str, str]:
     if backend == "nccl" and device == "cpu":
         raise VerifyError("NCCL runs on GPUs only; use --backend gloo on the CPU")
     return backend, device
+
+
+def resolve_precision(plan: Plan, device: str) -> str:
+    if plan.precision == "auto":
+        return "float64" if device == "cpu" else "native"
+    if plan.precision == "float64" and device != "cpu":
+        raise VerifyError("--precision float64 runs on the CPU only (--device cpu): GPUs are slow at float64")
+    return plan.precision
 
 
 def _environment(config: RunConfig, token: str, visible: str | None) -> dict[str, str]:
@@ -153,10 +187,12 @@ def _read_losses(path: Path) -> list[tuple[int, float]]:
     return losses
 
 
-def _steps_so_far(out: Path, role: str) -> int:
-    """The furthest optimizer step any rank has recorded; reads only the end of each losses file."""
+def _steps_so_far(out: Path, role: str, rank: int | None = None) -> int:
+    """The furthest optimizer step any rank (or ``rank``) has recorded; reads only the end of each losses file."""
     steps = 0
-    for path in out.glob(f"{role}-rank*.jsonl"):
+    for path in out.glob(f"{role}-rank{'*' if rank is None else rank}.jsonl"):
+        if not path.stem.rsplit("rank", 1)[1].isdigit():
+            continue  # params.jsonl and samplers.jsonl
         try:
             with path.open("rb") as losses:
                 losses.seek(max(losses.seek(0, os.SEEK_END) - 256, 0))
@@ -178,19 +214,50 @@ def _kill_leftovers(token: str) -> None:
             continue
 
 
-def _dump_stacks(out: Path, role: str) -> None:
-    """Ask every rank still running to write its Python stack to its log (bootstrap registers SIGUSR1)."""
-    signalled = False
+def _dump_stacks(out: Path, role: str) -> dict[int, str]:
+    """Ask every rank still running to write its Python stack to its stderr log; {rank: the stack}."""
+    sizes: dict[int, tuple[Path, int]] = {}
     for pid_file in out.glob(f"{role}-rank*.pid"):
         if pid_file.with_suffix(".json").exists():
             continue
+        rank = int(pid_file.stem.rsplit("rank", 1)[1])
+        log = pid_file.with_suffix(".log")
         try:
+            size = log.stat().st_size if log.exists() else 0
             os.kill(int(pid_file.read_text()), signal.SIGUSR1)
-            signalled = True
+            sizes[rank] = (log, size)
         except (OSError, ValueError):
             continue
-    if signalled:
+    if sizes:
         time.sleep(0.5)
+    stacks = {}
+    for rank, (log, size) in sizes.items():
+        try:
+            with log.open("rb") as text:
+                text.seek(size)
+                stacks[rank] = text.read().decode(errors="replace")
+        except OSError:
+            continue
+    return stacks
+
+
+def _alive(pid_file: Path) -> bool:
+    try:
+        return Path(f"/proc/{int(pid_file.read_text())}").exists()
+    except (OSError, ValueError):
+        return True  # not started yet, as far as we can tell
+
+
+def _ended_ranks(out: Path, role: str) -> dict[int, str]:
+    """{rank: how it ended} for ranks that ended: through the bootstrap (its .json), or not (the process is gone)."""
+    ended = {}
+    for pid_file in out.glob(f"{role}-rank*.pid"):
+        rank = int(pid_file.stem.rsplit("rank", 1)[1])
+        if pid_file.with_suffix(".json").exists():
+            ended[rank] = "ended"
+        elif not _alive(pid_file):
+            ended[rank] = "left"
+    return ended
 
 
 def _stop(process: subprocess.Popen[bytes], token: str) -> None:
@@ -208,11 +275,52 @@ def _stop(process: subprocess.Popen[bytes], token: str) -> None:
     _kill_leftovers(token)
 
 
+class _LeftEarly:
+    """Notices a rank that ended while the others wait for it in a collective, long before any timeout.
+
+    Ranks of a correct DDP run end together. When one has ended and the rest take no
+    step for a while, their stacks are read: if every one waits in torch.distributed,
+    DDP or a backward, they will wait forever, and the run is stopped at once.
+    """
+
+    def __init__(self, out: Path, role: str, processes: int) -> None:
+        self.out, self.role, self.processes = out, role, processes
+        self.quiet_since: float | None = None
+        self.steps = -1
+        self.vanished: dict[int, tuple[float, int]] = {}  # rank: (wall clock, steps) when its process was gone
+
+    def check(self) -> str | None:
+        if self.processes < 2:
+            return None
+        ended = _ended_ranks(self.out, self.role)
+        for rank, how in ended.items():
+            if how == "left" and rank not in self.vanished:
+                self.vanished[rank] = (time.time(), _steps_so_far(self.out, self.role, rank))
+        if not ended or len(ended) == self.processes:
+            self.quiet_since = None
+            return None
+        steps = _steps_so_far(self.out, self.role)
+        now = time.monotonic()
+        if steps != self.steps or self.quiet_since is None:
+            self.steps, self.quiet_since = steps, now
+            return None
+        if now - self.quiet_since < _LEFT_QUIET_S:
+            return None
+        self.quiet_since = now  # look again later if they are busy with something else
+        stacks = _dump_stacks(self.out, self.role)
+        if not stacks or not all(any(frame in stack for frame in _WAITING) for stack in stacks.values()):
+            return None
+        gone = ", ".join(f"rank {rank}" + (" (its process ended without finishing the script)" if how == "left" else "")
+                         for rank, how in sorted(ended.items()))  # fmt: skip
+        waiting = ", ".join(str(rank) for rank in sorted(stacks))
+        return f"{gone} left the run at step {steps} while rank {waiting} waited for it in a collective"
+
+
 def launch(
     name: str,
     config: RunConfig,
     command: Sequence[str],
-    plan: Plan,
+    timeout_s: float,
     visible: str | None,
     progress: Progress,
     abort: Callable[[], bool] = lambda: False,
@@ -220,8 +328,10 @@ def launch(
     out = Path(config.out_dir)
     token = uuid.uuid4().hex
     launcher_log = out / f"{config.role}-launcher.log"
+    processes = config.world_size if config.role == "converted" else 1
+    watch = _LeftEarly(out, config.role, processes)
     started = time.monotonic()
-    timed_out = False
+    timed_out, left_early = False, None
     with launcher_log.open("wb") as log:
         process = subprocess.Popen(
             command, env=_environment(config, token, visible), stdout=log, stderr=subprocess.STDOUT,
@@ -232,9 +342,13 @@ def launch(
                 if abort():
                     _stop(process, token)
                     break
-                if time.monotonic() - started > plan.timeout_s:
+                if time.monotonic() - started > timeout_s:
                     timed_out = True
                     _dump_stacks(out, config.role)
+                    _stop(process, token)
+                    break
+                left_early = watch.check()
+                if left_early is not None:
                     _stop(process, token)
                     break
                 progress(name, _steps_so_far(out, config.role))
@@ -244,19 +358,40 @@ def launch(
             raise
     wall = time.monotonic() - started
     _kill_leftovers(token)
-    processes = config.world_size if config.role == "converted" else 1
-    ranks = tuple(_rank_outcome(out / f"{config.role}-rank{rank}", rank) for rank in range(processes))
-    return RunOutcome(name, tuple(command), process.returncode, wall, timed_out, ranks, _tail(launcher_log))
+    watch.check()  # a rank gone between the last poll and the end
+    ranks = tuple(
+        _rank_outcome(out / f"{config.role}-rank{rank}", rank, watch.vanished.get(rank)) for rank in range(processes)
+    )
+    return RunOutcome(
+        name, tuple(command), process.returncode, wall, timed_out, ranks, _tail(launcher_log), timeout_s, left_early,
+        str(out),
+    )  # fmt: skip
 
 
-def _rank_outcome(name: Path, rank: int) -> RankOutcome:
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _rank_outcome(name: Path, rank: int, vanished: tuple[float, int] | None) -> RankOutcome:
     losses = tuple(_read_losses(name.with_suffix(".jsonl")))
+    stdout = _read(name.with_suffix(".out"))
+    tails = [_tail(name.with_suffix(".log")), "\n".join(stdout.rstrip().splitlines()[-10:])]
+    log = "\n".join(tail for tail in tails if tail)
     try:
         ended = json.loads(name.with_suffix(".json").read_text())
     except (OSError, json.JSONDecodeError):
-        return RankOutcome(rank, "unfinished", losses, None, _tail(name.with_suffix(".log")))
-    log = _tail(name.with_suffix(".log"))
-    return RankOutcome(rank, ended["outcome"], losses, ended.get("error"), log, ended["ended_at"])
+        if vanished is not None:  # its process ended while the run went on: os._exit, a signal, the OOM killer
+            when, steps = vanished
+            return RankOutcome(rank, "left", losses, None, log, when, steps, stdout=stdout)
+        return RankOutcome(rank, "unfinished", losses, None, log, stdout=stdout)
+    facts = {key: ended[key] for key in ("process_group", "world_size", "ddp_modules", "backend") if key in ended}
+    return RankOutcome(
+        rank, ended["outcome"], losses, ended.get("error"), log, ended["ended_at"], ended.get("steps"), facts, stdout,
+        ended.get("exit_status"),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -265,10 +400,31 @@ class Runs:
     device: str
     converted: RunOutcome | None  # None when a reference run failed first
     references: tuple[RunOutcome, ...]  # one, or one per seed in statistical mode
+    written: tuple[str, ...] = ()  # files the reference runs created or changed in the working directory
 
     @property
     def all(self) -> tuple[RunOutcome, ...]:
         return (*self.references, *([self.converted] if self.converted else []))
+
+
+def _snapshot(folder: Path) -> dict[str, float]:
+    """Modification times of the files in ``folder`` and one level down: what a script's run leaves there."""
+    seen = {}
+    for depth in ("*", "*/*"):
+        for path in folder.glob(depth):
+            try:
+                if path.is_file():
+                    seen[str(path.relative_to(folder))] = path.stat().st_mtime
+            except OSError:
+                continue
+    return seen
+
+
+def converted_timeout(plan: Plan, references: Sequence[RunOutcome]) -> float:
+    """--timeout when given; else a multiple of the slowest reference run, so a hang is named in minutes, not 10."""
+    if plan.timeout_s is not None:
+        return plan.timeout_s
+    return min(REFERENCE_TIMEOUT_S, _TIMEOUT_START_S + _TIMEOUT_FACTOR * max(run.wall_s for run in references))
 
 
 def run_all(plan: Plan, work: Path, progress: Progress, convert: Callable[[], Path] | None = None) -> Runs:
@@ -280,11 +436,14 @@ def run_all(plan: Plan, work: Path, progress: Progress, convert: Callable[[], Pa
     """
     backend, device = resolve_device(plan, visible_gpus())
     cpu = device == "cpu"
+    original = plan.original.resolve()
     base = RunConfig(
         role="reference", out_dir="", seed=plan.seed, world_size=plan.nproc, max_steps=plan.max_steps,
         dropout=plan.dropout, synthetic_data=plan.synthetic_data, synthetic_size=plan.synthetic_size, cpu=cpu,
-        import_dir=str(plan.original.resolve().parent),
+        import_dir=str(original.parent), statistical=plan.statistical_seeds > 0,
+        precision=resolve_precision(plan, device),
     )  # fmt: skip
+    before = _snapshot(Path.cwd())
     with ThreadPoolExecutor(max_workers=1) as pool:
         converting = pool.submit(convert) if convert is not None else None
 
@@ -292,7 +451,7 @@ def run_all(plan: Plan, work: Path, progress: Progress, convert: Callable[[], Pa
             return converting is not None and converting.done() and converting.exception() is not None
 
         references: list[RunOutcome] = []
-        for seed in range(plan.seed, plan.seed + max(plan.statistical_seeds, 1)):
+        for seed in reference_seeds(plan):
             out = work / f"reference-seed{seed}"
             out.mkdir()
             command = [sys.executable, "-m", "dp2ddp.verify.bootstrap", str(plan.original), *plan.args]
@@ -300,22 +459,39 @@ def run_all(plan: Plan, work: Path, progress: Progress, convert: Callable[[], Pa
             # One device: DataParallel on several GPUs would split batches into chunks.
             visible = "" if cpu else _first_gpu()
             config = replace(base, out_dir=str(out), seed=seed)
-            references.append(launch(label, config, command, plan, visible, progress, conversion_failed))
+            timeout = plan.timeout_s if plan.timeout_s is not None else REFERENCE_TIMEOUT_S
+            references.append(launch(label, config, command, timeout, visible, progress, conversion_failed))
             if not references[-1].ok:
                 break
         script = converting.result() if converting is not None else plan.converted
+    after = _snapshot(Path.cwd())
+    written = tuple(sorted(name for name, stamp in after.items() if before.get(name) != stamp))
     if not references[-1].ok:
-        return Runs(backend, device, None, tuple(references))
+        return Runs(backend, device, None, tuple(references), written)
     out = work / "converted"
     out.mkdir()
     torchrun = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={plan.nproc}",
         "-m", "--", "dp2ddp.verify.bootstrap", str(script), *plan.args,
     ]  # fmt: skip
-    config = replace(base, role="converted", out_dir=str(out), backend=backend)
+    assert script is not None
+    config = replace(
+        base, role="converted", out_dir=str(out), backend=backend, seed=converted_seed(plan),
+        script_file=str(original) if convert is not None else None,  # our copy lives in a temporary folder
+    )  # fmt: skip
     name = f"converted ({plan.nproc} processes, {backend}, {device})"
-    converted = launch(name, config, torchrun, plan, "" if cpu else None, progress)
-    return Runs(backend, device, converted, tuple(references))
+    converted = launch(name, config, torchrun, converted_timeout(plan, references), "" if cpu else None, progress)
+    return Runs(backend, device, converted, tuple(references), written)
+
+
+def reference_seeds(plan: Plan) -> range:
+    return range(plan.seed, plan.seed + max(plan.statistical_seeds, 1))
+
+
+def converted_seed(plan: Plan) -> int:
+    """Exact mode: the reference's seed. Statistical mode: a seed none of the references used, so the
+    converted run is one more independent draw, not a copy of the first reference."""
+    return plan.seed + plan.statistical_seeds if plan.statistical_seeds else plan.seed
 
 
 def _first_gpu() -> str:

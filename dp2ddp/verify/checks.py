@@ -1,0 +1,170 @@
+"""Checks of the converted run that equal losses cannot make: replicas, process group, data split.
+
+Each reads what ``observe`` recorded in the converted run's folder and returns
+findings. A finding of kind "defect" fails verify (exit 1) whatever the losses
+say; a "warning" is printed beside the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dp2ddp.verify.runner import RunOutcome
+
+_NAMES_SHOWN = 4
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str  # replicas | distributed | data | epochs
+    kind: str  # defect | warning
+    message: str
+    step: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"check": self.check, "kind": self.kind, "message": self.message, "step": self.step}
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # the half-written last line of a stopped process
+    return records
+
+
+def replicas(run: RunOutcome) -> list[Finding]:
+    """The first optimizer step after which some rank's parameters differ from rank 0's."""
+    out = Path(run.out_dir)
+    per_rank = [_records(out / f"converted-rank{rank.rank}.params.jsonl") for rank in run.ranks]
+    if len(per_rank) < 2 or not per_rank[0]:
+        return []
+    names: dict[int, list[str]] = {}
+    for record in per_rank[0]:
+        if "names" in record:
+            names[record["optimizer"]] = record["names"]
+    for position, first in enumerate(per_rank[0]):
+        for rank, records in enumerate(per_rank[1:], start=1):
+            if position >= len(records):
+                continue  # a rank that stopped early is reported by the run's outcome
+            other = records[position]
+            if (other["step"], other["optimizer"]) != (first["step"], first["optimizer"]):
+                return [Finding("replicas", "defect", (
+                    f"rank {rank} took optimizer steps in another order than rank 0 (step {first['step']}: "
+                    f"optimizer {other['optimizer']} against {first['optimizer']})"), first["step"])]  # fmt: skip
+            differ = [i for i, (a, b) in enumerate(zip(first["sums"], other["sums"])) if a != b]
+            if differ:
+                return [_replica_finding(first["step"], rank, differ, names.get(first["optimizer"], []), len(first["sums"]))]
+    return []
+
+
+def _replica_finding(step: int, rank: int, differ: list[int], names: list[str], count: int) -> Finding:
+    named = [names[i] if i < len(names) else f"parameter {i}" for i in differ]
+    shown = ", ".join(named[:_NAMES_SHOWN]) + (f" and {len(named) - _NAMES_SHOWN} more" if len(named) > _NAMES_SHOWN else "")
+    unwrapped = [name for name in named if "not in a DDP module" in name]
+    if unwrapped:
+        why = ("a module is trained without DDP, so its gradients are never averaged: wrap it "
+               "(or every model the optimizer trains) in DistributedDataParallel")  # fmt: skip
+    else:
+        why = ("DDP averages gradients and broadcasts weights only at the wrap, so parameters were changed outside it: "
+               "re-initialised, loaded or cast (.half(), .to(dtype)) after the wrap, edited on some ranks only, "
+               "or gradients changed per rank after backward")  # fmt: skip
+    return Finding("replicas", "defect", (
+        f"replicas differ after optimizer step {step}: {len(differ)} of {count} parameters on rank {rank} are not "
+        f"rank 0's ({shown}); {why}"), step)  # fmt: skip
+
+
+def distributed(run: RunOutcome, nproc: int) -> list[Finding]:
+    """The converted run must have trained as ``nproc`` DDP processes on different data."""
+    findings = []
+    facts = [rank.facts for rank in run.ranks if rank.facts]
+    if facts and not any(fact.get("process_group") for fact in facts):
+        findings.append(Finding("distributed", "defect", (
+            "the converted script never called init_process_group: it trained as independent processes, "
+            "not as one DDP run (is it still the DataParallel original?)")))  # fmt: skip
+    else:
+        sizes = {fact.get("world_size") for fact in facts if fact.get("process_group")}
+        if sizes and sizes != {nproc}:
+            findings.append(Finding("distributed", "defect", (
+                f"the converted script's process group has {', '.join(map(str, sorted(sizes)))} processes; "
+                f"verify launched {nproc}")))  # fmt: skip
+    if facts and not any(fact.get("ddp_modules") for fact in facts):
+        findings.append(Finding("distributed", "defect",
+                                "the converted script wrapped no module in DistributedDataParallel"))  # fmt: skip
+    losses = [dict(_by_step(rank.losses)) for rank in run.ranks]
+    if len(losses) > 1 and len(losses[0]) >= 2 and all(other == losses[0] for other in losses[1:]):
+        findings.append(Finding("data", "defect", (
+            f"every rank recorded exactly the same loss at all {len(losses[0])} steps: the ranks trained on the same "
+            "samples, so the data is not split between them (no DistributedSampler on the training loader?)")))  # fmt: skip
+    return findings
+
+
+def _by_step(losses: Sequence[tuple[int, float]]) -> list[tuple[tuple[int, int], float]]:
+    keyed, previous, index = [], None, 0
+    for step, loss in losses:
+        index = index + 1 if step == previous else 0
+        keyed.append(((step, index), loss))
+        previous = step
+    return keyed
+
+
+def samplers(run: RunOutcome, max_steps: int | None) -> list[Finding]:
+    """Each pass of each DistributedSampler: ranks draw disjoint samples that cover the dataset."""
+    out = Path(run.out_dir)
+    passes: dict[tuple[int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for rank in run.ranks:
+        for record in _records(out / f"converted-rank{rank.rank}.samplers.jsonl"):
+            passes[(record["sampler"], record["pass"])][rank.rank] = record
+    findings: list[Finding] = []
+    for (sampler, number), ranks in sorted(passes.items()):
+        if len(ranks) < 2:
+            continue
+        seeds = {rank: record["seed"] for rank, record in ranks.items()}
+        step = min(record["step"] for record in ranks.values())
+        if len(set(seeds.values())) > 1:
+            listed = ", ".join(f"{seed} on rank {rank}" for rank, seed in sorted(seeds.items()))
+            findings.append(Finding("data", "defect", (
+                f"DistributedSampler #{sampler + 1} has a different seed on each rank ({listed}): each rank shuffles "
+                "its own permutation, so some samples are drawn twice per epoch and others never; give every rank "
+                "the same seed"), step))  # fmt: skip
+            break
+        overlap = _overlap(ranks)
+        if overlap is not None:
+            findings.append(Finding("data", "defect", (
+                f"DistributedSampler #{sampler + 1}, pass {number + 1}: the ranks drew {overlap} samples in common "
+                "(more than padding explains), so they do not split the data; check num_replicas and rank"), step))  # fmt: skip
+            break
+    shuffled = {key[0] for key, ranks in passes.items() if any(r["shuffle"] for r in ranks.values())}
+    second = {key[0] for key in passes if key[1] >= 1}
+    if shuffled and not shuffled & second and run.ranks and run.ranks[0].losses:
+        hint = f" (--max-steps {max_steps} ended the run first)" if max_steps is not None else ""
+        findings.append(Finding("epochs", "warning", (
+            f"no epoch boundary was reached{hint}: the converted run never began a second pass over its shuffled "
+            "DistributedSampler, so whether set_epoch reshuffles each epoch was not checked")))  # fmt: skip
+    return findings
+
+
+def _overlap(ranks: dict[int, dict[str, Any]]) -> int | None:
+    """Samples drawn by more than one rank beyond DistributedSampler's padding; None when within it."""
+    records = list(ranks.values())
+    if any("indices" not in record for record in records):
+        return None
+    drawn = [index for record in records for index in record["indices"]]
+    size = records[0]["dataset_size"]
+    if records[0]["drop_last"] or len(drawn) < size:
+        padding = 0
+    else:
+        padding = len(drawn) - size
+    repeated = len(drawn) - len(set(drawn))
+    return repeated if repeated > padding else None

@@ -1,0 +1,124 @@
+"""What each process records about how it trained, for the checks that losses cannot make.
+
+Losses agree when the converted run is right, but they can also agree when it is
+not: a re-initialised layer, an unwrapped second model or a per-rank sampler seed
+leave rank 0's loss close to the reference's for many steps. DDP promises more
+than equal losses, and these records check the promise directly:
+
+- **Replicas.** After every optimizer step each process writes one float64 sum
+  per parameter of that optimizer (``<name>.params.jsonl``). DDP keeps every
+  rank's parameters bitwise identical, so any difference between ranks is a
+  defect, whatever the losses say. Names come from the DDP-wrapped modules
+  first, then from any other module that holds the parameter.
+- **Process group and wraps.** Whether ``init_process_group`` ran, with which
+  world size, and how many modules were wrapped in DDP, kept in the process's
+  outcome file.
+- **Samplers.** Every pass of a ``DistributedSampler`` records the indices it
+  would yield under the script's own configuration (its ``seed``, ``epoch``,
+  ``num_replicas`` and ``rank``), before verify's alignment replaces the seed,
+  and the optimizer step at which the pass began (``<name>.samplers.jsonl``).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import weakref
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+# Passes recorded per sampler, and indices per pass: enough to see overlap and
+# epoch boundaries without writing an ImageNet permutation every epoch.
+MAX_PASSES = 3
+MAX_INDICES = 200_000
+
+
+class Observer:
+    def __init__(self, name: Path, replicas: bool) -> None:
+        self.replicas = replicas
+        self._params: IO[str] | None = name.with_suffix(".params.jsonl").open("w", buffering=1) if replicas else None
+        self._samplers: IO[str] = name.with_suffix(".samplers.jsonl").open("w", buffering=1)
+        self._optimizers: dict[int, int] = {}
+        self._keep: list[Any] = []  # optimizers seen, so their ids are not reused
+        self._ddp: list[weakref.ref[torch.nn.Module]] = []
+        self._sampler_ids: dict[int, int] = {}
+        self._sampler_passes: dict[int, int] = {}
+        self.facts: dict[str, Any] = {"process_group": False, "world_size": None, "ddp_modules": 0}
+
+    # --- process group and wraps ---------------------------------------------------------------
+
+    def process_group_created(self) -> None:
+        import torch.distributed as dist
+
+        self.facts["process_group"] = True
+        self.facts["world_size"] = dist.get_world_size()
+        self.facts["backend"] = str(dist.get_backend())
+
+    def wrapped(self, module: torch.nn.Module) -> None:
+        self.facts["ddp_modules"] += 1
+        self._ddp.append(weakref.ref(module))
+
+    # --- replicas ------------------------------------------------------------------------------
+
+    def optimizer_stepped(self, step: int, optimizer: torch.optim.Optimizer) -> None:
+        if self._params is None:
+            return
+        key = id(optimizer)
+        first = key not in self._optimizers
+        if first:
+            self._optimizers[key] = len(self._optimizers)
+            self._keep.append(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        record: dict[str, Any] = {"step": step, "optimizer": self._optimizers[key]}
+        if first:
+            record["names"] = self._names(params)
+        with torch.no_grad():
+            # One float64 sum per tensor: equal tensors give equal sums bit for bit; a stack and
+            # one tolist() keep it to a single device-to-host copy.
+            sums = torch.stack([p.detach().sum(dtype=torch.float64) for p in params]) if params else None
+        record["sums"] = [] if sums is None else sums.cpu().tolist()
+        self._params.write(json.dumps(record) + "\n")
+
+    def _names(self, params: list[torch.Tensor]) -> list[str]:
+        """A readable name per parameter: its path in a DDP-wrapped module, else in the largest module holding it."""
+        names: dict[int, str] = {}
+        for reference in self._ddp:
+            wrapper = reference()
+            if wrapper is not None:
+                for name, parameter in wrapper.named_parameters():
+                    names.setdefault(id(parameter), name)
+        missing = {id(p) for p in params} - names.keys()
+        if missing:
+            modules = [o for o in gc.get_objects() if isinstance(o, torch.nn.Module)]
+            modules.sort(key=lambda m: -sum(1 for _ in m.parameters()))
+            for module in modules:
+                for name, parameter in module.named_parameters():
+                    if id(parameter) in missing and id(parameter) not in names:
+                        names[id(parameter)] = f"{type(module).__name__}.{name} (not in a DDP module)"
+        return [names.get(id(p), f"parameter {i} (not in a module)") for i, p in enumerate(params)]
+
+    # --- samplers ------------------------------------------------------------------------------
+
+    def sampler_pass(self, sampler: Any, step: int, indices: list[int]) -> None:
+        """A DistributedSampler starts a pass; ``indices`` is what its own configuration yields."""
+        key = id(sampler)
+        if key not in self._sampler_ids:
+            self._sampler_ids[key] = len(self._sampler_ids)
+            self._keep.append(sampler)
+        number = self._sampler_passes.get(key, 0)
+        self._sampler_passes[key] = number + 1
+        record = {
+            "sampler": self._sampler_ids[key], "pass": number, "step": step, "seed": sampler.seed,
+            "epoch": sampler.epoch, "shuffle": sampler.shuffle, "rank": sampler.rank,
+            "num_replicas": sampler.num_replicas, "drop_last": sampler.drop_last, "dataset_size": len(sampler.dataset),
+        }  # fmt: skip
+        if number < MAX_PASSES:
+            record["indices"] = indices[:MAX_INDICES]
+        self._samplers.write(json.dumps(record) + "\n")
+
+    def close(self) -> None:
+        if self._params is not None:
+            self._params.close()
+        self._samplers.close()

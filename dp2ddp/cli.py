@@ -21,6 +21,7 @@ from dp2ddp.files import SourceError, discover, read_source, write_atomic
 from dp2ddp.report import EXIT_INTERRUPTED, Report
 from dp2ddp.verify import checks, render
 from dp2ddp.verify.compare import Tolerance, compare, compare_band
+from dp2ddp.verify.logs import compare_logs
 from dp2ddp.verify.runner import (
     Plan,
     VerifyError,
@@ -209,6 +210,9 @@ Exit status: 0 equivalent, 1 diverges, 2 error (a crash, a hang, bad arguments).
 @click.option("--precision", type=click.Choice(["auto", "float64", "native"]), default="auto", show_default=True,
               help="auto: both runs compute in float64 on the CPU (float noise ~1e-16, autocast off) and as "
                    "written on GPUs; native: as written.")  # fmt: skip
+@click.option("--logs", type=click.Choice(["warn", "fail"]), default="warn", show_default=True,
+              help="What a difference between the reference's printed report lines and rank 0's does: warn "
+                   "beside the verdict, or fail verify.")  # fmt: skip
 @click.option("--atol", default=1e-5, show_default=True, help="Absolute tolerance per step.")
 @click.option("--rtol", default=1e-4, show_default=True, help="Tolerance relative to the reference loss.")
 @click.option("--statistical", is_flag=True,
@@ -234,6 +238,7 @@ def verify(
     seed: int,
     dropout: str,
     precision: str,
+    logs: str,
     atol: float,
     rtol: float,
     statistical: bool,
@@ -284,14 +289,14 @@ def verify(
     failed = next((run for run in runs.all if not run.ok), None)
     if failed is not None:
         _finish(runs, None, "error", render.failure(failed), json_path, 2, context)
-    assert runs.converted is not None
     for run in runs.all:
         if run.exit_note is not None:
             click.echo(f"note: {run.exit_note}", err=True)
     references = [tuple(run.ranks[0].losses) for run in runs.references]
-    ranks = [rank.losses for rank in runs.converted.ranks]
     if not any(references):
         _finish(runs, None, "error", render.no_losses(runs.references[0]), json_path, 2, context)
+    assert runs.converted is not None
+    ranks = [rank.losses for rank in runs.converted.ranks]
     if not any(ranks):
         _finish(runs, None, "error", render.no_converted_losses(runs), json_path, 2, context)
     tolerance = Tolerance(absolute=atol, relative=rtol)
@@ -303,8 +308,12 @@ def verify(
         click.echo(f"wrote {plot_path}", err=True)
     max_abs, max_rel = render.largest_gap(comparison)
     click.echo(f"largest gap: {max_abs:.2e} absolute, {max_rel:.2e} relative")
+    if not statistical:  # other seeds print other numbers by design
+        compared = compare_logs(runs.references[0].ranks[0].stdout, [rank.stdout for rank in runs.converted.ranks],
+                                tolerance)  # fmt: skip
+        findings.append(checks.logs(compared, fail=logs == "fail"))
     for finding in findings:
-        click.echo(f"{finding.kind}: {finding.message}")
+        click.echo(f"{finding.kind}: {finding.message}" if finding.kind != "note" else finding.message)
     defects = [finding for finding in findings if finding.kind == "defect"]
     equivalent = comparison.equivalent and not defects
     message = render.verdict(comparison, defects, runs.written)

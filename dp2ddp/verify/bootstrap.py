@@ -101,6 +101,7 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
     else:
         alignment.epochs_from_first_set_epoch(lambda sampler, own: observer.sampler_pass(sampler, recorder.steps, own))
         _watch_process_group(observer, config.backend)
+        observer.redraw_inits_after_wrap(config.rank())
     rank, world = (config.rank(), config.world_size) if config.role == "converted" else (0, 1)
     noise = GlobalNoise(config.seed, rank, world, dropout=config.dropout != "off")
     install_noise(noise)
@@ -138,7 +139,8 @@ def main() -> None:
     finally:
         recorder.close()
         observer.close()
-        outcome.update(ended_at=time.time(), steps=recorder.steps, dropout_off=noise.switched_off, **observer.facts)
+        outcome.update(ended_at=time.time(), steps=recorder.steps, dropout_off=noise.switched_off,
+                       autograd_grad=recorder.grad_calls, **observer.facts)
         name.with_suffix(".json").write_text(json.dumps(outcome))
 
 

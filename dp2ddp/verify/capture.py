@@ -30,6 +30,7 @@ class LossRecorder:
 
     def __init__(self, path: Path, max_steps: int | None, on_step: StepListener | None = None) -> None:
         self.steps = 0
+        self.grad_calls = 0  # torch.autograd.grad: gradients DDP does not average
         self.max_steps = max_steps
         self.on_step = on_step
         self._file: IO[str] = path.open("w", buffering=1)  # line-buffered: progress is visible from outside
@@ -70,6 +71,7 @@ def install(recorder: LossRecorder) -> None:
         return autograd_backward(tensors, *args, **kwargs)
 
     def grad(outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder.grad_calls += 1
         remember(outputs)
         return autograd_grad(outputs, *args, **kwargs)
 

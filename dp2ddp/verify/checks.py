@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dp2ddp.verify.logs import LogComparison
 from dp2ddp.verify.runner import RunOutcome
 
 _NAMES_SHOWN = 4
@@ -21,8 +22,8 @@ _NAMES_SHOWN = 4
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # replicas | distributed | data | epochs
-    kind: str  # defect | warning
+    check: str  # replicas | distributed | data | epochs | logs
+    kind: str  # defect | warning | note
     message: str
     step: int | None = None
 
@@ -65,17 +66,29 @@ def replicas(run: RunOutcome) -> list[Finding]:
                     f"optimizer {other['optimizer']} against {first['optimizer']})"), first["step"])]  # fmt: skip
             differ = [i for i, (a, b) in enumerate(zip(first["sums"], other["sums"])) if a != b]
             if differ:
-                return [_replica_finding(first["step"], rank, differ, names.get(first["optimizer"], []), len(first["sums"]))]
+                facts = run.ranks[rank].facts
+                return [_replica_finding(first["step"], rank, differ, names.get(first["optimizer"], []),
+                                         len(first["sums"]), facts)]  # fmt: skip
     return []
 
 
-def _replica_finding(step: int, rank: int, differ: list[int], names: list[str], count: int) -> Finding:
+def _replica_finding(
+    step: int, rank: int, differ: list[int], names: list[str], count: int, facts: dict[str, Any]
+) -> Finding:
     named = [names[i] if i < len(names) else f"parameter {i}" for i in differ]
     shown = ", ".join(named[:_NAMES_SHOWN]) + (f" and {len(named) - _NAMES_SHOWN} more" if len(named) > _NAMES_SHOWN else "")
     unwrapped = [name for name in named if "not in a DDP module" in name]
-    if unwrapped:
+    redrawn = facts.get("redrawn_after_wrap", 0)
+    if redrawn:
+        why = (f"parameters of the wrapped model were initialised at random after the DDP wrap ({redrawn} times), "
+               "and DDP broadcasts rank 0's weights only at the wrap: unless every rank's random state happens to "
+               "match, each rank trains different weights for good. Initialise (or load) before wrapping")  # fmt: skip
+    elif unwrapped:
         why = ("a module is trained without DDP, so its gradients are never averaged: wrap it "
                "(or every model the optimizer trains) in DistributedDataParallel")  # fmt: skip
+    elif facts.get("autograd_grad"):
+        why = ("the script computes gradients with torch.autograd.grad, and DDP averages only what backward() "
+               "accumulates into .grad: call backward(), or all-reduce those gradients yourself")  # fmt: skip
     else:
         why = ("DDP averages gradients and broadcasts weights only at the wrap, so parameters were changed outside it: "
                "re-initialised, loaded or cast (.half(), .to(dtype)) after the wrap, edited on some ranks only, "
@@ -168,3 +181,12 @@ def _overlap(ranks: dict[int, dict[str, Any]]) -> int | None:
         padding = len(drawn) - size
     repeated = len(drawn) - len(set(drawn))
     return repeated if repeated > padding else None
+
+
+def logs(comparison: LogComparison, fail: bool) -> Finding:
+    """What the runs printed. By default a difference is a warning: the verdict certifies training, and a
+    printed number can differ for reasons that do not touch it (a per-process progress counter)."""
+    message = "\n".join(comparison.summary())
+    if comparison.agrees:
+        return Finding("logs", "note", message)
+    return Finding("logs", "defect" if fail else "warning", message)

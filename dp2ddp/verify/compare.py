@@ -48,6 +48,13 @@ class Comparison:
     steps: tuple[StepComparison, ...]
     tolerance: Tolerance
     statistical: bool = False
+    rms_z: float = 0.0  # statistical mode: root mean square of the standardised gaps
+    rms_limit: float = 0.0
+
+    @property
+    def shifted(self) -> bool:
+        """Statistical mode: no single step is an outlier, but the curve as a whole lies off the seeds'."""
+        return self.statistical and self.rms_z > self.rms_limit
 
     @property
     def first_divergence(self) -> StepComparison | None:
@@ -55,7 +62,7 @@ class Comparison:
 
     @property
     def equivalent(self) -> bool:
-        return bool(self.steps) and self.first_divergence is None
+        return bool(self.steps) and self.first_divergence is None and not self.shifted
 
 
 def _keyed(losses: Losses) -> dict[Key, float]:
@@ -94,25 +101,50 @@ def compare(reference: Losses, ranks: Sequence[Losses], tolerance: Tolerance) ->
     return Comparison(tuple(steps), tolerance)
 
 
-def compare_band(references: Sequence[Losses], ranks: Sequence[Losses], tolerance: Tolerance) -> Comparison:
-    """Statistical mode: the converted curve must lie in the band the reference spans over seeds.
+# Statistical mode: a converted loss is an outlier beyond this many standard deviations of the reference
+# seeds at its step; and the run as a whole diverges when the root mean square of those standardised gaps,
+# which is about 1 for one more draw of the same process, passes _RMS_LIMIT (a shift that lasts).
+_OUTLIER_Z = 6.0
+_RMS_LIMIT = 2.0
 
-    The band at each step runs from the lowest to the highest reference loss, widened
-    on each side by half its width and by the tolerance: with two or three seeds the
-    observed spread understates the true one.
+
+def compare_band(references: Sequence[Losses], ranks: Sequence[Losses], tolerance: Tolerance) -> Comparison:
+    """Statistical mode: the converted curve must look like one more seed of the reference.
+
+    At each step the k reference seeds give a mean and a standard deviation. One step's
+    deviation from 4 or 5 seeds is itself noisy, so it is pooled with the mean variance over
+    all steps (half each). The converted loss's standardised gap z (its distance from the
+    seed mean over that spread, scaled by sqrt(1 + 1/k) for the uncertainty of the mean)
+    fails a step beyond _OUTLIER_Z; the run fails when the root mean square of z over all
+    steps passes _RMS_LIMIT, which a lasting shift such as a missing set_epoch produces and
+    one more draw of the same process does not. The band shown is mean +- _OUTLIER_Z spreads,
+    never narrower than the exact tolerance.
     """
     expected = [_keyed(reference) for reference in references]
     keys, keyed = _converted(ranks)
-    steps = []
+    count = len(expected)
+    spreads: dict[Key, tuple[float, float]] = {}
+    for key in sorted(set().union(*expected)):
+        seen = [reference[key] for reference in expected if key in reference]
+        if len(seen) == count and count >= 2:
+            centre = sum(seen) / count
+            spreads[key] = (centre, sum((value - centre) ** 2 for value in seen) / (count - 1))
+    pooled = sum(variance for _, variance in spreads.values()) / len(spreads) if spreads else 0.0
+    steps, squares = [], []
     for key in sorted(set().union(*expected) | set(keys)):
         per_rank = tuple(rank.get(key) for rank in keyed)
         converted = _mean(per_rank)
-        seen = [reference[key] for reference in expected if key in reference]
-        if len(seen) < len(expected) or converted is None:
+        if key not in spreads or converted is None:
+            seen = [reference[key] for reference in expected if key in reference]
             steps.append(StepComparison(key[0], key[1], _mean(seen), converted, per_rank))
             continue
-        centre = sum(seen) / len(seen)
-        margin = (max(seen) - min(seen)) / 2 + tolerance.absolute + tolerance.relative * abs(centre)
-        low, high = min(seen) - margin, max(seen) + margin
-        steps.append(StepComparison(key[0], key[1], centre, converted, per_rank, low, high, low <= converted <= high))
-    return Comparison(tuple(steps), tolerance, statistical=True)
+        centre, variance = spreads[key]
+        spread = ((variance + pooled) / 2 * (1 + 1 / count)) ** 0.5
+        floor = tolerance.absolute + tolerance.relative * abs(centre)
+        z = (converted - centre) / spread if spread > 0 else (0.0 if abs(converted - centre) <= floor else float("inf"))
+        squares.append(min(z * z, _OUTLIER_Z**2))
+        half = max(_OUTLIER_Z * spread, floor)
+        ok = abs(converted - centre) <= half
+        steps.append(StepComparison(key[0], key[1], centre, converted, per_rank, centre - half, centre + half, ok))
+    rms = (sum(squares) / len(squares)) ** 0.5 if squares else 0.0
+    return Comparison(tuple(steps), tolerance, statistical=True, rms_z=rms, rms_limit=_RMS_LIMIT)

@@ -10,6 +10,8 @@ than equal losses, and these records check the promise directly:
   rank's parameters bitwise identical, so any difference between ranks is a
   defect, whatever the losses say. Names come from the DDP-wrapped modules
   first, then from any other module that holds the parameter.
+- **Initialisation after the wrap** draws other numbers on ranks other than 0,
+  as an unseeded real run would (``redraw_inits_after_wrap``).
 - **Process group and wraps.** Whether ``init_process_group`` ran, with which
   world size, and how many modules were wrapped in DDP, kept in the process's
   outcome file.
@@ -43,6 +45,7 @@ class Observer:
         self._optimizers: dict[int, int] = {}
         self._keep: list[Any] = []  # optimizers seen, so their ids are not reused
         self._ddp: list[weakref.ref[torch.nn.Module]] = []
+        self._wrapped_storages: set[int] = set()
         self._sampler_ids: dict[int, int] = {}
         self._sampler_passes: dict[int, int] = {}
         self.facts: dict[str, Any] = {"process_group": False, "world_size": None, "ddp_modules": 0}
@@ -59,6 +62,36 @@ class Observer:
     def wrapped(self, module: torch.nn.Module) -> None:
         self.facts["ddp_modules"] += 1
         self._ddp.append(weakref.ref(module))
+        self._wrapped_storages.update(p.untyped_storage().data_ptr() for p in module.parameters())
+
+    def redraw_inits_after_wrap(self, rank: int) -> None:
+        """On ranks other than 0, random initialisation of a wrapped parameter after the wrap draws other numbers.
+
+        Processes of a real run do not share one random state unless the script makes them, and DDP
+        broadcasts rank 0's weights only at the wrap: a layer re-initialised after it trains apart on every
+        rank. Verify forces one seed everywhere, which would hide that, so here the draw is repeated from a
+        seed of the rank's own (the script's random state moves on as on rank 0), and the replica check sees it.
+        """
+        if rank == 0:
+            return
+        redraws = [0]
+
+        def redrawing(original: Any) -> Any:
+            def init(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+                result = original(tensor, *args, **kwargs)
+                if self._wrapped_storages and tensor.untyped_storage().data_ptr() in self._wrapped_storages:
+                    redraws[0] += 1
+                    self.facts["redrawn_after_wrap"] = redraws[0]
+                    with torch.random.fork_rng(devices=[]):
+                        torch.random.default_generator.manual_seed(1_000_003 * rank + redraws[0])
+                        original(tensor, *args, **kwargs)
+                return result
+
+            return init
+
+        # nn.init's functions and reset_parameters() all end in one of these.
+        torch.Tensor.normal_ = redrawing(torch.Tensor.normal_)  # type: ignore[method-assign]
+        torch.Tensor.uniform_ = redrawing(torch.Tensor.uniform_)  # type: ignore[method-assign]
 
     # --- replicas ------------------------------------------------------------------------------
 

@@ -68,7 +68,8 @@ def _why(step: StepComparison, comparison: Comparison) -> str:
         missing = [str(rank) for rank, loss in enumerate(step.per_rank) if loss is None]
         return f"rank {', '.join(missing)} of the converted run has no such step"
     if comparison.statistical:
-        return f"converted {step.converted:.6g} is outside the seed band [{step.low:.6g}, {step.high:.6g}]"
+        return (f"converted {step.converted:.6g} is outside the seeds' band [{step.low:.6g}, {step.high:.6g}] "
+                "(their mean +- 6 standard deviations)")  # fmt: skip
     allowed = comparison.tolerance.absolute + comparison.tolerance.relative * abs(step.reference)
     return f"reference {step.reference:.6g}, converted {step.converted:.6g}, gap {step.gap:+.2e} > {allowed:.2e}"
 
@@ -79,8 +80,13 @@ def verdict(comparison: Comparison, defects: Sequence[Finding] = (), written: Se
     if defects:
         losses = "the losses agree" if first is None else f"the losses diverge at step {first.label}"
         return f"not equivalent ({losses}): {defects[0].message}"
+    if first is None and comparison.shifted:
+        return (f"diverges: no single step lies outside the seeds' band, but the converted curve as a whole lies "
+                f"off theirs (root mean square of the standardised gaps {comparison.rms_z:.2f} > "
+                f"{comparison.rms_limit:g}; one more seed gives about 1)")  # fmt: skip
     if first is None:
-        kind = "within the seed-to-seed band" if comparison.statistical else "within tolerance"
+        kind = (f"within the seeds' band (root mean square of the standardised gaps {comparison.rms_z:.2f})"
+                if comparison.statistical else "within tolerance")  # fmt: skip
         return f"equivalent: {count} steps, every loss {kind}"
     hint = ""
     if first.converted is None and first.reference is not None and written:
@@ -201,7 +207,8 @@ def failure(run: RunOutcome) -> str:
     crashed = sorted((rank for rank in run.ranks if rank.outcome == "error"), key=lambda rank: rank.ended_at or 0.0)
     if crashed:
         first, *then = crashed
-        earlier = [rank for rank in left if (rank.ended_at or 0.0) <= (first.ended_at or 0.0)]
+        # A process that vanished on its own came first: the others fail when they next talk to it.
+        earlier = left
         lines += [_left(rank) + "; the others then failed without it" for rank in earlier]
         who = f"rank {first.rank} failed" + (" first" if then and not earlier else "") if len(run.ranks) > 1 else "failed"
         lines.append(f"{run.name}: {who}")
@@ -240,12 +247,17 @@ def as_json(
         "device": runs.device, "runs": [run(outcome) for outcome in runs.all],
         "checks": [finding.as_json() for finding in findings],
     }  # fmt: skip
+    if len(runs.references) > 1:
+        document["reference_losses"] = {
+            run.name: [[step, loss] for step, loss in run.ranks[0].losses] for run in runs.references
+        }
     if comparison is not None:
         first = comparison.first_divergence
         max_abs, max_rel = largest_gap(comparison)
         document.update(
             tolerance={"absolute": comparison.tolerance.absolute, "relative": comparison.tolerance.relative},
             statistical=comparison.statistical,
+            rms_z=comparison.rms_z if comparison.statistical else None,
             first_divergence=None if first is None else first.label,
             max_abs_gap=max_abs, max_rel_gap=max_rel,
             steps=[
@@ -258,27 +270,34 @@ def as_json(
 
 
 def plot(comparison: Comparison, path: Path, title: str) -> None:
+    """One panel per loss of a step (a GAN's D and G apart), against the optimizer step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    x = range(len(comparison.steps))
-    figure, axes = plt.subplots(figsize=(8, 4.5))
-    if comparison.statistical:
-        lows = [float("nan") if s.low is None else s.low for s in comparison.steps]
-        highs = [float("nan") if s.high is None else s.high for s in comparison.steps]
-        axes.fill_between(x, lows, highs, alpha=0.25, label="reference seed band")
+    keys = sorted({step.index for step in comparison.steps})
+    figure, panels = plt.subplots(len(keys), 1, figsize=(8, 3.2 * len(keys)), squeeze=False, sharex=True)
     nan = float("nan")
-    axes.plot(x, [nan if s.reference is None else s.reference for s in comparison.steps], label="reference")
-    axes.plot(x, [nan if s.converted is None else s.converted for s in comparison.steps], "--", label="converted (mean over ranks)")
     first = comparison.first_divergence
-    if first is not None:
-        axes.axvline(comparison.steps.index(first), color="red", linewidth=0.8, label=f"diverges at step {first.label}")
-    axes.set_xlabel("loss record (optimizer step)")
-    axes.set_ylabel("loss")
-    axes.set_title(title)
-    axes.legend()
+    for index, axes in zip(keys, panels[:, 0]):
+        steps = [step for step in comparison.steps if step.index == index]
+        x = [step.step for step in steps]
+        if comparison.statistical:
+            axes.fill_between(x, [nan if s.low is None else s.low for s in steps],
+                              [nan if s.high is None else s.high for s in steps], alpha=0.25,
+                              label="reference seeds' band")  # fmt: skip
+        axes.plot(x, [nan if s.reference is None else s.reference for s in steps], marker=".", label="reference")
+        axes.plot(x, [nan if s.converted is None else s.converted for s in steps], "--", marker=".",
+                  label="converted (mean over ranks)")  # fmt: skip
+        if first is not None and first.index == index:
+            axes.axvline(first.step, color="red", linewidth=0.8, label=f"diverges at step {first.label}")
+        axes.set_ylabel("loss" if len(keys) == 1 else f"loss {index + 1} of each step")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.legend(fontsize="small")
+    panels[-1, 0].set_xlabel("optimizer step")
+    panels[0, 0].set_title(title)
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -287,15 +288,11 @@ class _LeftEarly:
         self.out, self.role, self.processes = out, role, processes
         self.quiet_since: float | None = None
         self.steps = -1
-        self.vanished: dict[int, tuple[float, int]] = {}  # rank: (wall clock, steps) when its process was gone
 
     def check(self) -> str | None:
         if self.processes < 2:
             return None
         ended = _ended_ranks(self.out, self.role)
-        for rank, how in ended.items():
-            if how == "left" and rank not in self.vanished:
-                self.vanished[rank] = (time.time(), _steps_so_far(self.out, self.role, rank))
         if not ended or len(ended) == self.processes:
             self.quiet_since = None
             return None
@@ -358,9 +355,12 @@ def launch(
             raise
     wall = time.monotonic() - started
     _kill_leftovers(token)
-    watch.check()  # a rank gone between the last poll and the end
+    # A rank without an outcome that the launcher did not stop (torchrun logs each process it signals)
+    # and verify did not stop either ended on its own: os._exit, a signal, the out-of-memory killer.
+    signalled = set(re.findall(r"Sending process (\d+) closing signal", _read(launcher_log)))
+    stopped_by_us = timed_out or left_early is not None
     ranks = tuple(
-        _rank_outcome(out / f"{config.role}-rank{rank}", rank, watch.vanished.get(rank)) for rank in range(processes)
+        _rank_outcome(out / f"{config.role}-rank{rank}", rank, signalled, stopped_by_us) for rank in range(processes)
     )
     return RunOutcome(
         name, tuple(command), process.returncode, wall, timed_out, ranks, _tail(launcher_log), timeout_s, left_early,
@@ -375,7 +375,7 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _rank_outcome(name: Path, rank: int, vanished: tuple[float, int] | None) -> RankOutcome:
+def _rank_outcome(name: Path, rank: int, signalled: set[str], stopped_by_us: bool) -> RankOutcome:
     losses = tuple(_read_losses(name.with_suffix(".jsonl")))
     stdout = _read(name.with_suffix(".out"))
     tails = [_tail(name.with_suffix(".log")), "\n".join(stdout.rstrip().splitlines()[-10:])]
@@ -383,11 +383,13 @@ def _rank_outcome(name: Path, rank: int, vanished: tuple[float, int] | None) -> 
     try:
         ended = json.loads(name.with_suffix(".json").read_text())
     except (OSError, json.JSONDecodeError):
-        if vanished is not None:  # its process ended while the run went on: os._exit, a signal, the OOM killer
-            when, steps = vanished
-            return RankOutcome(rank, "left", losses, None, log, when, steps, stdout=stdout)
+        pid = _read(name.with_suffix(".pid")).strip()
+        if pid and pid not in signalled and not stopped_by_us:
+            steps = len({step for step, _ in losses})
+            return RankOutcome(rank, "left", losses, None, log, None, steps, stdout=stdout)
         return RankOutcome(rank, "unfinished", losses, None, log, stdout=stdout)
-    facts = {key: ended[key] for key in ("process_group", "world_size", "ddp_modules", "backend") if key in ended}
+    keys = ("process_group", "world_size", "ddp_modules", "backend", "redrawn_after_wrap", "dropout_off", "autograd_grad")
+    facts = {key: ended[key] for key in keys if key in ended}
     return RankOutcome(
         rank, ended["outcome"], losses, ended.get("error"), log, ended["ended_at"], ended.get("steps"), facts, stdout,
         ended.get("exit_status"),
@@ -466,7 +468,7 @@ def run_all(plan: Plan, work: Path, progress: Progress, convert: Callable[[], Pa
         script = converting.result() if converting is not None else plan.converted
     after = _snapshot(Path.cwd())
     written = tuple(sorted(name for name, stamp in after.items() if before.get(name) != stamp))
-    if not references[-1].ok:
+    if not references[-1].ok or not references[-1].ranks[0].losses:  # nothing to compare the converted run with
         return Runs(backend, device, None, tuple(references), written)
     out = work / "converted"
     out.mkdir()

@@ -10,7 +10,8 @@ generator seeded with the call's number, and each process keeps its rows
 The batch dimension is the one whose size is the batch the last DataLoader
 yielded (the local batch in a rank, the global one in the reference), so
 seq-first tensors ``(T, B, E)`` and DataParallel's ``dim=1`` are split along
-B. Numbers come from uniform draws, which CPU generators produce in order, so
+B (when another dimension has the batch's size too, the first one is taken:
+a sequence as long as the batch is mistaken for it). Numbers come from uniform draws, which CPU generators produce in order, so
 a partial last batch sees the first rows of the full draw: the same rows in
 both runs. Dropout on a tensor with no batch dimension (a flattened
 ``(B*T, E)``), alpha dropout and the dropout inside ``nn.LSTM``/``GRU``/``RNN``

@@ -285,6 +285,7 @@ def verify(
             *checks.distributed(runs.converted, nproc),
             *checks.replicas(runs.converted),
             *checks.samplers(runs.converted, max_steps),
+            *checks.switched_off(runs.references[0]),
         ]  # fmt: skip
     failed = next((run for run in runs.all if not run.ok), None)
     if failed is not None:

@@ -22,7 +22,7 @@ _NAMES_SHOWN = 4
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # replicas | distributed | data | epochs | logs
+    check: str  # replicas | distributed | data | epochs | logs | noise
     kind: str  # defect | warning | note
     message: str
     step: int | None = None
@@ -190,3 +190,13 @@ def logs(comparison: LogComparison, fail: bool) -> Finding:
     if comparison.agrees:
         return Finding("logs", "note", message)
     return Finding("logs", "defect" if fail else "warning", message)
+
+
+def switched_off(reference: RunOutcome) -> list[Finding]:
+    """Say when dropout verify could not draw for the global batch ran as the identity, in both runs alike."""
+    calls = reference.ranks[0].facts.get("dropout_off", 0) if reference.ranks else 0
+    if not calls:
+        return []
+    return [Finding("noise", "note", (
+        f"note: dropout ran as the identity in both runs on {calls} calls (no batch dimension, alpha dropout, or "
+        "inside nn.LSTM/GRU/RNN), so those masks were not compared"))]  # fmt: skip

@@ -24,10 +24,12 @@ from dp2ddp.verify.compare import Tolerance, compare, compare_band
 from dp2ddp.verify.logs import compare_logs
 from dp2ddp.verify.runner import (
     Plan,
+    Runs,
     VerifyError,
     converted_seed,
     reference_seeds,
     run_all,
+    run_noise_probe,
 )
 
 # Reference runs in statistical mode (see README, "Verifying a conversion").
@@ -287,6 +289,14 @@ def verify(
             *checks.samplers(runs.converted, max_steps),
             *checks.switched_off(runs.references[0]),
         ]  # fmt: skip
+        probe = None
+        if not statistical and _diverges_by_a_gap(runs, Tolerance(absolute=atol, relative=rtol)):
+            # Before calling it a divergence, measure how far rounding alone moves this training.
+            progress = render.ProgressLine()
+            try:
+                probe = run_noise_probe(plan, runs, work, progress)
+            finally:
+                progress.close()
     failed = next((run for run in runs.all if not run.ok), None)
     if failed is not None:
         _finish(runs, None, "error", render.failure(failed), json_path, 2, context)
@@ -301,7 +311,14 @@ def verify(
     if not any(ranks):
         _finish(runs, None, "error", render.no_converted_losses(runs), json_path, 2, context)
     tolerance = Tolerance(absolute=atol, relative=rtol)
-    comparison = compare_band(references, ranks, tolerance) if statistical else compare(references[0], ranks, tolerance)
+    noise = probe.ranks[0].losses if probe is not None and probe.ok else None
+    if probe is not None and noise is None:
+        click.echo(f"note: the noise probe did not finish, so the tolerance was not widened:\n{render.failure(probe)}",
+                   err=True)  # fmt: skip
+    if statistical:
+        comparison = compare_band(references, ranks, tolerance)
+    else:
+        comparison = compare(references[0], ranks, tolerance, noise)
     click.echo(f"semantics: {render.SEMANTICS}")
     click.echo(render.table(comparison))
     if plot_path is not None:
@@ -318,8 +335,19 @@ def verify(
     defects = [finding for finding in findings if finding.kind == "defect"]
     equivalent = comparison.equivalent and not defects
     message = render.verdict(comparison, defects, runs.written)
+    if probe is not None:
+        context["noise_probe"] = {"wall_s": round(probe.wall_s, 3), "losses": [list(pair) for pair in noise or ()]}
     _finish(runs, comparison, "equivalent" if equivalent else "diverges", message, json_path,
             0 if equivalent else 1, context, findings)  # fmt: skip
+
+
+def _diverges_by_a_gap(runs: Runs, tolerance: Tolerance) -> bool:
+    """Both runs finished with losses and some step's gap exceeds the tolerance: rounding may explain it."""
+    if runs.converted is None or not all(run.ok for run in runs.all) or not runs.references[0].ranks[0].losses:
+        return False
+    comparison = compare(runs.references[0].ranks[0].losses, [rank.losses for rank in runs.converted.ranks], tolerance)
+    first = comparison.first_divergence
+    return first is not None and first.gap is not None
 
 
 def _convert_for_verify(script: Path, work: Path) -> Path:

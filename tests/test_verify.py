@@ -577,13 +577,11 @@ for epoch in range(2):
 '''
 
 
-def test_a_deep_batch_norm_net_is_equivalent_in_float64_where_float32_noise_diverges(tmp_path: Path) -> None:
-    """The float32 run is the false alarm users saw: a correct conversion 'diverging' by float noise."""
+def test_a_deep_batch_norm_net_is_equivalent(tmp_path: Path) -> None:
+    """A correct conversion that used to 'diverge' by 3.9e-3 within 5 steps: rounding that the reference's
+    whole-batch kernels and extra threads added, amplified by 24 BatchNorm blocks."""
     script = tmp_path / "deep_batch_norm.py"
     script.write_text(DEEP_BATCH_NORM_SCRIPT)
     code, output, document = run_verify(tmp_path, str(script))
     assert code == 0, output
     assert document["max_rel_gap"] < 1e-9
-    code, output, document = run_verify(tmp_path, "--precision", "native", str(script))
-    assert code == 1, output  # float32 noise amplified past the tolerance
-    assert document["max_rel_gap"] > 1e-4

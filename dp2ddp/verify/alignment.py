@@ -81,6 +81,26 @@ def float64() -> None:
     torch.autocast.__init__ = autocast_off  # type: ignore[method-assign]
 
 
+def rounding_noise(seed: int) -> None:
+    """The noise probe: before every optimizer step, each parameter is scaled by 1 +- a few units in the
+    last place (random signs), about what summing gradients in another order changes."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    generator = torch.Generator()
+    generator.manual_seed(seed + 17)
+
+    def nudge(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for parameter in group["params"]:
+                    if parameter.is_floating_point():
+                        ulps = 4 * torch.finfo(parameter.dtype).eps
+                        signs = torch.randint(0, 2, parameter.shape, generator=generator).to(parameter) * 2 - 1
+                        parameter.mul_(1 + ulps * signs)
+
+    register_optimizer_step_pre_hook(nudge)
+
+
 def vary_script_seeds(seed: int) -> None:
     """Statistical mode: the script's own ``manual_seed``/``random.seed``/``numpy.random.seed`` calls mix in
     verify's seed, so a script that seeds itself still draws differently in each reference run."""
@@ -147,8 +167,92 @@ def epochs_from_first_set_epoch(on_pass: Callable[[DistributedSampler, list[int]
     DistributedSampler.__iter__ = counted_iter  # type: ignore[method-assign]
 
 
+_inside_rank: list[bool] = [False]  # per_rank_forward is running one emulated rank's rows
+
+
+def _split(value: Any, rows: int, dim: int, index: torch.Tensor) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.index_select(dim, index.to(value.device)) if value.dim() > dim and value.shape[dim] == rows else value
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_split(item, rows, dim, index) for item in value)
+    if isinstance(value, dict):
+        return {key: _split(item, rows, dim, index) for key, item in value.items()}
+    return value
+
+
+def _merge(parts: list[Any], dim: int, inverse: torch.Tensor) -> Any:
+    first = parts[0]
+    if isinstance(first, torch.Tensor) and first.dim() > dim:
+        return torch.cat(parts, dim).index_select(dim, inverse.to(first.device))
+    if isinstance(first, (list, tuple)) and not hasattr(first, "_fields"):
+        return type(first)(_merge(list(items), dim, inverse) for items in zip(*parts))
+    if isinstance(first, dict):
+        return {key: _merge([part[key] for part in parts], dim, inverse) for key in first}
+    raise TypeError(f"cannot merge {type(first).__name__} outputs by rows")
+
+
+def per_rank_forward(world: int, noise: Any) -> None:
+    """Reference only: ``nn.DataParallel`` runs each emulated rank's rows ``[r::world]`` through the model on
+    their own and puts the outputs back in batch order.
+
+    That is what the converted ranks compute, so the two runs differ only in how gradients are
+    summed: kernels that block a batch of 8 differently from a batch of 4 no longer make a
+    rounding difference that a deep net amplifies. Each rank's rows see its own BatchNorm
+    statistics and its own dropout rows; every rank starts from the same buffers, and rank 0's
+    run last, so its running statistics are kept, as DDP broadcasts rank 0's.
+    """
+    from torch.nn import DataParallel
+
+    forward = DataParallel.forward
+
+    def per_rank(self: DataParallel, *inputs: Any, **kwargs: Any) -> Any:
+        first = _first_tensor((inputs, kwargs))
+        dim = getattr(self, "dim", 0)  # DataParallel without GPUs sets none
+        rows = first.shape[dim] if first is not None and first.dim() > dim else 0
+        if rows < world or _inside_rank[0]:
+            return forward(self, *inputs, **kwargs)
+        groups = [torch.arange(r, rows, world) for r in range(world)]
+        inverse = torch.argsort(torch.cat(groups))
+        buffers = [buffer.detach().clone() for buffer in self.module.buffers()]
+        calls, outputs = noise.calls, [None] * world
+        _inside_rank[0] = True
+        try:
+            for r in reversed(range(world)):
+                for buffer, saved in zip(self.module.buffers(), buffers):
+                    buffer.data.copy_(saved)
+                noise.calls = calls
+                with noise.as_rank(r, world, len(groups[r])):
+                    outputs[r] = self.module(*_split(inputs, rows, dim, groups[r]), **_split(kwargs, rows, dim, groups[r]))
+            merged = _merge(outputs, dim, inverse)
+        except TypeError:  # outputs that are not rows of the batch: one whole-batch forward instead
+            for buffer, saved in zip(self.module.buffers(), buffers):
+                buffer.data.copy_(saved)
+            noise.calls = calls
+            _inside_rank[0] = False
+            return forward(self, *inputs, **kwargs)
+        finally:
+            _inside_rank[0] = False
+        return merged
+
+    DataParallel.forward = per_rank  # type: ignore[method-assign]
+
+
+def _first_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
 def per_rank_batch_norm(world: int) -> None:
-    """Reference only: BatchNorm statistics over each emulated rank's rows."""
+    """Reference only: BatchNorm statistics over each emulated rank's rows, where the model is not run
+    through ``nn.DataParallel`` (``per_rank_forward`` splits the rows itself there)."""
     batch_norm = F.batch_norm
 
     def emulated(
@@ -161,7 +265,7 @@ def per_rank_batch_norm(world: int) -> None:
         momentum: float = 0.1,
         eps: float = 1e-5,
     ) -> torch.Tensor:
-        if not training or input.shape[0] < world:
+        if not training or input.shape[0] < world or _inside_rank[0]:
             return batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
         groups = [
             batch_norm(input[r::world], *((running_mean, running_var) if r == 0 else (None, None)), weight, bias,

@@ -94,17 +94,20 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
     alignment.force_seeds(config.seed)
     if config.statistical:
         alignment.vary_script_seeds(config.seed)
+    if config.perturb:
+        alignment.rounding_noise(config.seed)
+    rank, world = (config.rank(), config.world_size) if config.role == "converted" else (0, 1)
+    noise = GlobalNoise(config.seed, rank, world, dropout=config.dropout != "off")
+    install_noise(noise)
     if config.role == "reference":
         alignment.distributed_sampler_order()
         if config.world_size > 1:
+            alignment.per_rank_forward(config.world_size, noise)
             alignment.per_rank_batch_norm(config.world_size)
     else:
         alignment.epochs_from_first_set_epoch(lambda sampler, own: observer.sampler_pass(sampler, recorder.steps, own))
         _watch_process_group(observer, config.backend)
         observer.redraw_inits_after_wrap(config.rank())
-    rank, world = (config.rank(), config.world_size) if config.role == "converted" else (0, 1)
-    noise = GlobalNoise(config.seed, rank, world, dropout=config.dropout != "off")
-    install_noise(noise)
     capture.install(recorder)
     return noise
 
@@ -112,7 +115,7 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
 def main() -> None:
     config = RunConfig.from_environment()
     script, args = sys.argv[1], sys.argv[2:]
-    name = Path(config.out_dir) / f"{config.role}-rank{config.rank()}"
+    name = Path(config.out_dir) / f"{config.role}-rank{config.rank()}"  # the probe runs as a reference
     _redirect_output(name)
     faulthandler.register(signal.SIGUSR1, all_threads=False)
     name.with_suffix(".pid").write_text(str(os.getpid()))

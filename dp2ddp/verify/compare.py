@@ -31,6 +31,8 @@ class StepComparison:
     low: float | None = None  # the accepted band, in statistical mode
     high: float | None = None
     ok: bool = False
+    noise: float | None = None  # how far rounding alone moved the reference by this step (the noise probe)
+    compared: bool = True  # False: rounding alone moves the loss too far for this step to say anything
 
     @property
     def gap(self) -> float | None:
@@ -50,6 +52,12 @@ class Comparison:
     statistical: bool = False
     rms_z: float = 0.0  # statistical mode: root mean square of the standardised gaps
     rms_limit: float = 0.0
+    probed: bool = False  # the tolerance grew with the rounding noise the probe measured
+
+    @property
+    def chaotic_from(self) -> StepComparison | None:
+        """The first step whose loss rounding alone moves too far to compare."""
+        return next((step for step in self.steps if not step.compared), None)
 
     @property
     def shifted(self) -> bool:
@@ -87,18 +95,45 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return sum(values) / len(values)  # type: ignore[arg-type]
 
 
-def compare(reference: Losses, ranks: Sequence[Losses], tolerance: Tolerance) -> Comparison:
-    """Every step either run recorded, in order; a step only one run has is a divergence."""
+# With a noise probe, a gap is noise up to this many times the largest gap rounding alone caused by
+# that step; a step where that allowance passes _CHAOTIC of the loss is not compared at all.
+NOISE_FACTOR = 10.0
+_CHAOTIC = 0.1
+
+
+def compare(
+    reference: Losses, ranks: Sequence[Losses], tolerance: Tolerance, noise: Losses | None = None
+) -> Comparison:
+    """Every step either run recorded, in order; a step only one run has is a divergence.
+
+    ``noise`` is the noise probe's losses: the reference again with a few units in the last place
+    added before every step. Then the allowed gap at a step is also NOISE_FACTOR times the largest
+    gap between the probe and the reference so far, and from the first step where that allowance
+    passes a tenth of the loss, training is chaotic and steps are no longer compared.
+    """
     expected = _keyed(reference)
+    probe = _keyed(noise) if noise is not None else {}
     keys, keyed = _converted(ranks)
-    steps = []
+    steps, drift, chaotic = [], 0.0, False
     for key in sorted(set(expected) | set(keys)):
         per_rank = tuple(rank.get(key) for rank in keyed)
         converted = _mean(per_rank)
         wanted = expected.get(key)
-        ok = wanted is not None and converted is not None and tolerance.allows(converted - wanted, wanted)
-        steps.append(StepComparison(key[0], key[1], wanted, converted, per_rank, ok=ok))
-    return Comparison(tuple(steps), tolerance)
+        if wanted is not None and key in probe:
+            drift = max(drift, abs(probe[key] - wanted))
+        allowance = NOISE_FACTOR * drift if noise is not None else 0.0
+        if wanted is not None and allowance > _CHAOTIC * abs(wanted):
+            chaotic = True
+        if chaotic:  # a step only one run has still diverges: that is not rounding
+            present = wanted is not None and converted is not None
+            steps.append(StepComparison(key[0], key[1], wanted, converted, per_rank, ok=present, noise=drift,
+                                        compared=False))  # fmt: skip
+            continue
+        ok = (wanted is not None and converted is not None
+              and (tolerance.allows(converted - wanted, wanted) or abs(converted - wanted) <= allowance))  # fmt: skip
+        steps.append(StepComparison(key[0], key[1], wanted, converted, per_rank, ok=ok,
+                                    noise=drift if noise is not None else None))  # fmt: skip
+    return Comparison(tuple(steps), tolerance, probed=noise is not None)
 
 
 # Statistical mode: a converted loss is an outlier beyond this many standard deviations of the reference

@@ -27,6 +27,7 @@ class RunConfig:
     backend: str | None = None  # forced onto init_process_group in the converted run
     import_dir: str | None = None  # first on sys.path: the original's folder, also for a converted copy elsewhere
     statistical: bool = False  # the script's own seeding is mixed with `seed`, so seeds really vary
+    perturb: bool = False  # the noise probe: parameters nudged by a few units in the last place every step
     script_file: str | None = None  # __file__ and argv[0] for a converted copy: the original's path
 
     def to_environment(self) -> dict[str, str]:

@@ -21,7 +21,8 @@ layers is switched off in both runs alike and counted.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -37,6 +38,16 @@ class GlobalNoise:
         self.rows: int | None = None  # the batch the last DataLoader yielded
         self.calls = 0
         self.switched_off = 0  # dropout calls run as the identity
+
+    @contextmanager
+    def as_rank(self, rank: int, world: int, rows: int) -> Iterator[None]:
+        """Draw as rank ``rank`` of ``world`` would, holding ``rows`` rows (the reference emulating a rank)."""
+        saved = self.rank, self.world, self.rows
+        self.rank, self.world, self.rows = rank, world, rows
+        try:
+            yield
+        finally:
+            self.rank, self.world, self.rows = saved
 
     def batch_seen(self, batch: Any) -> None:
         tensor = _first_tensor(batch)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from dp2ddp.verify.compare import Comparison, StepComparison
+from dp2ddp.verify.compare import NOISE_FACTOR, Comparison, StepComparison
 from dp2ddp.verify.runner import SEMANTICS, RankOutcome, RunOutcome, Runs
 
 if TYPE_CHECKING:
@@ -41,6 +41,8 @@ def _rows_shown(comparison: Comparison) -> list[int | None]:
 def table(comparison: Comparison) -> str:
     ranks = max((len(step.per_rank) for step in comparison.steps), default=0)
     header = ["step", "reference", "converted", *[f"rank {r}" for r in range(ranks)], "gap"]
+    if comparison.probed:
+        header.append("rounding")
     if comparison.statistical:
         header[1] = "reference (seed mean)"
         header.append("band")
@@ -53,9 +55,11 @@ def table(comparison: Comparison) -> str:
         step = comparison.steps[index]
         row = [step.label, _number(step.reference), _number(step.converted), *map(_number, step.per_rank)]
         row.append("-" if step.gap is None else f"{step.gap:+.2e}")
+        if comparison.probed:
+            row.append("-" if step.noise is None else f"{step.noise:.2e}")
         if comparison.statistical:
             row.append("-" if step.low is None else f"[{step.low:.6g}, {step.high:.6g}]")
-        row.append("ok" if step.ok else "DIVERGES")
+        row.append(("ok" if step.compared else "not compared") if step.ok else "DIVERGES")
         rows.append(row)
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
@@ -71,7 +75,13 @@ def _why(step: StepComparison, comparison: Comparison) -> str:
         return (f"converted {step.converted:.6g} is outside the seeds' band [{step.low:.6g}, {step.high:.6g}] "
                 "(their mean +- 6 standard deviations)")  # fmt: skip
     allowed = comparison.tolerance.absolute + comparison.tolerance.relative * abs(step.reference)
-    return f"reference {step.reference:.6g}, converted {step.converted:.6g}, gap {step.gap:+.2e} > {allowed:.2e}"
+    if step.noise is not None:
+        allowed = max(allowed, NOISE_FACTOR * step.noise)
+        rounding = f" (rounding alone moved the reference by {step.noise:.2e} by then)"
+    else:
+        rounding = ""
+    return (f"reference {step.reference:.6g}, converted {step.converted:.6g}, gap {step.gap:+.2e} > "
+            f"{allowed:.2e}{rounding}")
 
 
 def verdict(comparison: Comparison, defects: Sequence[Finding] = (), written: Sequence[str] = ()) -> str:
@@ -84,10 +94,18 @@ def verdict(comparison: Comparison, defects: Sequence[Finding] = (), written: Se
         return (f"diverges: no single step lies outside the seeds' band, but the converted curve as a whole lies "
                 f"off theirs (root mean square of the standardised gaps {comparison.rms_z:.2f} > "
                 f"{comparison.rms_limit:g}; one more seed gives about 1)")  # fmt: skip
+    chaotic = comparison.chaotic_from
+    if first is None and chaotic is not None:
+        compared = len({step.step for step in comparison.steps if step.compared})
+        return (f"equivalent: {compared} steps within tolerance of the rounding noise; from step {chaotic.label} on "
+                f"rounding alone moved the reference by {chaotic.noise:.2e} (re-run with a few units in the last "
+                "place added before every step), more than a tenth of the loss, so the remaining "
+                f"{count - compared} steps say nothing either way and were not compared")  # fmt: skip
     if first is None:
         kind = (f"within the seeds' band (root mean square of the standardised gaps {comparison.rms_z:.2f})"
                 if comparison.statistical else "within tolerance")  # fmt: skip
-        return f"equivalent: {count} steps, every loss {kind}"
+        widened = " or of the rounding noise the reference shows" if comparison.probed else ""
+        return f"equivalent: {count} steps, every loss {kind}{widened}"
     hint = ""
     if first.converted is None and first.reference is not None and written:
         hint = "\n" + _resumed_hint(written)
@@ -150,6 +168,14 @@ _DDP_ERRORS = (
         (
             "torch.autograd.grad(..., create_graph=True) through a DDP model: DDP cannot average higher-order "
             "gradients. Compute the penalty through model.module, or use static_graph=True"
+        ),
+    ),
+    (
+        "Double",
+        (
+            "on the CPU verify runs both scripts in float64 (--precision auto), and a tensor the script makes "
+            "float32 explicitly (dtype=torch.float32, a numpy float32 array) met a float64 one. Verify again "
+            "with --precision native"
         ),
     ),
     (

@@ -30,8 +30,9 @@ from typing import Any
 from dp2ddp.verify.config import RunConfig
 
 SEMANTICS = (
-    "reference: the original script, one process on one device, whole batches, in DistributedSampler order; "
-    "BatchNorm statistics per emulated rank; compared with the mean over ranks of the converted losses"
+    "reference: the original script, one process on one device, in DistributedSampler order; DataParallel runs "
+    "each emulated rank's rows through the model on their own (BatchNorm statistics and dropout per rank); "
+    "compared with the mean over ranks of the converted losses"
 )
 _MARKER = "DP2DDP_VERIFY_RUN"  # set in every launched process, so leftovers can be found and killed
 _GRACE_S = 5.0
@@ -157,6 +158,10 @@ def resolve_precision(plan: Plan, device: str) -> str:
 
 def _environment(config: RunConfig, token: str, visible: str | None) -> dict[str, str]:
     env = dict(os.environ)
+    if config.role == "reference" and config.world_size > 1:
+        # torchrun runs each rank on one thread unless told otherwise; CPU kernels split their sums by
+        # thread, so the reference does the same, or deep nets amplify the difference.
+        env.setdefault("OMP_NUM_THREADS", "1")
     env.update(config.to_environment())
     env[_MARKER] = token
     env["PYTHONUNBUFFERED"] = "1"  # a hung rank's last lines must already be in its log
@@ -439,12 +444,7 @@ def run_all(plan: Plan, work: Path, progress: Progress, convert: Callable[[], Pa
     backend, device = resolve_device(plan, visible_gpus())
     cpu = device == "cpu"
     original = plan.original.resolve()
-    base = RunConfig(
-        role="reference", out_dir="", seed=plan.seed, world_size=plan.nproc, max_steps=plan.max_steps,
-        dropout=plan.dropout, synthetic_data=plan.synthetic_data, synthetic_size=plan.synthetic_size, cpu=cpu,
-        import_dir=str(original.parent), statistical=plan.statistical_seeds > 0,
-        precision=resolve_precision(plan, device),
-    )  # fmt: skip
+    base = _reference_config(plan, device)
     before = _snapshot(Path.cwd())
     with ThreadPoolExecutor(max_workers=1) as pool:
         converting = pool.submit(convert) if convert is not None else None
@@ -484,6 +484,31 @@ def run_all(plan: Plan, work: Path, progress: Progress, convert: Callable[[], Pa
     name = f"converted ({plan.nproc} processes, {backend}, {device})"
     converted = launch(name, config, torchrun, converted_timeout(plan, references), "" if cpu else None, progress)
     return Runs(backend, device, converted, tuple(references), written)
+
+
+def _reference_config(plan: Plan, device: str) -> RunConfig:
+    return RunConfig(
+        role="reference", out_dir="", seed=plan.seed, world_size=plan.nproc, max_steps=plan.max_steps,
+        dropout=plan.dropout, synthetic_data=plan.synthetic_data, synthetic_size=plan.synthetic_size,
+        cpu=device == "cpu", import_dir=str(plan.original.resolve().parent), statistical=plan.statistical_seeds > 0,
+        precision=resolve_precision(plan, device),
+    )  # fmt: skip
+
+
+def run_noise_probe(plan: Plan, runs: Runs, work: Path, progress: Progress) -> RunOutcome:
+    """The reference again, its parameters nudged by a few units in the last place before every step.
+
+    How far this run drifts from the reference measures how much the training amplifies
+    rounding, which is all that a correct conversion changes: a deep BatchNorm net with two
+    samples per process can turn 1e-16 into 1e-2 within three steps, even in float64.
+    """
+    out = work / "reference-probe"
+    out.mkdir()
+    config = replace(_reference_config(plan, runs.device), out_dir=str(out), perturb=True)
+    command = [sys.executable, "-m", "dp2ddp.verify.bootstrap", str(plan.original), *plan.args]
+    timeout = plan.timeout_s if plan.timeout_s is not None else converted_timeout(plan, runs.references)
+    visible = "" if runs.device == "cpu" else _first_gpu()
+    return launch("reference with rounding noise (1 process)", config, command, timeout, visible, progress)
 
 
 def reference_seeds(plan: Plan) -> range:

@@ -187,7 +187,8 @@ Examples:
   dp2ddp verify train.py --device cpu --synthetic-data --plot losses.png
 
 \b
-Exit status: 0 equivalent, 1 diverges, 2 error (a crash, a hang, bad arguments).
+Exit status: 0 equivalent, 1 not equivalent (losses, replicas, data split),
+2 error (a crash, a hang, a rank that left, bad arguments).
 """
 )
 @click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -208,7 +209,8 @@ Exit status: 0 equivalent, 1 diverges, 2 error (a crash, a hang, bad arguments).
                    "Default: 600 s for the reference, 60 s + 4x the reference's time for the converted run.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, help="Seed forced into random, numpy and torch at start-up.")
 @click.option("--dropout", type=click.Choice(["mask", "off"]), default="mask", show_default=True,
-              help="mask: one global dropout mask, each rank its rows; off: no dropout in either run.")  # fmt: skip
+              help="mask: dropout and per-sample noise drawn once for the global batch, each rank its rows; "
+                   "off: no dropout in either run.")  # fmt: skip
 @click.option("--precision", type=click.Choice(["auto", "float64", "native"]), default="auto", show_default=True,
               help="auto: both runs compute in float64 on the CPU (float noise ~1e-16, autocast off) and as "
                    "written on GPUs; native: as written.")  # fmt: skip
@@ -218,13 +220,14 @@ Exit status: 0 equivalent, 1 diverges, 2 error (a crash, a hang, bad arguments).
 @click.option("--atol", default=1e-5, show_default=True, help="Absolute tolerance per step.")
 @click.option("--rtol", default=1e-4, show_default=True, help="Tolerance relative to the reference loss.")
 @click.option("--statistical", is_flag=True,
-              help="For scripts with unavoidable randomness: run the reference with 3 seeds and accept the "
-                   "converted losses inside their band.")  # fmt: skip
+              help="For scripts with randomness verify cannot line up (augmentation in the dataset): run the "
+                   f"reference with {STATISTICAL_SEEDS} seeds and accept a converted curve that looks like one more.")  # fmt: skip
 @click.option("--synthetic-data", is_flag=True, help="Replace torchvision datasets with FakeData of the same shape.")
 @click.option("--synthetic-size", default=256, show_default=True, type=click.IntRange(min=1),
               help="Samples in each synthetic dataset.")  # fmt: skip
 @click.option("--keep-logs", type=click.Path(file_okay=False, path_type=Path),
-              help="Copy every process's output, the losses and the converted script into this folder.")  # fmt: skip
+              help="Copy every process's output, the losses, the replica and sampler records and the converted "
+                   "script into this folder.")  # fmt: skip
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the result as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a loss-curve plot (needs matplotlib: pip install 'dp2ddp[plot]').")  # fmt: skip
@@ -287,10 +290,12 @@ def verify(
             *checks.distributed(runs.converted, nproc),
             *checks.replicas(runs.converted),
             *checks.samplers(runs.converted, max_steps),
+            *checks.loaders(runs.converted),
             *checks.switched_off(runs.references[0]),
         ]  # fmt: skip
         probe = None
-        if not statistical and _diverges_by_a_gap(runs, Tolerance(absolute=atol, relative=rtol)):
+        defective = any(finding.kind == "defect" for finding in findings)  # the verdict is settled already
+        if not statistical and not defective and _diverges_by_a_gap(runs, Tolerance(absolute=atol, relative=rtol)):
             # Before calling it a divergence, measure how far rounding alone moves this training.
             progress = render.ProgressLine()
             try:
@@ -355,6 +360,9 @@ def _convert_for_verify(script: Path, work: Path) -> Path:
     source = read_source(script)
     result = convert_source(source.text, ConvertOptions())
     if not result.changed:
+        if any(finding.code == "DDP001" for finding in result.findings):
+            raise ConversionError("it already uses torch.distributed (DDP001), so convert leaves it alone; "
+                                  "verify a DDP script against its DataParallel original with --converted")  # fmt: skip
         raise ConversionError("it has nothing to convert (no nn.DataParallel); give the DDP script with --converted")
     for finding in result.findings:
         click.echo(f"{script}:{finding}", err=True)

@@ -585,3 +585,44 @@ def test_a_deep_batch_norm_net_is_equivalent(tmp_path: Path) -> None:
     code, output, document = run_verify(tmp_path, str(script))
     assert code == 0, output
     assert document["max_rel_gap"] < 1e-9
+
+
+DRAWING_DATASET_SCRIPT = '''
+import torch
+import torch.nn as nn
+
+
+class Drawn(torch.utils.data.Dataset):
+    """Each item drawn from the global generator seeded with its index, as FakeData does: 4 features, and
+    4 rows per rank."""
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        state = torch.get_rng_state()
+        torch.manual_seed(i)
+        x = torch.randn(4)
+        torch.set_rng_state(state)
+        return x, i % 3
+
+
+loader = torch.utils.data.DataLoader(Drawn(), batch_size=8, shuffle=True)
+model = nn.DataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+def test_a_dataset_drawing_its_items_is_left_to_draw_them(tmp_path: Path) -> None:
+    """An item dimension of the local batch's size (4) must not be taken for a batch of noise to split."""
+    script = tmp_path / "drawn.py"
+    script.write_text(DRAWING_DATASET_SCRIPT)
+    code, output, document = run_verify(tmp_path, str(script))
+    assert code == 0, output
+    assert document["max_rel_gap"] < 1e-9

@@ -136,6 +136,34 @@ def test_a_run_that_never_reaches_a_second_epoch_is_warned_about(tmp_path: Path)
     assert "--max-steps 3 ended the run first" in finding.message and "set_epoch" in finding.message
 
 
+def loader_pass(indices: list[int], training: bool = True, number: int = 0) -> dict:
+    return {"loader": 0, "pass": number, "training": training, "indices": indices}
+
+
+def test_training_on_the_same_samples_on_every_rank_is_a_defect(tmp_path: Path) -> None:
+    """A loader without a DistributedSampler: each rank iterates the whole dataset."""
+    for number in (0, 1):
+        write_records(tmp_path / f"converted-rank{number}.loaders.jsonl", [loader_pass(list(range(16)))])
+    [finding] = checks.loaders(converted_run(tmp_path, [rank(0), rank(1)]))
+    assert "trained on 16 of the same samples in pass 1 of DataLoader #1" in finding.message
+
+
+def test_split_training_and_whole_set_evaluation_pass(tmp_path: Path) -> None:
+    """Padding repeats fewer than world-size samples; an evaluation loader every rank reads whole is no defect."""
+    write_records(tmp_path / "converted-rank0.loaders.jsonl",
+                  [loader_pass([0, 2, 4, 6]), {**loader_pass(list(range(8)), training=False), "loader": 1}])
+    write_records(tmp_path / "converted-rank1.loaders.jsonl",
+                  [loader_pass([1, 3, 5, 0]), {**loader_pass(list(range(8)), training=False), "loader": 1}])  # fmt: skip
+    assert checks.loaders(converted_run(tmp_path, [rank(0), rank(1)])) == []
+
+
+def test_shuffling_without_a_distributed_sampler_is_a_defect(tmp_path: Path) -> None:
+    run = converted_run(tmp_path, [rank(0, random_sampler_passes=2, distributed_sampler_passes=0),
+                                   rank(1, random_sampler_passes=2, distributed_sampler_passes=0)])  # fmt: skip
+    [finding] = checks.distributed(run, 2)
+    assert "RandomSampler and has no DistributedSampler" in finding.message
+
+
 # --- statistical mode ---------------------------------------------------------------------------
 
 

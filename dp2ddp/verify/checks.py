@@ -115,6 +115,12 @@ def distributed(run: RunOutcome, nproc: int) -> list[Finding]:
     if facts and not any(fact.get("ddp_modules") for fact in facts):
         findings.append(Finding("distributed", "defect",
                                 "the converted script wrapped no module in DistributedDataParallel"))  # fmt: skip
+    shuffled = sum(fact.get("random_sampler_passes", 0) for fact in facts)
+    split = sum(fact.get("distributed_sampler_passes", 0) for fact in facts)
+    if nproc > 1 and shuffled and not split:
+        findings.append(Finding("data", "defect", (
+            "the converted run shuffles its data with a RandomSampler and has no DistributedSampler: every rank "
+            "trains on the whole dataset (give the training DataLoader sampler=DistributedSampler(dataset))")))  # fmt: skip
     losses = [dict(_by_step(rank.losses)) for rank in run.ranks]
     if len(losses) > 1 and len(losses[0]) >= 2 and all(other == losses[0] for other in losses[1:]):
         findings.append(Finding("data", "defect", (
@@ -168,6 +174,27 @@ def samplers(run: RunOutcome, max_steps: int | None) -> list[Finding]:
     return findings
 
 
+def loaders(run: RunOutcome) -> list[Finding]:
+    """Each training pass of each DataLoader: the ranks' samples overlap by DistributedSampler's padding at most."""
+    out = Path(run.out_dir)
+    passes: dict[tuple[int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for rank in run.ranks:
+        for record in _records(out / f"converted-rank{rank.rank}.loaders.jsonl"):
+            passes[(record["loader"], record["pass"])][rank.rank] = record
+    world = len(run.ranks)
+    for (loader, number), ranks in sorted(passes.items()):
+        if len(ranks) < 2 or not any(record["training"] for record in ranks.values()):
+            continue
+        drawn = [index for record in ranks.values() for index in record["indices"]]
+        repeated = len(drawn) - len(set(drawn))
+        if repeated > world - 1:  # DistributedSampler pads each pass with fewer than `world` repeats
+            return [Finding("data", "defect", (
+                f"the ranks trained on {repeated} of the same samples in pass {number + 1} of DataLoader #{loader + 1}: "
+                "the training data is not split between them (give the DataLoader a DistributedSampler, "
+                "or check its num_replicas and rank)"))]  # fmt: skip
+    return []
+
+
 def _overlap(ranks: dict[int, dict[str, Any]]) -> int | None:
     """Samples drawn by more than one rank beyond DistributedSampler's padding; None when within it."""
     records = list(ranks.values())
@@ -178,7 +205,7 @@ def _overlap(ranks: dict[int, dict[str, Any]]) -> int | None:
     if records[0]["drop_last"] or len(drawn) < size:
         padding = 0
     else:
-        padding = len(drawn) - size
+        padding = min(len(drawn) - size, len(records) - 1)
     repeated = len(drawn) - len(set(drawn))
     return repeated if repeated > padding else None
 

@@ -11,7 +11,8 @@ The batch dimension is the one whose size is the batch the last DataLoader
 yielded (the local batch in a rank, the global one in the reference), so
 seq-first tensors ``(T, B, E)`` and DataParallel's ``dim=1`` are split along
 B (when another dimension has the batch's size too, the first one is taken:
-a sequence as long as the batch is mistaken for it). Numbers come from uniform draws, which CPU generators produce in order, so
+a sequence as long as the batch is mistaken for it). Draws while a dataset
+fetches its items are the dataset's own and are left alone. Numbers come from uniform draws, which CPU generators produce in order, so
 a partial last batch sees the first rows of the full draw: the same rows in
 both runs. Dropout on a tensor with no batch dimension (a flattened
 ``(B*T, E)``), alpha dropout and the dropout inside ``nn.LSTM``/``GRU``/``RNN``
@@ -38,6 +39,7 @@ class GlobalNoise:
         self.rows: int | None = None  # the batch the last DataLoader yielded
         self.calls = 0
         self.switched_off = 0  # dropout calls run as the identity
+        self.fetching = False  # inside a dataset's __getitem__: per-sample draws there are the dataset's own
 
     @contextmanager
     def as_rank(self, rank: int, world: int, rows: int) -> Iterator[None]:
@@ -55,7 +57,7 @@ class GlobalNoise:
             self.rows = tensor.shape[0]
 
     def batch_dim(self, shape: torch.Size | tuple[int, ...]) -> int | None:
-        if self.rows is None:
+        if self.rows is None or self.fetching:
             return None
         return next((dim for dim, size in enumerate(shape) if size == self.rows), None)
 
@@ -95,6 +97,20 @@ def install(noise: GlobalNoise) -> None:
         return batch
 
     dataloader._BaseDataLoaderIter.__next__ = remembering  # type: ignore[method-assign]
+    # A dataset drawing an image or a jitter per sample (FakeData, augmentation) is not a batch's noise,
+    # even where an image dimension has the local batch's size (a batch of 32 and 32x32 images).
+    from torch.utils.data._utils import fetch
+
+    for fetcher in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
+
+        def fetching(self: Any, index: Any, _fetch: Any = fetcher.fetch) -> Any:
+            saved, noise.fetching = noise.fetching, True
+            try:
+                return _fetch(self, index)
+            finally:
+                noise.fetching = saved
+
+        fetcher.fetch = fetching  # type: ignore[method-assign]
     _dropout(noise)
     _recurrent_dropout_off(noise)
     _attention_dropout()

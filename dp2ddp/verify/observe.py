@@ -15,6 +15,8 @@ than equal losses, and these records check the promise directly:
 - **Process group and wraps.** Whether ``init_process_group`` ran, with which
   world size, and how many modules were wrapped in DDP, kept in the process's
   outcome file.
+- **DataLoader passes.** The samples every pass of every DataLoader yields, and
+  whether a batch of it was trained on (``<name>.loaders.jsonl``).
 - **Samplers.** Every pass of a ``DistributedSampler`` records the indices it
   would yield under the script's own configuration (its ``seed``, ``epoch``,
   ``num_replicas`` and ``rank``), before verify's alignment replaces the seed,
@@ -37,6 +39,15 @@ MAX_PASSES = 3
 MAX_INDICES = 200_000
 
 
+def _root_index(dataset: Any, index: Any) -> int:
+    """``index`` into ``dataset`` as an index into the dataset under any Subsets (evaluation shards are Subsets)."""
+    from torch.utils.data import Subset
+
+    while isinstance(dataset, Subset):
+        index, dataset = dataset.indices[index], dataset.dataset
+    return int(index)
+
+
 class Observer:
     def __init__(self, name: Path, replicas: bool) -> None:
         self.replicas = replicas
@@ -47,8 +58,13 @@ class Observer:
         self._ddp: list[weakref.ref[torch.nn.Module]] = []
         self._wrapped_storages: set[int] = set()
         self._sampler_ids: dict[int, int] = {}
+        self._loaders_path = name.with_suffix(".loaders.jsonl")
+        self._loader_passes: dict[int, dict[str, Any]] = {}
+        self._datasets: dict[int, int] = {}
+        self._last_pass: dict[str, Any] | None = None
         self._sampler_passes: dict[int, int] = {}
-        self.facts: dict[str, Any] = {"process_group": False, "world_size": None, "ddp_modules": 0}
+        self.facts: dict[str, Any] = {"process_group": False, "world_size": None, "ddp_modules": 0,
+                                      "random_sampler_passes": 0, "distributed_sampler_passes": 0}  # fmt: skip
 
     # --- process group and wraps ---------------------------------------------------------------
 
@@ -96,6 +112,8 @@ class Observer:
     # --- replicas ------------------------------------------------------------------------------
 
     def optimizer_stepped(self, step: int, optimizer: torch.optim.Optimizer) -> None:
+        if self._last_pass is not None:
+            self._last_pass["training"] = True  # the pass that yielded the batch this step trained on
         if self._params is None:
             return
         key = id(optimizer)
@@ -136,6 +154,7 @@ class Observer:
 
     def sampler_pass(self, sampler: Any, step: int, indices: list[int]) -> None:
         """A DistributedSampler starts a pass; ``indices`` is what its own configuration yields."""
+        self.facts["distributed_sampler_passes"] += 1
         key = id(sampler)
         if key not in self._sampler_ids:
             self._sampler_ids[key] = len(self._sampler_ids)
@@ -151,7 +170,47 @@ class Observer:
             record["indices"] = indices[:MAX_INDICES]
         self._samplers.write(json.dumps(record) + "\n")
 
+    def watch_loaders(self) -> None:
+        """Record the samples each DataLoader pass yields, as indices into the dataset below any Subset, and
+        which passes fed an optimizer step: ranks that train on the same samples have not split the data."""
+        from torch.utils.data import dataloader
+
+        next_index = dataloader._BaseDataLoaderIter._next_index
+
+        def recorded(iterator: Any) -> Any:
+            index = next_index(iterator)
+            record = self._loader_passes.get(id(iterator))
+            if record is None:
+                dataset = iterator._dataset
+                number = self._datasets.setdefault(id(dataset), len(self._datasets))
+                self._keep.append(iterator)
+                passes = sum(1 for other in self._loader_passes.values() if other["loader"] == number)
+                record = {"loader": number, "pass": passes, "training": False, "indices": []}
+                self._loader_passes[id(iterator)] = record
+            if len(record["indices"]) < MAX_INDICES:
+                dataset = iterator._dataset
+                record["indices"].extend(_root_index(dataset, i) for i in (index if isinstance(index, list) else [index]))
+            self._last_pass = record
+            return index
+
+        dataloader._BaseDataLoaderIter._next_index = recorded  # type: ignore[method-assign]
+
+    def watch_random_samplers(self) -> None:
+        """Count shuffled passes that no DistributedSampler splits: each rank then draws from the whole dataset."""
+        from torch.utils.data import RandomSampler
+
+        random_iter = RandomSampler.__iter__
+
+        def counted(sampler: RandomSampler) -> Any:
+            self.facts["random_sampler_passes"] += 1
+            return random_iter(sampler)
+
+        RandomSampler.__iter__ = counted  # type: ignore[method-assign]
+
     def close(self) -> None:
         if self._params is not None:
             self._params.close()
         self._samplers.close()
+        with self._loaders_path.open("w") as loaders:
+            for record in self._loader_passes.values():
+                loaders.write(json.dumps(record) + "\n")

@@ -520,7 +520,7 @@ class LanguageModel(nn.Module):
 
     def forward(self, tokens):
         hidden, _ = self.rnn(self.drop(self.embed(tokens.t())))
-        return self.out(self.drop(hidden)).transpose(0, 1)
+        return self.out(self.drop(hidden))  # (T, B, V): the batch is dimension 1 of the output too
 
 
 generator = torch.Generator().manual_seed(3)
@@ -531,7 +531,7 @@ optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 for epoch in range(2):
     for (batch,) in loader:
         logits = model(batch[:, :-1])
-        loss = nn.functional.cross_entropy(logits.reshape(-1, 20), batch[:, 1:].reshape(-1))
+        loss = nn.functional.cross_entropy(logits.reshape(-1, 20), batch[:, 1:].t().reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -180,14 +180,24 @@ def _split(value: Any, rows: int, dim: int, index: torch.Tensor) -> Any:
     return value
 
 
-def _merge(parts: list[Any], dim: int, inverse: torch.Tensor) -> Any:
+def _merge(parts: list[Any], dim: int, sizes: list[int], inverse: torch.Tensor) -> Any:
+    """The ranks' outputs back in batch order, along the dimension that holds each rank's rows: DataParallel's
+    ``dim`` where it fits, else the first that does (a seq-first model returns (T, B, ...) from a (B, T) input)."""
     first = parts[0]
-    if isinstance(first, torch.Tensor) and first.dim() > dim:
-        return torch.cat(parts, dim).index_select(dim, inverse.to(first.device))
+    if isinstance(first, torch.Tensor):
+        fits = [
+            d for d in range(first.dim())
+            if all(part.dim() == first.dim() and part.shape[d] == size for part, size in zip(parts, sizes))
+            and all(part.shape[:d] + part.shape[d + 1:] == first.shape[:d] + first.shape[d + 1:] for part in parts)
+        ]  # fmt: skip
+        if not fits:
+            raise TypeError("an output without the batch's rows")
+        along = dim if dim in fits else fits[0]
+        return torch.cat(parts, along).index_select(along, inverse.to(first.device))
     if isinstance(first, (list, tuple)) and not hasattr(first, "_fields"):
-        return type(first)(_merge(list(items), dim, inverse) for items in zip(*parts))
+        return type(first)(_merge(list(items), dim, sizes, inverse) for items in zip(*parts))
     if isinstance(first, dict):
-        return {key: _merge([part[key] for part in parts], dim, inverse) for key in first}
+        return {key: _merge([part[key] for part in parts], dim, sizes, inverse) for key in first}
     raise TypeError(f"cannot merge {type(first).__name__} outputs by rows")
 
 
@@ -223,7 +233,7 @@ def per_rank_forward(world: int, noise: Any) -> None:
                 noise.calls = calls
                 with noise.as_rank(r, world, len(groups[r])):
                     outputs[r] = self.module(*_split(inputs, rows, dim, groups[r]), **_split(kwargs, rows, dim, groups[r]))
-            merged = _merge(outputs, dim, inverse)
+            merged = _merge(outputs, dim, [len(group) for group in groups], inverse)
         except TypeError:  # outputs that are not rows of the batch: one whole-batch forward instead
             for buffer, saved in zip(self.module.buffers(), buffers):
                 buffer.data.copy_(saved)

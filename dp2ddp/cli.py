@@ -292,6 +292,7 @@ def verify(
             *checks.samplers(runs.converted, max_steps),
             *checks.loaders(runs.converted),
             *checks.switched_off(runs.references[0]),
+            *checks.reference_wrapped(runs.references[0]),
         ]  # fmt: skip
         probe = None
         defective = any(finding.kind == "defect" for finding in findings)  # the verdict is settled already

@@ -164,6 +164,13 @@ def test_shuffling_without_a_distributed_sampler_is_a_defect(tmp_path: Path) -> 
     assert "RandomSampler and has no DistributedSampler" in finding.message
 
 
+def test_a_reference_that_never_built_data_parallel_is_warned_about(tmp_path: Path) -> None:
+    without = RunOutcome("reference (1 process)", (), 0, 1.0, False, (rank(0, data_parallel=0),), "")
+    [finding] = checks.reference_wrapped(without)
+    assert finding.kind == "warning" and "never built nn.DataParallel" in finding.message
+    assert checks.reference_wrapped(RunOutcome("reference", (), 0, 1.0, False, (rank(0, data_parallel=1),), "")) == []
+
+
 # --- statistical mode ---------------------------------------------------------------------------
 
 

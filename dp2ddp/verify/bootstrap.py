@@ -100,6 +100,7 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
     noise = GlobalNoise(config.seed, rank, world, dropout=config.dropout != "off")
     install_noise(noise)
     if config.role == "reference":
+        observer.watch_data_parallel()
         alignment.distributed_sampler_order()
         if config.world_size > 1:
             alignment.per_rank_forward(config.world_size, noise)

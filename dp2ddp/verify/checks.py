@@ -22,7 +22,7 @@ _NAMES_SHOWN = 4
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # replicas | distributed | data | epochs | logs | noise
+    check: str  # replicas | distributed | data | epochs | logs | noise | reference
     kind: str  # defect | warning | note
     message: str
     step: int | None = None
@@ -217,6 +217,17 @@ def logs(comparison: LogComparison, fail: bool) -> Finding:
     if comparison.agrees:
         return Finding("logs", "note", message)
     return Finding("logs", "defect" if fail else "warning", message)
+
+
+def reference_wrapped(reference: RunOutcome) -> list[Finding]:
+    """Warn when the reference never built nn.DataParallel: it took a path without it, and that is what was compared."""
+    facts = reference.ranks[0].facts if reference.ranks else {}
+    if facts.get("data_parallel", 1):
+        return []
+    return [Finding("reference", "warning", (
+        "the reference never built nn.DataParallel (the script took a path without it, such as a branch for "
+        "machines without CUDA): the converted run was compared with a plain one-process run; --device cpu makes "
+        "CUDA branches run on the CPU"))]  # fmt: skip
 
 
 def switched_off(reference: RunOutcome) -> list[Finding]:

@@ -64,7 +64,8 @@ class Observer:
         self._last_pass: dict[str, Any] | None = None
         self._sampler_passes: dict[int, int] = {}
         self.facts: dict[str, Any] = {"process_group": False, "world_size": None, "ddp_modules": 0,
-                                      "random_sampler_passes": 0, "distributed_sampler_passes": 0}  # fmt: skip
+                                      "random_sampler_passes": 0, "distributed_sampler_passes": 0,
+                                      "data_parallel": 0}  # fmt: skip
 
     # --- process group and wraps ---------------------------------------------------------------
 
@@ -194,6 +195,18 @@ class Observer:
             return index
 
         dataloader._BaseDataLoaderIter._next_index = recorded  # type: ignore[method-assign]
+
+    def watch_data_parallel(self) -> None:
+        """Reference only: count nn.DataParallel wraps; a script can take a path without one (a CPU branch)."""
+        from torch.nn import DataParallel
+
+        data_parallel_init = DataParallel.__init__
+
+        def counted(wrapper: DataParallel, *args: Any, **kwargs: Any) -> None:
+            data_parallel_init(wrapper, *args, **kwargs)
+            self.facts["data_parallel"] += 1
+
+        DataParallel.__init__ = counted  # type: ignore[method-assign]
 
     def watch_random_samplers(self) -> None:
         """Count shuffled passes that no DistributedSampler splits: each rank then draws from the whole dataset."""

@@ -52,7 +52,7 @@ class GlobalNoise:
             self.rank, self.world, self.rows = saved
 
     def batch_seen(self, batch: Any) -> None:
-        tensor = _first_tensor(batch)
+        tensor = first_tensor(batch)
         if tensor is not None and tensor.dim() >= 1:
             self.rows = tensor.shape[0]
 
@@ -75,14 +75,14 @@ class GlobalNoise:
         return torch.sqrt(-2.0 * torch.log1p(-u[..., 0])) * torch.cos(2.0 * math.pi * u[..., 1])  # Box-Muller
 
 
-def _first_tensor(value: Any) -> torch.Tensor | None:
+def first_tensor(value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, (list, tuple)):
         for item in value:
-            found = _first_tensor(item)
+            found = first_tensor(item)
             if found is not None:
                 return found
     return None

@@ -18,6 +18,7 @@ from tests.conftest import FIXTURES
 pytest.importorskip("torchvision")
 
 PROBE = Path(__file__).resolve().parent / "rank_probe.py"
+GLOO_EXIT_ABORT = "terminate called without an active exception"
 TIMEOUT_S = 240
 # Converted fixtures the suite trains, one of each launch and loader shape.
 TRAINED = ["imagenet_meters", "mnist_argparse", "cifar_resnet", "toplevel_script", "conditional_dp", "gan_two_models", "detectron_launch"]
@@ -48,12 +49,18 @@ def run_under_torchrun(
     script: Path, workdir: Path, *args: str, nproc: int = 2, probe: str = "probe"
 ) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     out = workdir / probe
-    out.mkdir()
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
         "--", str(PROBE), str(out), str(script), *args,
     ]  # fmt: skip
-    completed = run_bounded(command, workdir)
+    for _ in range(2):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        completed = run_bounded(command, workdir)
+        # gloo now and then aborts a process at exit, after the script has finished (README, "Not yet");
+        # one more run tells that known defect of the exit apart from a failure of what is tested here.
+        if completed.returncode == 0 or GLOO_EXIT_ABORT not in completed.stdout + completed.stderr:
+            break
     ranks = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
     return completed, ranks
 

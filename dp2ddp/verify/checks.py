@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dp2ddp.verify.compare import keyed
 from dp2ddp.verify.logs import LogComparison
 from dp2ddp.verify.runner import RunOutcome
 
@@ -121,21 +121,12 @@ def distributed(run: RunOutcome, nproc: int) -> list[Finding]:
         findings.append(Finding("data", "defect", (
             "the converted run shuffles its data with a RandomSampler and has no DistributedSampler: every rank "
             "trains on the whole dataset (give the training DataLoader sampler=DistributedSampler(dataset))")))  # fmt: skip
-    losses = [dict(_by_step(rank.losses)) for rank in run.ranks]
+    losses = [keyed(rank.losses) for rank in run.ranks]
     if len(losses) > 1 and len(losses[0]) >= 2 and all(other == losses[0] for other in losses[1:]):
         findings.append(Finding("data", "defect", (
             f"every rank recorded exactly the same loss at all {len(losses[0])} steps: the ranks trained on the same "
             "samples, so the data is not split between them (no DistributedSampler on the training loader?)")))  # fmt: skip
     return findings
-
-
-def _by_step(losses: Sequence[tuple[int, float]]) -> list[tuple[tuple[int, int], float]]:
-    keyed, previous, index = [], None, 0
-    for step, loss in losses:
-        index = index + 1 if step == previous else 0
-        keyed.append(((step, index), loss))
-        previous = step
-    return keyed
 
 
 def samplers(run: RunOutcome, max_steps: int | None) -> list[Finding]:

@@ -73,20 +73,21 @@ class Comparison:
         return bool(self.steps) and self.first_divergence is None and not self.shifted
 
 
-def _keyed(losses: Losses) -> dict[Key, float]:
-    keyed: dict[Key, float] = {}
+def keyed(losses: Losses) -> dict[Key, float]:
+    """Losses by (optimizer step, which backward within it)."""
+    result: dict[Key, float] = {}
     previous, index = None, 0
     for step, loss in losses:
         index = index + 1 if step == previous else 0
-        keyed[(step, index)] = loss
+        result[(step, index)] = loss
         previous = step
-    return keyed
+    return result
 
 
 def _converted(ranks: Sequence[Losses]) -> tuple[list[Key], list[dict[Key, float]]]:
-    keyed = [_keyed(rank) for rank in ranks]
-    keys = sorted(set().union(*keyed)) if keyed else []
-    return keys, keyed
+    per_rank = [keyed(rank) for rank in ranks]
+    keys = sorted(set().union(*per_rank)) if per_rank else []
+    return keys, per_rank
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -111,12 +112,12 @@ def compare(
     gap between the probe and the reference so far, and from the first step where that allowance
     passes a tenth of the loss, training is chaotic and steps are no longer compared.
     """
-    expected = _keyed(reference)
-    probe = _keyed(noise) if noise is not None else {}
-    keys, keyed = _converted(ranks)
+    expected = keyed(reference)
+    probe = keyed(noise) if noise is not None else {}
+    keys, ranks_keyed = _converted(ranks)
     steps, drift, chaotic = [], 0.0, False
     for key in sorted(set(expected) | set(keys)):
-        per_rank = tuple(rank.get(key) for rank in keyed)
+        per_rank = tuple(rank.get(key) for rank in ranks_keyed)
         converted = _mean(per_rank)
         wanted = expected.get(key)
         if wanted is not None and key in probe:
@@ -155,8 +156,8 @@ def compare_band(references: Sequence[Losses], ranks: Sequence[Losses], toleranc
     one more draw of the same process does not. The band shown is mean +- _OUTLIER_Z spreads,
     never narrower than the exact tolerance.
     """
-    expected = [_keyed(reference) for reference in references]
-    keys, keyed = _converted(ranks)
+    expected = [keyed(reference) for reference in references]
+    keys, ranks_keyed = _converted(ranks)
     count = len(expected)
     spreads: dict[Key, tuple[float, float]] = {}
     for key in sorted(set().union(*expected)):
@@ -167,7 +168,7 @@ def compare_band(references: Sequence[Losses], ranks: Sequence[Losses], toleranc
     pooled = sum(variance for _, variance in spreads.values()) / len(spreads) if spreads else 0.0
     steps, squares = [], []
     for key in sorted(set().union(*expected) | set(keys)):
-        per_rank = tuple(rank.get(key) for rank in keyed)
+        per_rank = tuple(rank.get(key) for rank in ranks_keyed)
         converted = _mean(per_rank)
         if key not in spreads or converted is None:
             seen = [reference[key] for reference in expected if key in reference]

@@ -91,16 +91,14 @@ class Observer:
         """
         if rank == 0:
             return
-        redraws = [0]
 
         def redrawing(original: Any) -> Any:
             def init(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
                 result = original(tensor, *args, **kwargs)
                 if self._wrapped_storages and tensor.untyped_storage().data_ptr() in self._wrapped_storages:
-                    redraws[0] += 1
-                    self.facts["redrawn_after_wrap"] = redraws[0]
+                    redraws = self.facts["redrawn_after_wrap"] = self.facts.get("redrawn_after_wrap", 0) + 1
                     with torch.random.fork_rng(devices=[]):
-                        torch.random.default_generator.manual_seed(1_000_003 * rank + redraws[0])
+                        torch.random.default_generator.manual_seed(1_000_003 * rank + redraws)
                         original(tensor, *args, **kwargs)
                 return result
 

@@ -234,9 +234,8 @@ def failure(run: RunOutcome) -> str:
     if crashed:
         first, *then = crashed
         # A process that vanished on its own came first: the others fail when they next talk to it.
-        earlier = left
-        lines += [_left(rank) + "; the others then failed without it" for rank in earlier]
-        who = f"rank {first.rank} failed" + (" first" if then and not earlier else "") if len(run.ranks) > 1 else "failed"
+        lines += [_left(rank) + "; the others then failed without it" for rank in left]
+        who = f"rank {first.rank} failed" + (" first" if then and not left else "") if len(run.ranks) > 1 else "failed"
         lines.append(f"{run.name}: {who}")
         lines.append(_rank_error(first))
         for rank in then:

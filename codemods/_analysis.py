@@ -9,15 +9,16 @@ looked up in the scopes only for the nodes a codemod asks about, and
 positions are resolved only when something is reported.
 
 Codemods read the analysis instead of resolving metadata themselves, and the
-facts derived from it (``script_facts``, ``effects``) are computed once and
+facts derived from it (``script_facts``, ``effects``, ``lifecycle``) are computed once and
 shared by every codemod that plans against the same tree.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Iterator, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Collection, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -35,6 +36,7 @@ from libcst.metadata import (
 if TYPE_CHECKING:
     from ._base import ScriptFacts
     from ._effects import ProcessEffects
+    from ._lifecycle import ModelLifecycle
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 MISSING = object()
@@ -97,7 +99,7 @@ class Analysis:
         self.scaled_backwards: set[cst.Call] = set()
 
     @classmethod
-    def of_source(cls, source: str) -> "Analysis":
+    def of_source(cls, source: str) -> Analysis:
         return cls(cst.parse_module(source))
 
     # -- metadata ---------------------------------------------------------------------
@@ -187,16 +189,22 @@ class Analysis:
     # -- facts, shared by every codemod planning against this tree ----------------------
 
     @cached_property
-    def script_facts(self) -> "ScriptFacts":
+    def script_facts(self) -> ScriptFacts:
         from ._base import collect_script_facts
 
         return collect_script_facts(self)
 
     @cached_property
-    def effects(self) -> "ProcessEffects":
+    def effects(self) -> ProcessEffects:
         from ._effects import ProcessEffects
 
         return ProcessEffects(self)
+
+    @cached_property
+    def lifecycle(self) -> ModelLifecycle:
+        from ._lifecycle import ModelLifecycle
+
+        return ModelLifecycle(self)
 
 
 def _matched_types(matcher: m.BaseMatcherNode) -> set[type] | None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from abc import ABC
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Collection, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -174,7 +175,7 @@ class ScriptFacts:
         return bool(self.model_wraps) or self.helper_wraps > 0
 
 
-def collect_script_facts(analysis: "Analysis") -> ScriptFacts:
+def collect_script_facts(analysis: Analysis) -> ScriptFacts:
     """The whole-script facts every codemod starts from, read off the analysis's index."""
     facts = ScriptFacts()
 
@@ -219,7 +220,7 @@ def collect_script_facts(analysis: "Analysis") -> ScriptFacts:
     return facts
 
 
-def _in_module_class(analysis: "Analysis", node: cst.CSTNode) -> bool:
+def _in_module_class(analysis: Analysis, node: cst.CSTNode) -> bool:
     """Whether the innermost class around ``node`` is an ``nn.Module``."""
     for ancestor in analysis.ancestors(node):
         if isinstance(ancestor, cst.ClassDef):
@@ -227,7 +228,7 @@ def _in_module_class(analysis: "Analysis", node: cst.CSTNode) -> bool:
     return False
 
 
-def _inside_helper(analysis: "Analysis", node: cst.CSTNode) -> bool:
+def _inside_helper(analysis: Analysis, node: cst.CSTNode) -> bool:
     return any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in analysis.ancestors(node))
 
 
@@ -253,7 +254,7 @@ class Dp2ddpCodemod(CodemodCommand, ABC):
     # that does the wrapping runs wherever DataParallel is mentioned.
     RUNS_ON_MENTION: ClassVar[bool] = False
 
-    analysis: "Analysis"
+    analysis: Analysis
     facts: ScriptFacts
     # Each original statement of this traversal -> what the codemods before and
     # including this one turned it into; filled by the ChainedTransformer.
@@ -265,7 +266,7 @@ class Dp2ddpCodemod(CodemodCommand, ABC):
     def matches(self, node: cst.CSTNode, matcher: m.BaseMatcherNode) -> bool:
         return m.matches(node, matcher, metadata_resolver=self.analysis)
 
-    def plan(self, analysis: "Analysis") -> None:
+    def plan(self, analysis: Analysis) -> None:
         """Decide every edit against ``analysis``; raise ``SkipFile`` when none applies."""
         self.analysis = analysis
         self.facts = analysis.script_facts
@@ -276,6 +277,8 @@ class Dp2ddpCodemod(CodemodCommand, ABC):
             raise SkipFile(f"already uses torch.distributed ({what})")
         if not (self.facts.mentions_data_parallel if self.RUNS_ON_MENTION else self.facts.converts_to_ddp):
             raise SkipFile("no nn.DataParallel wrap of a whole model in this file")
+        if not self.RUNS_ON_MENTION and analysis.lifecycle.blocked:
+            raise SkipFile("the model's life-cycle has a hazard no edit makes safe; the file is left as it was")
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """LibCST's runner: analyse the tree, plan, and apply this codemod alone."""

@@ -9,7 +9,7 @@ another would do, without re-parsing and re-resolving metadata in between.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 from libcst.codemod import CodemodContext

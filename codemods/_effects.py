@@ -42,7 +42,7 @@ CONDITIONAL_CONTEXTS = (
 )
 
 
-def opens_for_writing(codemod: "Dp2ddpCodemod | Analysis", node: cst.CSTNode) -> bool:
+def opens_for_writing(codemod: Dp2ddpCodemod | Analysis, node: cst.CSTNode) -> bool:
     """``open(path, "w")`` and every other mode that creates or changes a file."""
     if not isinstance(node, cst.Call) or not codemod.matches(node, call_to({"builtins.open"})):
         return False
@@ -54,7 +54,7 @@ def is_rank_guard(test: cst.BaseExpression) -> bool:
     return bool(RANK_GUARD.search(code_of(test)))
 
 
-def under_rank_guard(codemod: "Dp2ddpCodemod | Analysis", node: cst.CSTNode) -> bool:
+def under_rank_guard(codemod: Dp2ddpCodemod | Analysis, node: cst.CSTNode) -> bool:
     """Whether ``node`` only runs on some processes: inside ``if rank == 0:`` and the like."""
     while not isinstance(node, cst.Module):
         node = codemod.get_metadata(ParentNodeProvider, node)
@@ -66,7 +66,7 @@ def under_rank_guard(codemod: "Dp2ddpCodemod | Analysis", node: cst.CSTNode) -> 
 class ProcessEffects:
     """Side effects and collectives of one script, resolved once."""
 
-    def __init__(self, analysis: "Analysis") -> None:
+    def __init__(self, analysis: Analysis) -> None:
         self.analysis = analysis
         self.models: set[str] = set()
         self.loggers: set[str] = set()

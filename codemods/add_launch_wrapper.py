@@ -14,7 +14,14 @@ from libcst.codemod.visitors import AddImportsVisitor
 
 from . import _names as names
 from ._analysis import Analysis
-from ._base import MAIN_GUARD, Dp2ddpCodemod, add_helper, call_to, import_torch_distributed, main_guard
+from ._base import (
+    MAIN_GUARD,
+    Dp2ddpCodemod,
+    add_helper,
+    call_to,
+    import_torch_distributed,
+    main_guard,
+)
 
 # One statement per line and a one-line docstring: LibCST re-indents lines
 # and newlines to the script's own style (tabs, CRLF), not text inside them.

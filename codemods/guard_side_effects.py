@@ -13,7 +13,7 @@ cannot be split that way is reported and left on every process.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 import libcst.matchers as m
@@ -22,7 +22,15 @@ from libcst.metadata import ParentNodeProvider, ScopeProvider
 
 from . import _names as names
 from ._analysis import Analysis
-from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed, keyword_arg, with_argument
+from ._base import (
+    Dp2ddpCodemod,
+    add_helper,
+    call_to,
+    code_of,
+    import_torch_distributed,
+    keyword_arg,
+    with_argument,
+)
 from ._effects import is_rank_guard, opens_for_writing
 
 MAIN_PROCESS_HELPER_SOURCE = f'''

@@ -14,7 +14,6 @@ import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import ParentNodeProvider
 
 from . import _names as names
 from ._analysis import Analysis
@@ -69,8 +68,6 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         # Original DataParallel calls to convert, mapped to whether their
         # statement leaves its `if`, which drops the device moves it guarded.
         self.conversions: dict[cst.Call, bool] = {}
-        # Each `if` whose DataParallel wrap moves after it, with that statement.
-        self.hoisted: dict[cst.If, cst.SimpleStatementLine] = {}
         self.needs_ddp_import = False
 
     # -- detection, on the original tree --------------------------------------------
@@ -79,11 +76,16 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         super().plan(analysis)
         for call in self.facts.submodule_wraps:
             self.report(call, "DDP201")
-        # A file that wraps no whole model is not a training script to migrate:
-        # what could not be converted is reported, and nothing is edited.
-        self.converting = self.facts.converts_to_ddp
-        for call in self.facts.model_wraps:
-            self._plan_conversion(call)
+        # A file that wraps no whole model is not a training script to migrate, and
+        # one whose model life-cycle has a hazard no edit makes safe is left as it
+        # was: what could not be converted is reported, and nothing is edited.
+        self.lifecycle = analysis.lifecycle
+        for hazard in [*self.lifecycle.blockers, *self.lifecycle.findings]:
+            self.report(hazard.node, hazard.code, **dict(hazard.values))
+        self.converting = self.facts.converts_to_ddp and not self.lifecycle.blocked
+        hoisted = {s for statements in self.lifecycle.hoisted.values() for s in statements}
+        for wrap in self.lifecycle.wraps:
+            self.conversions[wrap.call] = wrap.statement in hoisted
         for node in analysis.order:  # in document order, as a reader meets them
             if isinstance(node, cst.ClassDef):
                 if any(self.matches(base.value, resolves_to(names.DATA_PARALLEL)) for base in node.bases):
@@ -107,65 +109,14 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             return updated_node
         return _cuda_string(updated_node) if m.matches(original_node, FIRST_GPU_STRING) else updated_node
 
-    def _plan_conversion(self, call: cst.Call) -> None:
-        statement, conditions = self._enclosing_statement(call)
-        hoisted = False
-        if conditions:
-            if len(conditions) == 1 and statement is not None and self._can_leave_if(statement, conditions[0]):
-                assert isinstance(conditions[0], cst.If)
-                self.hoisted[conditions[0]] = statement
-                hoisted = True
-            else:
-                self.report(call, "DDP204")
-        self.conversions[call] = hoisted
-
-    @staticmethod
-    def _can_leave_if(statement: cst.SimpleStatementLine, condition: cst.If | cst.IfExp) -> bool:
-        """Whether ``model = DataParallel(model)`` can move after its plain ``if``.
-
-        It can when the ``if`` has no ``else`` and nothing after the wrap in
-        the ``if`` uses the model, so running the wrap later changes nothing else.
-        """
-        if not isinstance(condition, cst.If) or condition.orelse is not None:
-            return False
-        block = condition.body
-        if not isinstance(block, cst.IndentedBlock) or statement not in block.body:
-            return False
-        wrap = statement.body[0]
-        if len(statement.body) != 1 or not m.matches(wrap, m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
-            return False
-        assert isinstance(wrap, cst.Assign)
-        target = wrap.targets[0].target
-        while isinstance(target, cst.Attribute):
-            target = target.value
-        later = block.body[block.body.index(statement) + 1 :]
-        return not any(m.findall(s, m.Name(target.value)) for s in later)  # type: ignore[attr-defined]
-
-    def _enclosing_statement(
-        self, call: cst.Call
-    ) -> tuple[cst.BaseStatement | None, list[cst.If | cst.IfExp]]:
-        """The statement holding ``call`` and the conditions around it, innermost first."""
-        statement: cst.BaseStatement | None = None
-        conditions: list[cst.If | cst.IfExp] = []
-        node: cst.CSTNode = call
-        while not isinstance(node, (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            parent = self.get_metadata(ParentNodeProvider, node)
-            if isinstance(parent, cst.IfExp):
-                conditions.append(parent)
-            if isinstance(node, cst.SimpleStatementLine) and statement is None:
-                statement = node
-            if isinstance(node, cst.If):
-                conditions.append(node)
-            node = parent
-        return statement, conditions
-
     # -- rewriting ------------------------------------------------------------------
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not self.converting:
             return updated_node
         if original_node in self.conversions:
-            return self._wrap_call(updated_node, drop_device_moves=self.conversions[original_node])
+            unused = original_node in self.lifecycle.unused_parameters
+            return self._wrap_call(updated_node, drop_device_moves=self.conversions[original_node], unused_parameters=unused)
         inner = original_node.func.value if isinstance(original_node.func, cst.Attribute) else None
         if isinstance(inner, cst.Call) and inner in self.conversions and m.matches(original_node, DEVICE_MOVE):
             # DataParallel(model).cuda(): the helper already moved the model.
@@ -180,7 +131,7 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             return self._isinstance_accepting_ddp(updated_node)
         return updated_node
 
-    def _wrap_call(self, call: cst.Call, drop_device_moves: bool) -> cst.Call:
+    def _wrap_call(self, call: cst.Call, drop_device_moves: bool, unused_parameters: bool) -> cst.Call:
         wrapped = argument(call, 0, "module")
         assert wrapped is not None
         if drop_device_moves:
@@ -189,6 +140,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         dim = argument(call, 3, "dim")
         if dim is not None:
             args.append(keyword_arg("dim", dim))
+        if unused_parameters:
+            args.append(keyword_arg("find_unused_parameters", cst.Name("True")))
         return cst.Call(func=cst.Name(names.WRAP_HELPER), args=args)
 
     def _isinstance_accepting_ddp(self, call: cst.Call) -> cst.Call:
@@ -199,23 +152,36 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         updated = cst.Tuple([cst.Element(classes), ddp])
         return call.with_changes(args=[call.args[0], call.args[1].with_changes(value=updated)])
 
+    def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
+        if not self.converting:
+            return updated_node
+        if original_node in self.lifecycle.collapsed or original_node in self.lifecycle.always_wrapped:
+            # `DataParallel(m) if gpu else m` and `net.module if gpu else net`: under DDP the
+            # model is always wrapped, whatever the condition says.
+            return updated_node.body.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+        return updated_node
+
     def leave_If(
         self, original_node: cst.If, updated_node: cst.If
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
-        wrap_statement = self.hoisted.get(original_node)
-        if wrap_statement is None:
+        wrap_statements = self.lifecycle.hoisted.get(original_node) if self.converting else None
+        if not wrap_statements:
             return updated_node
-        # Under DDP every process must wrap the model, so the wrap leaves its `if`.
+        # Under DDP every process must wrap the model, so the wraps leave their `if`, together.
         block = updated_node.body
         assert isinstance(block, cst.IndentedBlock)
-        index = list(original_node.body.body).index(wrap_statement)
-        wrap = block.body[index]
-        rest = [*block.body[:index], *block.body[index + 1 :]]
+        original = list(original_node.body.body)
+        indices = {original.index(statement) for statement in wrap_statements}
+        wraps = [s for i, s in enumerate(block.body) if i in indices]
+        rest = [s for i, s in enumerate(block.body) if i not in indices]
         if not rest:
-            return wrap.with_changes(leading_lines=[*updated_node.leading_lines, *wrap.leading_lines])
-        return cst.FlattenSentinel([updated_node.with_changes(body=block.with_changes(body=rest)), wrap])
+            first = wraps[0].with_changes(leading_lines=[*updated_node.leading_lines, *wraps[0].leading_lines])
+            return cst.FlattenSentinel([first, *wraps[1:]])
+        return cst.FlattenSentinel([updated_node.with_changes(body=block.with_changes(body=rest)), *wraps])
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if not self.converting:
+            return updated_node
         if self.conversions:
             self.needs_ddp_import = True
             AddImportsVisitor.add_needed_import(self.context, "torch")

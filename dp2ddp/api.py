@@ -166,7 +166,7 @@ def _convert(
     """
     code = analysis.module.code
     facts = analysis.script_facts
-    if facts.existing_distributed is not None or not facts.converts_to_ddp:
+    if facts.existing_distributed is not None or not facts.converts_to_ddp or analysis.lifecycle.blocked:
         # Settled by this analysis: the script is left as it is, and the codemods say why.
         return code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
     edits: list[list[tuple[str, int, int, int, int]]] = []

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Severity = Literal["warning", "note"]
+# error: convert left the whole file as it was, because converting it would hang,
+# desynchronise the processes or crash one; warning: a human must look; note: done, for review.
+Severity = Literal["error", "warning", "note"]
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,15 @@ class Rule:
     name: str
     severity: Severity
     message: str
+    # What it does / Why is this bad? / Example / Use instead / Fix safety, as ruff documents rules.
+    doc: str = ""
+
+
+def _doc(what: str, why: str, example: str, instead: str, fix: str) -> str:
+    return (
+        f"## What it does\n{what}\n\n## Why is this bad?\n{why}\n\n## Example\n```python\n{example}\n```\n\n"
+        f"## Use instead\n```python\n{instead}\n```\n\n## Fix safety\n{fix}\n"
+    )
 
 
 RULES: dict[str, Rule] = {
@@ -60,10 +71,18 @@ RULES: dict[str, Rule] = {
         Rule(
             "DDP204",
             "conditional-wrap",
-            "warning",
-            "the DDP wrap is conditional: every process must wrap the model, or "
-            "gradients are not averaged; check the condition holds whenever the "
-            "world size is above 1",
+            "error",
+            "the DataParallel wrap sits under several conditions or an `else`; the file is left "
+            "as it was: every process must wrap the model, so make the wrap unconditional by hand",
+            doc=_doc(
+                "Finds a DataParallel wrap that cannot be moved out of its conditions: nested `if`s, "
+                "an `if` with an `else`, or a conditional expression other than `DataParallel(m) if gpu else m`.",
+                "DDP averages gradients only between processes that wrapped the model. A process that "
+                "skips the wrap trains alone while the data is split, so the replicas drift apart.",
+                "if args.cuda:\n    if torch.cuda.device_count() > 1:\n        model = nn.DataParallel(model)",
+                "model = nn.DataParallel(model)  # then run dp2ddp convert",
+                "No fix: the file is left as it was.",
+            ),
         ),
         Rule(
             "DDP205",
@@ -77,6 +96,209 @@ RULES: dict[str, Rule] = {
             "warning",
             "the script sets CUDA_VISIBLE_DEVICES: every process sees the same GPUs, so start "
             "no more processes than it lists, or set it in the shell instead",
+        ),
+        Rule(
+            "DDP207",
+            "wrap-condition-not-about-gpus",
+            "error",
+            "the DataParallel wrap depends on `{condition}`, which is not about GPUs; the file is "
+            "left as it was: every process must wrap the model, so decide by hand whether the "
+            "wrap may become unconditional",
+            doc=_doc(
+                "Finds a DataParallel wrap under a condition that convert cannot prove is a GPU-count "
+                "or CUDA-availability test: a feature flag, a mode, a config value from another file.",
+                "A wrap under `torch.cuda.device_count() > 1` only meant \"use the GPUs there are\", and under "
+                "DDP it becomes unconditional. Any other condition may say the model must not be wrapped "
+                "(evaluation mode, apex fp16). Making it unconditional could change what the script does, "
+                "and leaving it conditional lets some processes train an unwrapped model on their shard.",
+                "if opt.isTrain and not opt.fp16:\n    model = nn.DataParallel(model)",
+                "model = nn.DataParallel(model)  # when the wrap is right in every mode",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP208",
+            "branch-on-old-wrap-condition",
+            "warning",
+            "this branch tests `{condition}`, which no longer decides whether the model is wrapped: "
+            "under DDP it always is, so use `model.module` on both sides",
+            doc=_doc(
+                "Finds an `if` on the condition a wrap was moved out of, where the branch uses the model.",
+                "The branch assumed an unwrapped model when the condition was false. Now the model is "
+                "always a DDP wrapper, so that side saves `module.`-prefixed keys or a pickled DDP object.",
+                "if use_cuda:\n    torch.save(net.module, path)\nelse:\n    torch.save(net, path)",
+                "torch.save(net.module, path)",
+                "No fix. `net.module if use_cuda else net` alone is rewritten to `net.module`.",
+            ),
+        ),
+        Rule(
+            "DDP209",
+            "visible-devices-after-setup",
+            "warning",
+            "CUDA_VISIBLE_DEVICES is set after setup_distributed() has chosen this process's GPU, so "
+            "it has no effect: set it in the shell, or before setup_distributed() runs",
+            doc=_doc(
+                "Finds an assignment to `os.environ[\"CUDA_VISIBLE_DEVICES\"]` that runs after the process group is set up.",
+                "CUDA reads the variable once, when it starts; setup_distributed() has started it.",
+                "def main():\n    os.environ[\"CUDA_VISIBLE_DEVICES\"] = args.gpus",
+                "CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc-per-node=2 train.py",
+                "No fix. An assignment in the entry block itself is kept before setup_distributed().",
+            ),
+        ),
+        Rule(
+            "DDP210",
+            "cast-after-wrap",
+            "error",
+            "`{call}` casts the parameters after the DataParallel wrap; the file is left as it was: "
+            "DDP hooks the parameters it is given, so cast before the wrap",
+            doc=_doc(
+                "Finds `.half()`, `.float()`, `.double()`, `.bfloat16()` or `.to(dtype)` on a wrapped model after the wrap.",
+                "DDP registers its gradient hooks and buckets on the parameters it was built with. "
+                "A cast afterwards leaves the gradients unaveraged, with no error.",
+                "model = nn.DataParallel(net)\nif args.half:\n    model.half()",
+                "if args.half:\n    net.half()\nmodel = nn.DataParallel(net)",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP211",
+            "reinitialised-after-wrap",
+            "error",
+            "`{call}` writes the model's weights after the DataParallel wrap; the file is left as it "
+            "was: DDP copies rank 0's weights only when it is built, so initialise before the wrap",
+            doc=_doc(
+                "Finds weight initialisation of a wrapped model after the wrap: `.apply(init)`, "
+                "`nn.init.*`, `reset_parameters()`, in-place `normal_`/`fill_`/`copy_` on its tensors.",
+                "Each process draws its own random weights after DDP broadcast rank 0's, and DDP never "
+                "broadcasts again: the replicas train different models from the first step.",
+                "net = nn.DataParallel(base)\nbase.extras.apply(weights_init)",
+                "base.extras.apply(weights_init)\nnet = nn.DataParallel(base)",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP212",
+            "device-move-after-wrap",
+            "error",
+            "the wrapped model moves to `{device}` after the wrap, which may not be this process's "
+            "GPU; the file is left as it was: move it before the wrap, or use a device every process "
+            "resolves to its own (\"cuda\")",
+            doc=_doc(
+                "Finds `.to(device)` or `.cuda(device)` on a wrapped model after the wrap, with a device "
+                "convert cannot resolve to this process's own: an argument, a config value.",
+                "The converted wrap binds DDP to this process's GPU. A later move to a fixed device puts "
+                "every process's model on the same GPU, away from DDP's device.",
+                "model = nn.DataParallel(model)\nmodel = model.to(cfg.DEVICE)",
+                "model = model.to(\"cuda\")\nmodel = nn.DataParallel(model)",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP213",
+            "device-from-variable",
+            "warning",
+            "device `{device}` comes from a variable: under DDP each process must use its own GPU, "
+            "which setup_distributed() selected; make sure `{device}` is this process's local rank, "
+            "or drop it",
+            doc=_doc(
+                "Finds `torch.cuda.set_device(x)` and `.cuda(x)` where `x` is a variable, an argument or a config value.",
+                "A DataParallel script picks one GPU for everything. Under DDP, a fixed index such as "
+                "`train(0, args)` puts every process on that GPU, and NCCL fails or the GPUs are shared.",
+                "def train(gpu, args):\n    torch.cuda.set_device(gpu)",
+                "def train(args):\n    ...  # setup_distributed() already called set_device(local_rank)",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP214",
+            "saves-ddp-wrapper",
+            "note",
+            "`torch.save({model}, ...)` would pickle the DDP wrapper, which cannot be loaded without a "
+            "process group; it now saves `{model}.module`, the model inside",
+            doc=_doc(
+                "Finds `torch.save` of a wrapped model object itself.",
+                "Unpickling DistributedDataParallel needs an initialised process group.",
+                "torch.save(model, \"model.pt\")",
+                "torch.save(model.module, \"model.pt\")",
+                "Safe: the file holds the model the DataParallel script trained. Code that loads it and "
+                "reads `.module` must read the object itself.",
+            ),
+        ),
+        Rule(
+            "DDP215",
+            "unused-parameters",
+            "note",
+            "`{model}` builds `{module}`, which its forward never uses: DDP needs "
+            "find_unused_parameters=True for that, now passed to the wrap",
+            doc=_doc(
+                "Finds a sub-module built in the `__init__` of a model class of the script that no other method uses.",
+                "DDP waits for a gradient of every parameter; one that never gets one stops training at "
+                "the second step with an error that names find_unused_parameters.",
+                "self.pooler = nn.Linear(768, 768)  # never called in forward",
+                "wrap_ddp(model, find_unused_parameters=True)",
+                "Safe, and a little slower. Deleting the unused module is faster.",
+            ),
+        ),
+        Rule(
+            "DDP220",
+            "backward-skipped-on-some-processes",
+            "error",
+            "a backward pass can be skipped here: {how}; the file is left as it was: DDP's backward is a "
+            "collective, so a process that skips it leaves the others waiting forever",
+            doc=_doc(
+                "Finds a `continue` on a per-batch condition before `backward()`, and a `try` around "
+                "`backward()` whose handler goes on.",
+                "Every process must run the same number of backward passes. The condition differs "
+                "between processes, because each has its own batch: the others hang in the all-reduce.",
+                "if bool(loss == 0):\n    continue\nloss.backward()",
+                "loss = loss * (loss != 0)  # every process still runs backward",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP221",
+            "several-backward-per-forward",
+            "error",
+            "{backwards} backward passes for {forwards} forward passes of the wrapped model in this loop; "
+            "the file is left as it was: DDP reduces gradients once per forward, so sum the losses or "
+            "wrap each model separately",
+            doc=_doc(
+                "Finds a loop that calls `backward()` more often than it calls the wrapped model.",
+                "A DDP forward prepares one gradient reduction. A second backward through it fails with "
+                "\"Expected to mark a variable ready only once\".",
+                "loss_g, loss_d = gan(x)\nloss_g.backward(retain_graph=True)\nloss_d.backward()",
+                "(loss_g + loss_d).backward()  # or one DDP module per network",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP222",
+            "double-backward-through-ddp",
+            "error",
+            "torch.autograd.grad(create_graph=True) does not work through DDP; the file is left as it "
+            "was: compute the penalty on the module inside (`model.module`) or convert by hand",
+            doc=_doc(
+                "Finds `torch.autograd.grad(..., create_graph=True)`, as in a WGAN-GP gradient penalty.",
+                "DDP's reducer does not support double backward; it errors at the second step.",
+                "grads = torch.autograd.grad(out, x, create_graph=True)",
+                "out = netD.module(x)  # the penalty forward outside DDP, then sync by hand",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP223",
+            "trainable-module-not-wrapped",
+            "error",
+            "the optimizer trains `{module}`, which no DataParallel wrap holds; the file is left as it "
+            "was: its gradients would never be averaged, so wrap it together with the model",
+            doc=_doc(
+                "Finds an optimizer over the parameters of a module of the script that is never wrapped.",
+                "Only a DDP module's gradients are averaged. Every process steps this module with its own "
+                "shard's gradients, and the copies drift apart without an error.",
+                "net = nn.DataParallel(backbone)\nopt = SGD([*backbone.parameters(), *head.parameters()])",
+                "model = nn.Sequential(backbone, head)\nnet = nn.DataParallel(model)",
+                "No fix: the file is left as it was.",
+            ),
         ),
         Rule(
             "DDP301",

@@ -287,7 +287,10 @@ class ModelLifecycle:
 
     def _after_the_wrap(self, wrap: Wrap) -> None:
         for call in self._after(wrap):
-            if isinstance(call.func, cst.Attribute):
+            if any(q.name.startswith("torch.nn.init.") for q in self.analysis.qualified_names(call.func)):
+                if call.args and self._is_model(call.args[0].value, wrap.names):
+                    self.blockers.append(Hazard(call, "DDP211", (("call", code_of(call)),)))
+            elif isinstance(call.func, cst.Attribute):
                 receiver = call.func.value
                 while m.matches(receiver, DEVICE_MOVE) and not self._casts(receiver):  # type: ignore[arg-type]
                     receiver = receiver.func.value  # type: ignore[attr-defined]
@@ -300,9 +303,6 @@ class ModelLifecycle:
                     self.blockers.append(Hazard(call, "DDP211", (("call", code_of(call)),)))
                 elif method in ("to", "cuda") and call.args and not self.is_local_device(call.args[0].value):
                     self.blockers.append(Hazard(call, "DDP212", (("device", code_of(call.args[0].value)),)))
-            elif any(q.name.startswith("torch.nn.init.") for q in self.analysis.qualified_names(call.func)):
-                if call.args and self._is_model(call.args[0].value, wrap.names):
-                    self.blockers.append(Hazard(call, "DDP211", (("call", code_of(call)),)))
 
     def _casts(self, call: cst.Call) -> bool:
         if not isinstance(call.func, cst.Attribute):

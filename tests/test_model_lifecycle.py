@@ -1,0 +1,359 @@
+"""The model's life-cycle: hazards around the wrap leave the file as it was, with a finding at the line."""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+import pytest
+
+from dp2ddp.api import convert_source
+
+TRAIN = """
+def train(model, loader, optimizer):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def _convert(source: str):  # type: ignore[no-untyped-def]
+    return convert_source(dedent(source))
+
+
+def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
+    return [f"{f.line}:{f.code}" for f in result.findings if f.code.startswith("DDP2")]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(net)
+            if args.half:
+                model.half()
+            """,
+            ["5:DDP210"],
+            id="a cast after the wrap leaves the file as it was",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(net).cuda()
+            model = model.to(torch.float16)
+            """,
+            ["4:DDP210"],
+            id="a cast with .to(dtype) after the wrap",
+        ),
+        pytest.param(
+            """
+            import torch
+            net = torch.nn.DataParallel(base)
+            base.extras.apply(weights_init)
+            """,
+            ["4:DDP211"],
+            id="re-initialising the inner model after the wrap",
+        ),
+        pytest.param(
+            """
+            import torch
+            from torch import nn
+            model = nn.DataParallel(model)
+            nn.init.normal_(model.module.fc.weight)
+            """,
+            ["5:DDP211"],
+            id="nn.init on a wrapped parameter after the wrap",
+        ),
+        pytest.param(
+            """
+            import torch
+            DEVICE = cfg.DEVICE
+            model = torch.nn.DataParallel(model)
+            model = model.to(DEVICE)
+            """,
+            ["5:DDP212"],
+            id="a move to a configured device after the wrap",
+        ),
+        pytest.param(
+            """
+            import torch
+            if opt.isTrain and not opt.fp16:
+                model = torch.nn.DataParallel(model)
+            """,
+            ["3:DDP207"],
+            id="a wrap under a condition that is not about GPUs",
+        ),
+        pytest.param(
+            """
+            import torch
+            if args.parallel:
+                G = torch.nn.DataParallel(G)
+                D = torch.nn.DataParallel(D)
+            """,
+            ["3:DDP207"],
+            id="a wrap under a flag is reported for every wrap",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            for x, y in loader:
+                loss = model(x).sum()
+                if bool(loss == 0):
+                    continue
+                loss.backward()
+            """,
+            ["7:DDP220"],
+            id="a continue on the loss skips backward on some processes",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            for x, y in loader:
+                loss = model(x).sum()
+                try:
+                    loss.backward()
+                except RuntimeError:
+                    continue
+            """,
+            ["6:DDP220"],
+            id="a try around backward that goes on",
+        ),
+        pytest.param(
+            """
+            import torch
+            gan = torch.nn.DataParallel(gan)
+            for x in loader:
+                loss_g, loss_d = gan(x)
+                loss_g.backward(retain_graph=True)
+                loss_d.backward()
+            """,
+            ["7:DDP221"],
+            id="two backward passes through one forward",
+        ),
+        pytest.param(
+            """
+            import torch
+            netD = torch.nn.DataParallel(netD)
+            for real in loader:
+                out = netD(real)
+                grads = torch.autograd.grad(out.sum(), real, create_graph=True)[0]
+                (out.mean() + grads.norm()).backward()
+            """,
+            ["6:DDP222"],
+            id="a gradient penalty through DDP",
+        ),
+        pytest.param(
+            """
+            import torch
+            from torch import nn
+            head = nn.Linear(512, 10)
+            backbone = torch.nn.DataParallel(backbone)
+            optimizer = torch.optim.SGD(list(backbone.parameters()) + list(head.parameters()), lr=0.1)
+            """,
+            ["6:DDP223"],
+            id="an optimizer over a module that is never wrapped",
+        ),
+    ],
+)
+def test_hazard_leaves_the_file_as_it_was(source: str, expected: list[str]) -> None:
+    result = _convert(source)
+    assert result.output == dedent(source)
+    assert _codes(result) == expected
+    assert all(f.severity == "error" for f in result.findings if f"{f.line}:{f.code}" in expected)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param(
+            """
+            import torch
+            device = torch.device("cuda")
+            model.half()
+            model.apply(weights_init)
+            model.load_state_dict(state)
+            model = torch.nn.DataParallel(model).cuda()
+            model = model.to(device)
+            """,
+            id="casts, inits and loads before the wrap are fine",
+        ),
+        pytest.param(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.DataParallel(model)
+            model.to(device)
+            """,
+            id="a move to a device every process resolves to its own",
+        ),
+        pytest.param(
+            """
+            import torch
+
+
+            def set_eval(m):
+                m.training = False
+
+
+            model = torch.nn.DataParallel(model)
+            model.apply(set_eval)
+            """,
+            id="apply of a function that writes no weights",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            for i, (x, y) in enumerate(loader):
+                if i < args.skip:
+                    continue
+                loss = model(x).sum()
+                loss.backward()
+            """,
+            id="a continue on the step counter is the same on every process",
+        ),
+        pytest.param(
+            """
+            import torch
+            netG = torch.nn.DataParallel(netG)
+            netD = torch.nn.DataParallel(netD)
+            for real in loader:
+                errD_real = netD(real).mean()
+                errD_real.backward()
+                fake = netG(noise)
+                errD_fake = netD(fake.detach()).mean()
+                errD_fake.backward()
+                errG = netD(fake).mean()
+                errG.backward()
+            """,
+            id="a GAN step with one backward per forward",
+        ),
+    ],
+)
+def test_no_hazard_converts(source: str) -> None:
+    result = convert_source(dedent(source) + TRAIN)
+    assert result.changed
+    assert not [f for f in result.findings if f.severity == "error"], result.findings
+
+
+def test_wraps_of_one_gpu_condition_leave_it_together() -> None:
+    """Both wraps move out of the `if`, not only the last one."""
+    result = _convert(
+        """
+        import torch
+        if torch.cuda.device_count() > 1:
+            G = torch.nn.DataParallel(G)
+            D = torch.nn.DataParallel(D)
+        """
+    )
+    assert "if torch.cuda.device_count() > 1:\n    G" not in result.output
+    assert "G = wrap_ddp(G)\nD = wrap_ddp(D)\n" in result.output
+
+
+def test_the_entry_guard_is_no_condition_on_the_wrap() -> None:
+    """A GPU condition inside `if __name__ == "__main__":` is hoisted like any other."""
+    result = _convert(
+        """
+        import torch
+        if __name__ == "__main__":
+            if torch.cuda.device_count() > 1:
+                model = torch.nn.DataParallel(model)
+        """
+    )
+    assert "    model = wrap_ddp(model)\n" in result.output
+    assert "if torch.cuda.device_count() > 1:\n        model" not in result.output
+    assert not _codes(result)
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        'device == "cuda"',
+        'device.type == "cuda" and ngpu > 1',
+        "args.cuda",
+        "len(args.gpu_ids) > 1",
+        "use_cuda",
+        "torch.cuda.is_available()",
+    ],
+)
+def test_gpu_conditions_are_hoisted(condition: str) -> None:
+    result = _convert(
+        f"""
+        import torch
+        device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        use_cuda = torch.cuda.is_available()
+        if {condition}:
+            model = torch.nn.DataParallel(model)
+        """
+    )
+    assert "\nmodel = wrap_ddp(model)\n" in result.output, result.findings
+
+
+def test_conditional_expression_wrap_becomes_unconditional() -> None:
+    result = _convert(
+        """
+        import torch
+        model = torch.nn.DataParallel(model) if torch.cuda.device_count() > 1 else model
+        """
+    )
+    assert "\nmodel = wrap_ddp(model)\n" in result.output
+
+
+def test_a_branch_on_the_old_condition_takes_the_wrapped_side() -> None:
+    """`net.module if use_cuda else net` would save the DDP wrapper on CPU."""
+    result = _convert(
+        """
+        import torch
+        use_cuda = torch.cuda.is_available()
+        if use_cuda:
+            net = torch.nn.DataParallel(net)
+        state = (net.module if use_cuda else net).state_dict()
+        if use_cuda:
+            torch.save(net.module, "net.pt")
+        """
+    )
+    assert "state = (net.module).state_dict()" in result.output
+    assert "7:DDP208" in _codes(result)
+
+
+def test_unused_submodule_gets_find_unused_parameters() -> None:
+    result = _convert(
+        """
+        import torch
+        from torch import nn
+
+
+        class Encoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(4, 4)
+                self.pooler = nn.Linear(4, 4)
+
+            def forward(self, x):
+                return self.body(x)
+
+
+        model = torch.nn.DataParallel(Encoder())
+        """
+    )
+    assert "model = wrap_ddp(Encoder(), find_unused_parameters=True)" in result.output
+    assert "10:DDP215" in _codes(result)
+
+
+def test_device_from_a_variable_is_reported() -> None:
+    result = _convert(
+        """
+        import torch
+
+
+        def train(gpu, args):
+            torch.cuda.set_device(gpu)
+            model = torch.nn.DataParallel(Net()).cuda(gpu)
+        """
+    )
+    assert "6:DDP213" in _codes(result)

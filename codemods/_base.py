@@ -74,6 +74,33 @@ MAIN_GUARD = m.If(
 )
 
 
+VISIBLE_DEVICES = m.Subscript(
+    value=m.Attribute(value=m.Name("os"), attr=m.Name("environ")),
+    slice=[m.SubscriptElement(m.Index(string_literal("CUDA_VISIBLE_DEVICES")))],
+)
+
+
+def entry_point(analysis: "Analysis") -> str | None:
+    """Where ``setup_distributed()`` goes: "main" (the entry guard), "top" (after the imports) or nowhere.
+
+    Training code at module level needs the process group as soon as the
+    script runs; otherwise the ``if __name__ == "__main__":`` block starts it,
+    and everything else at module level runs at import, before setup.
+    """
+    module = analysis.module
+    needs = m.Call(func=m.Name(names.WRAP_HELPER)) | call_to(names.DATA_PARALLEL | names.DATA_LOADER | names.DISTRIBUTED_SAMPLER)
+    top_level_training = any(
+        analysis.findall_in(statement, needs)
+        for statement in module.body
+        if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not m.matches(statement, MAIN_GUARD)
+    )
+    if top_level_training:
+        return "top"
+    if main_guard(module) is not None:
+        return "main"
+    return None
+
+
 def main_guard(module: cst.Module) -> cst.If | None:
     for statement in module.body:
         if m.matches(statement, MAIN_GUARD):

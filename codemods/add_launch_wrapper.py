@@ -16,9 +16,11 @@ from . import _names as names
 from ._analysis import Analysis
 from ._base import (
     MAIN_GUARD,
+    VISIBLE_DEVICES,
     Dp2ddpCodemod,
     add_helper,
-    call_to,
+    code_of,
+    entry_point,
     import_torch_distributed,
     main_guard,
 )
@@ -57,37 +59,39 @@ def {names.SETUP_HELPER}() -> None:
     atexit.register(lambda: hasattr(sys, "last_value") or dist.barrier())
 '''
 
+def _after_last(block: list[cst.BaseStatement], targets: set[str], start: int) -> int:
+    """Where setup goes in ``block``: at ``start``, or after the last statement in ``targets`` past it."""
+    found = [i + 1 for i, statement in enumerate(block) if code_of(statement) in targets and i >= start]
+    return max(found, default=start)
+
+
 class AddLaunchWrapperCommand(Dp2ddpCodemod):
     DESCRIPTION = "Add a distributed setup for torchrun, SLURM and plain python, called at the entry point."
 
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
         node = analysis.module
-        self.entry = self._entry_point(node)
+        self.entry = entry_point(analysis)
         if self.entry is None and names.SETUP_HELPER not in self.facts.helpers:
             self.report(self.facts.model_wraps[0] if self.facts.model_wraps else node, "DDP101")
+        # CUDA reads CUDA_VISIBLE_DEVICES when setup_distributed() starts it: setup goes after
+        # the script's own assignment when that is in the block setup goes into, and one
+        # inside a function runs too late.
+        self.visible_devices: set[cst.CSTNode] = set()
+        for subscript in analysis.findall(VISIBLE_DEVICES):
+            target = analysis.parents.get(subscript)
+            if not isinstance(target, cst.AssignTarget):
+                continue
+            statement = analysis.parents[analysis.parents[target]]
+            block = analysis.parents.get(statement)
+            owner = analysis.parents.get(block) if isinstance(block, cst.IndentedBlock) else block
+            if isinstance(owner, cst.Module) or (isinstance(owner, cst.If) and m.matches(owner, MAIN_GUARD)):
+                self.visible_devices.add(statement)
+            elif names.SETUP_HELPER not in self.facts.helpers:
+                self.report(subscript, "DDP209")
 
     def visit_Module(self, node: cst.Module) -> bool:
         return False  # Everything happens in leave_Module, on the converted module.
-
-    def _needs_distributed(self, statement: cst.CSTNode) -> bool:
-        needs = m.Call(func=m.Name(names.WRAP_HELPER)) | call_to(
-            names.DATA_PARALLEL | names.DATA_LOADER | names.DISTRIBUTED_SAMPLER
-        )
-        return bool(m.findall(statement, needs, metadata_resolver=self.analysis))
-
-    def _entry_point(self, module: cst.Module) -> str | None:
-        """Where setup goes: "main" (the entry guard), "top" (after the imports) or nowhere."""
-        top_level_training = any(
-            self._needs_distributed(statement)
-            for statement in module.body
-            if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not m.matches(statement, MAIN_GUARD)
-        )
-        if top_level_training:
-            return "top"
-        if main_guard(module) is not None:
-            return "main"
-        return None
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.entry is None or names.SETUP_HELPER in self.facts.helpers:
@@ -95,17 +99,24 @@ class AddLaunchWrapperCommand(Dp2ddpCodemod):
         module = add_helper(updated_node, self.facts, names.SETUP_HELPER, SETUP_HELPER_SOURCE)
         body = list(module.body)
         call = cst.parse_statement(f"{names.SETUP_HELPER}()")
+        # Earlier codemods of this traversal leave these assignments as they were.
+        targets = {code_of(statement) for statement in self.visible_devices}
         if self.entry == "main":
             guard = main_guard(module)
             assert guard is not None and isinstance(guard.body, cst.IndentedBlock)
             index = body.index(guard)
-            body[index] = guard.with_changes(body=guard.body.with_changes(body=[call, *guard.body.body]))
+            block = list(guard.body.body)
+            position = _after_last(block, targets, 0)
+            block.insert(position, call)
+            body[index] = guard.with_changes(body=guard.body.with_changes(body=block))
         else:
             index = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == names.SETUP_HELPER)
             helpers = m.FunctionDef(name=m.Name(m.MatchIfTrue(lambda name: name in names.HELPERS)))
             while index + 1 < len(body) and m.matches(body[index + 1], helpers):
                 index += 1
-            body.insert(index + 1, call.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
+            position = _after_last(body, targets, index + 1)
+            spacing = [cst.EmptyLine(), cst.EmptyLine()] if position == index + 1 else []
+            body.insert(position, call.with_changes(leading_lines=spacing))
         for module_name in ("atexit", "os", "subprocess", "sys", "torch"):
             AddImportsVisitor.add_needed_import(self.context, module_name)
         import_torch_distributed(self.context, self.facts.distributed_alias)

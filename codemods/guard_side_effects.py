@@ -27,6 +27,7 @@ from ._base import (
     add_helper,
     call_to,
     code_of,
+    entry_point,
     import_torch_distributed,
     keyword_arg,
     with_argument,
@@ -305,7 +306,15 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         )
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        module = updated_node.with_changes(body=self._guarded(original_node.body, updated_node.body))
+        if entry_point(self.analysis) == "main":
+            # Module-level code runs at import, before setup_distributed() in the entry
+            # block: no process group exists yet, so a guard would be true everywhere.
+            for statement in original_node.body:
+                if self._writer_assignment(statement) is not None or self._kind(statement) == EFFECT:
+                    self.report(statement, "DDP216")
+            module = updated_node
+        else:
+            module = updated_node.with_changes(body=self._guarded(original_node.body, updated_node.body))
         if not self.uses_helper:
             return module
         import_torch_distributed(self.context, self.facts.distributed_alias)

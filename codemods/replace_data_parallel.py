@@ -19,6 +19,7 @@ from . import _names as names
 from ._analysis import Analysis
 from ._base import (
     DEVICE_MOVE,
+    VISIBLE_DEVICES,
     Dp2ddpCodemod,
     add_helper,
     argument,
@@ -47,10 +48,6 @@ def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> DistributedDataPara
 # process has its own, which plain "cuda" and .cuda() name after set_device.
 FIRST_GPU_STRING = string_literal("cuda:0")
 FIRST_GPU_CALL = m.Call(func=m.Attribute(attr=m.Name("cuda")), args=[m.Arg(m.Integer("0"), keyword=None)])
-VISIBLE_DEVICES = m.Subscript(
-    value=m.Attribute(value=m.Name("os"), attr=m.Name("environ")),
-    slice=[m.SubscriptElement(m.Index(string_literal("CUDA_VISIBLE_DEVICES")))],
-)
 
 
 def _cuda_string(node: cst.SimpleString) -> cst.SimpleString:

@@ -39,13 +39,14 @@ from ._effects import is_rank_guard, under_rank_guard
 
 LOAD_STATE_HELPER_SOURCE = f'''
 def {names.LOAD_STATE_HELPER}(model, state_dict, **kwargs):
-    """Load a state dict saved with or without the `module.` prefix into a DDP model."""
+    """Load a state dict saved with or without the `module.` prefix into a model, wrapped in DDP or not."""
     # DataParallel and DDP save keys as `module.<name>`, a bare model as `<name>`.
     bare = type(state_dict)(state_dict)
     if hasattr(state_dict, "_metadata"):
         bare._metadata = state_dict._metadata
     torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(bare, "module.")
-    return model.module.load_state_dict(bare, **kwargs)
+    # A script may load before it wraps the model, into the model itself.
+    return getattr(model, "module", model).load_state_dict(bare, **kwargs)
 '''
 LOCAL_DEVICE_HELPER_SOURCE = f'''
 def {names.LOCAL_DEVICE_HELPER}() -> torch.device:
@@ -70,6 +71,14 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
             for call in analysis.findall(call_to(names.TORCH_SAVE))
             if isinstance(call, cst.Call) and (path := argument(call, 1, "f")) is not None
         }
+        # torch.save(model, path) of the DDP model itself.
+        self.saves_wrapper: set[cst.Call] = set()
+        for call in analysis.findall(call_to(names.TORCH_SAVE)):
+            assert isinstance(call, cst.Call)
+            obj = argument(call, 0, "obj")
+            if call.args and call.args[0].keyword is None and obj is not None and code_of(obj) in self.effects.models:
+                self.saves_wrapper.add(call)
+                self.report(call, "DDP214", model=code_of(obj))
         for call in analysis.findall(call_to(names.TORCH_LOAD)):
             assert isinstance(call, cst.Call)
             if argument(call, 1, "map_location") is None:
@@ -108,6 +117,10 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
             statement = owner
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        if original_node in self.saves_wrapper:
+            saved = updated_node.args[0]
+            module = cst.Attribute(value=saved.value, attr=cst.Name("module"))
+            return updated_node.with_changes(args=[saved.with_changes(value=module), *updated_node.args[1:]])
         loads_into_model = m.Call(func=m.Attribute(attr=m.Name("load_state_dict")))
         if m.matches(original_node, loads_into_model):
             assert isinstance(original_node.func, cst.Attribute)

@@ -301,6 +301,23 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP216",
+            "side-effect-at-import",
+            "warning",
+            "this runs at import on every process, before setup_distributed() in the entry block, "
+            "where no guard can tell the processes apart; left on every process: move it into the "
+            "entry block, after setup_distributed()",
+            doc=_doc(
+                "Finds a print, log, file write or writer at module level in a script whose training "
+                "starts in `if __name__ == \"__main__\":`.",
+                "`is_main_process()` is true while no process group exists, so a guard here would "
+                "not stop any process: every rank prints, and `os.makedirs` without `exist_ok` races.",
+                "print(\"config:\", CONFIG)\n\nif __name__ == \"__main__\":\n    main()",
+                "if __name__ == \"__main__\":\n    setup_distributed()\n    if is_main_process():\n        print(\"config:\", CONFIG)\n    main()",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP301",
             "loader-has-sampler",
             "warning",

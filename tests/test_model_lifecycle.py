@@ -357,3 +357,63 @@ def test_device_from_a_variable_is_reported() -> None:
         """
     )
     assert "6:DDP213" in _codes(result)
+
+
+def test_module_level_effects_before_setup_are_reported_not_guarded() -> None:
+    """A guard that runs before the process group exists is true on every process."""
+    result = _convert(
+        """
+        import os
+        import torch
+
+        print("starting")
+        os.makedirs("runs")
+
+
+        def main():
+            model = torch.nn.DataParallel(Net())
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert '\nprint("starting")\nos.makedirs("runs")\n' in result.output
+    assert [f"{f.line}:{f.code}" for f in result.findings if f.code == "DDP216"] == ["5:DDP216", "6:DDP216"]
+
+
+def test_setup_runs_after_the_entry_block_sets_visible_devices() -> None:
+    result = _convert(
+        """
+        import os
+        import torch
+
+
+        def main():
+            os.environ["CUDA_VISIBLE_DEVICES"] = "1"
+            model = torch.nn.DataParallel(Net())
+
+
+        if __name__ == "__main__":
+            args = parse()
+            os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus
+            main()
+        """
+    )
+    assert '    os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus\n    setup_distributed()\n    main()\n' in result.output
+    assert "7:DDP209" in [f"{f.line}:{f.code}" for f in result.findings]
+
+
+def test_saving_the_wrapper_saves_the_module_and_loading_before_the_wrap_works() -> None:
+    result = _convert(
+        """
+        import torch
+        model = Net()
+        model.load_state_dict(torch.load("ckpt.pt"))
+        model = torch.nn.DataParallel(model)
+        torch.save(model, "model.pt")
+        """
+    )
+    assert 'torch.save(model.module, "model.pt")' in result.output
+    assert 'load_model_state(model, torch.load("ckpt.pt", map_location=local_device()))' in result.output
+    assert 'return getattr(model, "module", model).load_state_dict(bare, **kwargs)' in result.output

@@ -37,6 +37,11 @@ from ._base import (
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
+# Calls whose arguments size a tensor or a buffer for one step.
+_TENSOR_FACTORIES = frozenset(
+    f"torch.{name}" for name in ("zeros", "ones", "full", "empty", "randn", "rand", "randint", "arange", "eye", "tensor", "Tensor")
+)
+_RESHAPES = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_full", "new_empty", "resize_"})
 # Process counts a literal batch size is checked against.
 COMMON_WORLD_SIZES = (2, 4, 8)
 
@@ -69,6 +74,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.set_epochs: dict[cst.For, list[cst.BaseExpression]] = {}
         self.dist = "dist"
         self.uses_world_size = False
+        # Loaders whose batch value also sizes something per step: they keep it per process.
+        self.per_process_calls: set[cst.Call] = set()
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -128,6 +135,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             hoisted_dataset = self._dataset_name(reference, call)
         plan = _LoaderPlan(dataset, hoisted_dataset)
         self.plans[call] = plan
+        sizing = self._sizes_per_step(call)
+        if sizing is not None:
+            self.per_process_calls.add(call)
+            self.report(sizing, "DDP312", batch=code_of(argument(call, BATCH_SIZE, "batch_size")))  # type: ignore[arg-type]
         if hoisted_dataset is not None:
             assert isinstance(statement, cst.SimpleStatementLine)
             self.hoists[statement] = plan
@@ -219,8 +230,55 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             candidate = f"{candidate}_"
         return candidate
 
+    def _sizes_per_step(self, call: cst.Call) -> cst.Call | None:
+        """Another use of the loader's batch value that sizes a tensor or an object per step.
+
+        ``Loss(batch=cfg.batch)`` or ``torch.zeros(batch_size, ...)`` expect the
+        loader's batch: divided by the world size in the loader alone, they no
+        longer match it. The first such use is returned.
+        """
+        batch = argument(call, BATCH_SIZE, "batch_size")
+        if batch is None:
+            return None
+        # The values the batch is computed from: `cfg.batch` and `cfg.subdivisions` in their quotient.
+        values = {code_of(n) for n in self._outermost_names(batch)}
+        if not values:
+            return None
+        classes = {c.name.value for c in self.analysis.nodes(cst.ClassDef)}
+        for other in self.analysis.nodes(cst.Call):
+            if other is call or self.analysis.index[call] <= self.analysis.index[other] <= self.analysis.last[call]:
+                continue
+            if not any(code_of(n) in values for n in self._outermost_names(other)):
+                continue
+            func = other.func
+            qualified = {q.name for q in self.analysis.qualified_names(func)}
+            if (
+                (isinstance(func, cst.Name) and func.value in classes)
+                or qualified & _TENSOR_FACTORIES
+                or (isinstance(func, cst.Attribute) and func.attr.value in _RESHAPES)
+            ):
+                return other
+        return None
+
+    def _outermost_names(self, node: cst.CSTNode) -> list[cst.BaseExpression]:
+        """Names and attribute chains in ``node`` that are not part of a longer chain."""
+        found: list[cst.BaseExpression] = []
+        for kind in (cst.Name, cst.Attribute):
+            for candidate in self.analysis.within(node, kind):
+                parent = self.analysis.parents.get(candidate)
+                if isinstance(parent, cst.Attribute) and (parent.value is candidate or parent.attr is candidate):
+                    continue
+                if isinstance(parent, cst.Arg) and parent.keyword is candidate:
+                    continue  # batch=... names a parameter
+                if isinstance(parent, cst.Call) and parent.func is candidate:
+                    continue  # int(...) names a function
+                found.append(candidate)
+        return found
+
     def _report_batch(self, call: cst.Call) -> None:
         batch = argument(call, BATCH_SIZE, "batch_size")
+        if call in self.per_process_calls:
+            return
         if batch is None or self.keep_per_process_batch:
             # DataLoader's default batch of 1 cannot be split, so it stays per process.
             self.report(call, "DDP308", batch=code_of(batch) if batch is not None else "1")
@@ -326,7 +384,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if keyword == "dataset":
                 args.append(arg.with_changes(value=dataset) if plan.hoisted_dataset else arg)
             elif keyword == "batch_size":
-                args.append(keyword_arg("batch_size", self._per_process(arg.value), arg.comma))
+                value = arg.value if original_node in self.per_process_calls else self._per_process(arg.value)
+                args.append(keyword_arg("batch_size", value, arg.comma))
             elif keyword == "shuffle":
                 args.append(keyword_arg("sampler", sampler, arg.comma))
                 placed = True

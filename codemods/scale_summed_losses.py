@@ -10,8 +10,9 @@ sums is 1/W of it. ``loss.backward()`` becomes
 the loss the script logs is unchanged.
 
 A loss counts as summed when it is the value of a ``torch.nn`` call with
-``reduction="sum"``, directly or through a criterion object built with it,
-assigned to the name that back-propagates in the same function.
+``reduction="sum"``, directly or through a criterion object built with it
+(or built from a criterion class of the script that uses it and never
+divides), assigned to the name that back-propagates in the same function.
 """
 
 from __future__ import annotations
@@ -37,9 +38,20 @@ class ScaleSummedLossesCommand(Dp2ddpCodemod):
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
         # Criterion objects that sum: `criterion = nn.MSELoss(reduction="sum")`, `self.loss_fn = ...`.
+        # A criterion class of this file that sums (`class Loss(nn.Module)` using reduction="sum")
+        # sums too, unless it divides as well, which may make it a mean: that one is reported.
+        summing_classes: set[str] = set()
+        for cls in analysis.nodes(cst.ClassDef):
+            if not analysis.findall_in(cls, _SUMMED_TORCH_CALL):
+                continue
+            if analysis.findall_in(cls, m.BinaryOperation(operator=m.Divide() | m.FloorDivide())) or analysis.findall_in(cls, m.AugAssign(operator=m.DivideAssign())):
+                self.report(cls.name, "DDP311", loss=cls.name.value)
+            else:
+                summing_classes.add(cls.name.value)
+        builds_summing = _SUMMED_TORCH_CALL | m.Call(func=m.Name(m.MatchIfTrue(lambda name: name in summing_classes)))
         self.summing = {
             code_of(target.target)
-            for assign in analysis.findall(m.Assign(value=_SUMMED_TORCH_CALL))
+            for assign in analysis.findall(m.Assign(value=builds_summing))
             if isinstance(assign, cst.Assign)
             for target in assign.targets
         }

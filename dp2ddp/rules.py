@@ -388,6 +388,40 @@ RULES: dict[str, Rule] = {
             "now runs on `{loss} * world_size`, so the gradient is the whole batch's sum again",
         ),
         Rule(
+            "DDP311",
+            "summed-loss-class-unclear",
+            "warning",
+            "criterion class `{loss}` sums with reduction=\"sum\" and also divides, so convert cannot "
+            "tell whether its loss sums over the batch; left unscaled: if it does, back-propagate "
+            "`loss * dist.get_world_size()`",
+            doc=_doc(
+                "Finds a loss class of the script that uses `reduction=\"sum\"` and also divides.",
+                "DDP averages gradients over processes. A loss that sums over the batch must be "
+                "multiplied by the world size to keep DataParallel's gradient; a mean must not be.",
+                "class Loss(nn.Module):\n    def forward(self, x, y):\n        return F.mse_loss(x, y, reduction=\"sum\") / self.norm",
+                "(loss * dist.get_world_size()).backward()  # when the loss is a sum over the batch",
+                "No fix: the loss is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP312",
+            "batch-value-sizes-a-step",
+            "warning",
+            "`{batch}` also sizes this, per step; the loader keeps `{batch}` per process, so the "
+            "effective batch becomes world_size times `{batch}`: scale the learning rate, or divide "
+            "the batch where it is defined, for both uses",
+            doc=_doc(
+                "Finds another use of a DataLoader's batch value that sizes a tensor or an object for one "
+                "step: a class of the script, a tensor factory, a `view`/`reshape`/`expand`.",
+                "Keeping the global batch divides the loader's batch by the world size. A criterion or "
+                "buffer sized by the old value no longer matches the batches, and crashes or computes "
+                "a wrong loss. Keeping the per-process batch is safe, and changes the effective batch.",
+                "criterion = YoloLoss(batch=cfg.batch)\nloader = DataLoader(ds, batch_size=cfg.batch, shuffle=True)",
+                "cfg.batch //= dist.get_world_size()  # once, before both uses",
+                "Safe: nothing is divided; the report states the new effective batch.",
+            ),
+        ),
+        Rule(
             "DDP401",
             "side-effect-with-collective",
             "warning",

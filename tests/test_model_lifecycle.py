@@ -417,3 +417,70 @@ def test_saving_the_wrapper_saves_the_module_and_loading_before_the_wrap_works()
     assert 'torch.save(model.module, "model.pt")' in result.output
     assert 'load_model_state(model, torch.load("ckpt.pt", map_location=local_device()))' in result.output
     assert 'return getattr(model, "module", model).load_state_dict(bare, **kwargs)' in result.output
+
+
+def test_a_summing_criterion_class_of_the_script_is_scaled() -> None:
+    result = _convert(
+        """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class Loss(nn.Module):
+            def forward(self, x, y):
+                return F.mse_loss(x, y, reduction="sum")
+
+
+        criterion = Loss()
+        model = nn.DataParallel(Net())
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+        """
+    )
+    assert "(loss * dist.get_world_size()).backward()" in result.output
+
+
+def test_a_criterion_class_that_sums_and_divides_is_reported_not_scaled() -> None:
+    result = _convert(
+        """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class Loss(nn.Module):
+            def forward(self, x, y):
+                return F.mse_loss(x, y, reduction="sum") / x.size(0)
+
+
+        criterion = Loss()
+        model = nn.DataParallel(Net())
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+        """
+    )
+    assert "    loss.backward()" in result.output
+    assert "7:DDP311" in [f"{f.line}:{f.code}" for f in result.findings]
+
+
+def test_a_batch_value_that_sizes_a_criterion_keeps_the_loader_batch_per_process() -> None:
+    result = _convert(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader
+
+        criterion = YoloLoss(batch=cfg.batch // cfg.subdivisions)
+        model = nn.DataParallel(Net())
+        loader = DataLoader(ds, batch_size=cfg.batch // cfg.subdivisions, shuffle=True)
+
+
+        class YoloLoss(nn.Module):
+            pass
+        """
+    )
+    assert "DataLoader(ds, batch_size=cfg.batch // cfg.subdivisions, sampler=" in result.output
+    assert "6:DDP312" in [f"{f.line}:{f.code}" for f in result.findings]

@@ -93,9 +93,9 @@ class ModelLifecycle:
         # Wraps whose model has parameters its forward never uses.
         self.unused_parameters: dict[cst.Call, str] = {}
         self._assignments: dict[str, list[cst.BaseExpression]] | None = None
+        self.model_names: set[str] = set().union(*(wrap.names for wrap in self.wraps))
         if not self.wraps:
             return
-        self.model_names = set().union(*(wrap.names for wrap in self.wraps))
         self._plan_conditions()
         for wrap in self.wraps:
             self._after_the_wrap(wrap)

@@ -133,6 +133,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 self.report(call, "DDP304")
                 return
             hoisted_dataset = self._dataset_name(reference, call)
+        if not self._may_shard(call, reference):
+            return
         plan = _LoaderPlan(dataset, hoisted_dataset)
         self.plans[call] = plan
         sizing = self._sizes_per_step(call)
@@ -229,6 +231,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         while scope is not None and candidate in scope:
             candidate = f"{candidate}_"
         return candidate
+
+    def _may_shard(self, call: cst.Call, reference: cst.BaseExpression | None) -> bool:
+        return True
 
     def _sizes_per_step(self, call: cst.Call) -> cst.Call | None:
         """Another use of the loader's batch value that sizes a tensor or an object per step.

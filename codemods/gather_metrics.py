@@ -108,7 +108,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self.effects = analysis.effects
         self.training_loaders = self._training_loaders(analysis)
         for loop in analysis.nodes(cst.For):
-            if self._loader_names(loop) and not under_rank_guard(self, loop):
+            loaders = self._loader_names(loop)
+            if any(name in analysis.whole_loaders for name in loaders):
+                continue  # every process counts the whole set already
+            if loaders and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
 
     def _training_loaders(self, analysis: Analysis) -> set[str]:

@@ -11,6 +11,11 @@ validation set of 101 samples reports ``/101``.
 
 A loader counts as evaluation when it is not shuffled and is named for
 validation or testing, or is iterated under ``torch.no_grad()``.
+
+An evaluation loop that runs the DDP model with gradients enabled is not
+sharded: DDP's forward then syncs buffers, a collective, and shards of
+unequal length would leave one process waiting at the last batch. Every
+process evaluates the whole set instead, and its metrics are not gathered.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import ClassVar
 import libcst as cst
 
 from . import _names as names
-from ._base import add_helper, import_torch_distributed
+from ._base import add_helper, call_to, code_of, import_torch_distributed, resolves_to
 from .add_distributed_sampler import AddDistributedSamplerCommand
 
 EVALUATION_SHARD_HELPER_SOURCE = f'''
@@ -35,6 +40,34 @@ def {names.EVALUATION_SHARD_HELPER}(dataset) -> range:
 class ShardEvaluationCommand(AddDistributedSamplerCommand):
     DESCRIPTION = "Shard evaluation DataLoaders so every sample is evaluated exactly once, with no padding."
     SHARDS_EVALUATION: ClassVar[bool] = True
+
+    def _may_shard(self, call: cst.Call, reference: cst.BaseExpression | None) -> bool:
+        if reference is None:
+            return True
+        stem = code_of(reference).rsplit(".", 1)[-1]
+        # Wrapped models, as written (DataParallel) or as converted (wrap_ddp), and the parameters they are passed as.
+        models = self.analysis.lifecycle.model_names | self.analysis.effects.models
+        for loop in self.analysis.nodes(cst.For):
+            if not any(code_of(n).rsplit(".", 1)[-1] == stem for n in self.analysis.within(loop.iter, cst.Name)):
+                continue
+            for forward in self.analysis.within(loop.body, cst.Call):
+                func = code_of(forward.func).removeprefix("self.")
+                if func in models and not self._without_gradients(forward):
+                    self.report(forward, "DDP313", loader=stem)
+                    self.analysis.whole_loaders.add(stem)
+                    return False
+        return True
+
+    def _without_gradients(self, node: cst.CSTNode) -> bool:
+        """Inside ``with torch.no_grad():`` or a function decorated with it."""
+        for ancestor in self.analysis.ancestors(node):
+            if isinstance(ancestor, cst.With) and any(self.matches(item.item, call_to(names.NO_GRAD)) for item in ancestor.items):
+                return True
+            if isinstance(ancestor, cst.FunctionDef) and any(
+                self.matches(d.decorator, call_to(names.NO_GRAD) | resolves_to(names.NO_GRAD)) for d in ancestor.decorators
+            ):
+                return True
+        return False
 
     def _sampler(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:
         return cst.Call(func=cst.Name(names.EVALUATION_SHARD_HELPER), args=[cst.Arg(dataset)])

@@ -422,6 +422,22 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP313",
+            "evaluation-with-gradients",
+            "note",
+            "`{loader}` is evaluated with gradients enabled through the DDP model, whose forward then "
+            "syncs buffers, a collective; shards of unequal length would hang, so every process "
+            "evaluates the whole set: run the loop under torch.no_grad() to let convert shard it",
+            doc=_doc(
+                "Finds an evaluation loop that calls the wrapped model outside `torch.no_grad()`.",
+                "With gradients enabled, each DDP forward broadcasts buffers from rank 0. If the "
+                "evaluation shards differ in length by one batch, one process waits forever.",
+                "model.eval()\nfor x, y in val_loader:\n    correct += (model(x).argmax(1) == y).sum()",
+                "model.eval()\nwith torch.no_grad():\n    for x, y in val_loader:\n        correct += (model(x).argmax(1) == y).sum()",
+                "Safe: the loader is left whole and its metrics are not gathered; evaluation is not faster.",
+            ),
+        ),
+        Rule(
             "DDP401",
             "side-effect-with-collective",
             "warning",

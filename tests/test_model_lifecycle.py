@@ -484,3 +484,34 @@ def test_a_batch_value_that_sizes_a_criterion_keeps_the_loader_batch_per_process
     )
     assert "DataLoader(ds, batch_size=cfg.batch // cfg.subdivisions, sampler=" in result.output
     assert "6:DDP312" in [f"{f.line}:{f.code}" for f in result.findings]
+
+
+def test_evaluation_with_gradients_is_left_whole_and_not_gathered() -> None:
+    """DDP's forward syncs buffers with gradients on: unequal shards would hang at the last batch."""
+    result = _convert(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader
+
+
+        def evaluate(model, val_loader):
+            correct = 0
+            for x, y in val_loader:
+                correct += (model(x).argmax(1) == y).sum().item()
+            return correct / len(val_loader.dataset)
+
+
+        model = nn.DataParallel(Net())
+        train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+        val_loader = DataLoader(val_set, batch_size=32)
+        for epoch in range(3):
+            for x, y in train_loader:
+                loss = model(x).sum()
+                loss.backward()
+            print(evaluate(model, val_loader))
+        """
+    )
+    assert "val_loader = DataLoader(val_set, batch_size=32)\n" in result.output
+    assert "all_reduce" not in result.output
+    assert "10:DDP313" in [f"{f.line}:{f.code}" for f in result.findings]

@@ -3,14 +3,17 @@
 Usage: python -m torch.distributed.run ... -- tests/rank_probe.py OUT_DIR SCRIPT [ARGS...]
 
 It wraps ``BatchSampler.__iter__`` so every pass of every DataLoader is
-recorded with the sampler type and dataset length, and ``torch.save`` so
-every checkpoint this process writes is recorded, then runs SCRIPT as
-``__main__``. At exit it writes ``OUT_DIR/rank<RANK>.json``.
+recorded with the sampler type and dataset length, ``torch.save`` so
+every checkpoint this process writes is recorded, and DDP's constructor so
+the parameters of every DDP model can be fingerprinted when the script
+ends, then runs SCRIPT as ``__main__``. At exit it writes
+``OUT_DIR/rank<RANK>.json``.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import runpy
@@ -22,8 +25,27 @@ from torch.utils.data.sampler import BatchSampler
 
 passes: list[dict[str, object]] = []
 saves: list[str] = []
+ddp_models: list[torch.nn.Module] = []
 _batch_sampler_iter = BatchSampler.__iter__
 _torch_save = torch.save
+_ddp_init = torch.nn.parallel.DistributedDataParallel.__init__
+
+
+def _recording_ddp_init(self, module, *args, **kwargs):  # type: ignore[no-untyped-def]
+    ddp_models.append(module)
+    _ddp_init(self, module, *args, **kwargs)
+
+
+def _fingerprints() -> list[str]:
+    """One hash per DDP model over every parameter's bytes: equal on every rank iff the replicas are."""
+    found = []
+    for module in ddp_models:
+        digest = hashlib.sha256()
+        for name, parameter in module.named_parameters():
+            digest.update(name.encode())
+            digest.update(parameter.detach().cpu().contiguous().numpy().tobytes())
+        found.append(digest.hexdigest())
+    return found
 
 
 def _recording_save(obj, f, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -45,13 +67,15 @@ def _recording_iter(self: BatchSampler):  # type: ignore[no-untyped-def]
 
 def _write() -> None:
     out = Path(sys_argv_out) / f"rank{os.environ.get('RANK', '0')}.json"
-    out.write_text(json.dumps({"world_size": int(os.environ.get("WORLD_SIZE", "1")), "passes": passes, "saves": saves}))
+    record = {"world_size": int(os.environ.get("WORLD_SIZE", "1")), "passes": passes, "saves": saves, "replicas": _fingerprints()}
+    out.write_text(json.dumps(record))
 
 
 if __name__ == "__main__":
     sys_argv_out, script, *script_args = sys.argv[1:]
     BatchSampler.__iter__ = _recording_iter  # type: ignore[method-assign]
     torch.save = _recording_save
+    torch.nn.parallel.DistributedDataParallel.__init__ = _recording_ddp_init  # type: ignore[method-assign]
     atexit.register(_write)
     sys.argv = [script, *script_args]
     sys.path.insert(0, str(Path(script).resolve().parent))

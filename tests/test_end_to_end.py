@@ -86,6 +86,9 @@ def test_converted_fixture_trains_on_two_processes_with_disjoint_data(case: str,
     if len(sharded[0]) > 1:
         # set_epoch reshuffles: the second epoch does not repeat the first one's order.
         assert sharded[0][0]["indices"] != sharded[0][1]["indices"]
+    # DDP kept every replica identical: bitwise-equal parameters on both ranks at the end.
+    assert ranks[0]["replicas"], "the converted script built no DDP model"
+    assert ranks[0]["replicas"] == ranks[1]["replicas"], "the ranks ended with different weights"
 
 
 def test_converted_script_runs_as_a_single_plain_process(tmp_path: Path) -> None:

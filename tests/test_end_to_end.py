@@ -21,7 +21,11 @@ PROBE = Path(__file__).resolve().parent / "rank_probe.py"
 GLOO_EXIT_ABORT = "terminate called without an active exception"
 TIMEOUT_S = 240
 # Converted fixtures the suite trains, one of each launch and loader shape.
-TRAINED = ["imagenet_meters", "mnist_argparse", "cifar_resnet", "toplevel_script", "conditional_dp", "gan_two_models", "detectron_launch"]
+TRAINED = [
+    "imagenet_meters", "mnist_argparse", "cifar_resnet", "toplevel_script", "conditional_dp", "gan_two_models",
+    "detectron_launch", "resume_before_wrap", "use_cuda_branches", "unused_pooler", "summed_criterion_class",
+    "batch_sized_criterion", "eval_with_grad", "gpu_argument",
+]  # fmt: skip
 
 
 def _cpu_env() -> dict[str, str]:
@@ -149,3 +153,21 @@ def test_converted_script_logs_once_with_whole_data_metrics_saves_once_and_resum
     assert [line for line in _log(from_original) if line.startswith(("resumed", "validate"))][:2] == [
         "resumed from epoch 2", last_reference,
     ]  # fmt: skip
+
+
+def test_resume_into_the_bare_model_from_the_original_scripts_checkpoint(tmp_path: Path) -> None:
+    """The original saves a checkpoint; the converted script resumes from it before the wrap and saves a loadable model."""
+    before, script = tmp_path / "before.py", tmp_path / "train.py"
+    shutil.copy(FIXTURES / "resume_before_wrap" / "before.py", before)
+    shutil.copy(FIXTURES / "resume_before_wrap" / "after.py", script)
+    original = run_bounded([sys.executable, str(before), "--epochs", "1"], tmp_path)
+    assert original.returncode == 0, original.stderr
+    completed, ranks = run_under_torchrun(script, tmp_path, "--resume", "checkpoint.pth", "--out", "converted.pt")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert (completed.stdout + completed.stderr).count("resumed from epoch 1") == 1
+    assert ranks[0]["replicas"] == ranks[1]["replicas"]
+    # The saved model is the module, which loads without a process group.
+    loaded = run_bounded(
+        [sys.executable, "-c", "import torch; print(type(torch.load('converted.pt', weights_only=False)).__name__)"], tmp_path
+    )
+    assert loaded.stdout.strip() == "Sequential", loaded.stderr

@@ -183,6 +183,8 @@ class ScriptFacts:
     # DataParallel calls that wrap a whole model, and those that wrap part of one.
     model_wraps: list[cst.Call] = field(default_factory=list)
     submodule_wraps: list[cst.Call] = field(default_factory=list)
+    # DataParallel calls whose name a star import may bind: what they mean is unknown.
+    unresolved_wraps: list[cst.Call] = field(default_factory=list)
     # Calls of the wrap helper: the script was converted before.
     helper_wraps: int = 0
     # A torch.distributed construct the user wrote (not one of dp2ddp's helpers).
@@ -218,6 +220,14 @@ def collect_script_facts(analysis: Analysis) -> ScriptFacts:
     mentions = [n for n in analysis.nodes(cst.Name) if n.value in spellings]
     mentions += [n for n in analysis.nodes(cst.Attribute) if n.attr.value in spellings]
     facts.mentions_data_parallel = any(means(node, data_parallel) for node in mentions)
+    if analysis.nodes(cst.ImportStar):
+        # `from models import *` may bind `torch` or `nn`: a spelling of DataParallel that
+        # resolves to nothing could be torch's, and nothing about it can be established.
+        for call in analysis.nodes(cst.Call):
+            spelled = call.func.attr if isinstance(call.func, cst.Attribute) else call.func
+            if isinstance(spelled, cst.Name) and spelled.value == "DataParallel" and not means(call.func, data_parallel):
+                facts.unresolved_wraps.append(call)
+        facts.mentions_data_parallel |= bool(facts.unresolved_wraps)
     for name in analysis.nodes(cst.Name):
         if name.value == "dist":
             qualified = analysis.qualified_names(name)

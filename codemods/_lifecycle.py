@@ -204,7 +204,10 @@ class ModelLifecycle:
         for other in self.analysis.nodes(cst.If):
             if other is condition or code_of(other.test) != test:
                 continue
-            if any(self._is_model(n) for n in self.analysis.within(other, cst.Name) if n.value in {w.split(".")[0] for w in wrapped}):
+            # Only a branch that unwraps or saves the model behaves differently now.
+            unwraps = any(code_of(a) in {f"{w}.module" for w in wrapped} for a in self.analysis.within(other, cst.Attribute))
+            saves = any(self.analysis.matches(c, call_to(names.TORCH_SAVE)) for c in self.analysis.within(other, cst.Call))
+            if unwraps or saves:
                 self.findings.append(Hazard(other.test, "DDP208", (("condition", test),)))
 
     # -- GPU conditions -------------------------------------------------------------------
@@ -450,13 +453,34 @@ class ModelLifecycle:
                 c for c in self.analysis.within(loop, cst.Call)
                 if code_of(c.func) in self.model_names or code_of(c.func).removeprefix("self.") in self.model_names
             ]  # fmt: skip
-            if forwards and len(found) > len(forwards):
-                self.blockers.append(Hazard(found[len(forwards)], "DDP221", (("backwards", str(len(found))), ("forwards", str(len(forwards))))))
+            for backward in found:
+                # Count what one pass through the loop body can run together with this backward.
+                together = [b for b in found if not self._exclusive(b, backward)]
+                runs = [f for f in forwards if not self._exclusive(f, backward)]
+                if runs and len(together) > len(runs):
+                    values = (("backwards", str(len(together))), ("forwards", str(len(runs))))
+                    self.blockers.append(Hazard(together[len(runs)], "DDP221", values))
+                    break
         for call in self.analysis.nodes(cst.Call):
             if self.analysis.matches(call, call_to({"torch.autograd.grad"})):
                 create_graph = argument(call, 99, "create_graph")
                 if create_graph is not None and not m.matches(create_graph, m.Name("False")):
                     self.blockers.append(Hazard(call, "DDP222"))
+
+    def _exclusive(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether two nodes sit in different branches of one ``if``, so one pass runs at most one."""
+        branches: dict[cst.CSTNode, cst.CSTNode] = {}
+        child: cst.CSTNode = first
+        for ancestor in self.analysis.ancestors(first):
+            if isinstance(ancestor, cst.If):
+                branches[ancestor] = child
+            child = ancestor
+        child = second
+        for ancestor in self.analysis.ancestors(second):
+            if isinstance(ancestor, cst.If) and ancestor in branches and branches[ancestor] is not child:
+                return branches[ancestor] is not ancestor.test and child is not ancestor.test
+            child = ancestor
+        return False
 
     def _loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
         for ancestor in self.analysis.ancestors(node):

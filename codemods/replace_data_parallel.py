@@ -24,6 +24,7 @@ from ._base import (
     add_helper,
     argument,
     call_to,
+    code_of,
     keyword_arg,
     resolves_to,
     string_literal,
@@ -73,6 +74,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         super().plan(analysis)
         for call in self.facts.submodule_wraps:
             self.report(call, "DDP201")
+        for call in self.facts.unresolved_wraps:
+            self.report(call, "DDP102", spelled=code_of(call.func))
         # A file that wraps no whole model is not a training script to migrate, and
         # one whose model life-cycle has a hazard no edit makes safe is left as it
         # was: what could not be converted is reported, and nothing is edited.

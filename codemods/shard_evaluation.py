@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import libcst as cst
+import libcst.matchers as m
 
 from . import _names as names
 from ._base import add_helper, call_to, code_of, import_torch_distributed, resolves_to
@@ -58,15 +59,20 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                     return False
         return True
 
-    def _without_gradients(self, node: cst.CSTNode) -> bool:
-        """Inside ``with torch.no_grad():`` or a function decorated with it."""
+    def _without_gradients(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Inside ``with torch.no_grad():``, a function decorated with it, or a function only called under it."""
         for ancestor in self.analysis.ancestors(node):
             if isinstance(ancestor, cst.With) and any(self.matches(item.item, call_to(names.NO_GRAD)) for item in ancestor.items):
                 return True
-            if isinstance(ancestor, cst.FunctionDef) and any(
-                self.matches(d.decorator, call_to(names.NO_GRAD) | resolves_to(names.NO_GRAD)) for d in ancestor.decorators
-            ):
-                return True
+            if isinstance(ancestor, cst.FunctionDef):
+                if any(self.matches(d.decorator, call_to(names.NO_GRAD) | resolves_to(names.NO_GRAD)) for d in ancestor.decorators):
+                    return True
+                name = ancestor.name.value
+                callers = [
+                    c for c in self.analysis.nodes(cst.Call)
+                    if m.matches(c.func, m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
+                ]  # fmt: skip
+                return depth < 3 and bool(callers) and all(self._without_gradients(c, depth + 1) for c in callers)
         return False
 
     def _sampler(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:

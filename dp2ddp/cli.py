@@ -145,6 +145,10 @@ def convert(
     sys.exit(report.exit_code)
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _finish_file(
     outcome: FileResult, report: Report, say: Callable[[str], None], diff: bool, check: bool, output: Path | None
 ) -> None:
@@ -157,6 +161,10 @@ def _finish_file(
     for finding in result.findings:
         say(f"{path}:{finding}")
     report.done(result.changed)
+    errors = [finding for finding in result.findings if finding.severity == "error"]
+    if errors and not result.changed:
+        report.block()
+        say(f"left {path} as it was: converting it would not be safe until the {_count(len(errors), 'error')} above are fixed by hand")
     if diff:
         _print_diff(path, result.source, result.output)
     elif check:

@@ -19,6 +19,8 @@ class Report:
     changed: int = 0
     unchanged: int = 0
     failed: int = 0
+    # Unchanged files that convert left as they were because of an error finding: a human must act.
+    blocked: int = 0
 
     def done(self, changed: bool) -> None:
         if changed:
@@ -29,18 +31,22 @@ class Report:
     def fail(self) -> None:
         self.failed += 1
 
+    def block(self) -> None:
+        self.blocked += 1
+
     @property
     def exit_code(self) -> int:
         if self.failed:
             return EXIT_ERROR
-        if self.check and self.changed:
+        if (self.check and self.changed) or self.blocked:
             return EXIT_WORK_FOUND
         return EXIT_OK
 
     def summary(self) -> str:
         verb = "would be converted" if self.dry_run else "converted"
+        blocked = f" ({self.blocked} left as {'it was' if self.blocked == 1 else 'they were'}: see the errors above)" if self.blocked else ""
         return (
-            f"{_files(self.changed)} {verb}, {_files(self.unchanged)} unchanged, "
+            f"{_files(self.changed)} {verb}, {_files(self.unchanged)} unchanged{blocked}, "
             f"{_files(self.failed)} failed"
         )
 

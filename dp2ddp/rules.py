@@ -49,6 +49,21 @@ RULES: dict[str, Rule] = {
             "call setup_distributed() first thing in the script that starts training",
         ),
         Rule(
+            "DDP102",
+            "unresolved-data-parallel",
+            "warning",
+            "`{spelled}` cannot be resolved: a star import may bind `torch` here; left unchanged: "
+            "import torch (or DataParallel) by name in this file, then run convert again",
+            doc=_doc(
+                "Finds a call spelled like DataParallel in a file whose torch names come from `from x import *`.",
+                "convert resolves every name before it edits. A star import hides what `torch` means, so "
+                "nothing about the wrap can be established, and no part of the file is converted.",
+                "from modeling.deeplab import *\nmodel = torch.nn.DataParallel(model)",
+                "import torch\nfrom modeling.deeplab import *\nmodel = torch.nn.DataParallel(model)",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP201",
             "data-parallel-submodule",
             "warning",
@@ -72,11 +87,13 @@ RULES: dict[str, Rule] = {
             "DDP204",
             "conditional-wrap",
             "error",
-            "the DataParallel wrap sits under several conditions or an `else`; the file is left "
-            "as it was: every process must wrap the model, so make the wrap unconditional by hand",
+            "the DataParallel wrap cannot leave its condition (nested conditions, an `else`, or code "
+            "after it in the `if` that uses the model); the file is left as it was: every process "
+            "must wrap the model, so make the wrap unconditional by hand",
             doc=_doc(
                 "Finds a DataParallel wrap that cannot be moved out of its conditions: nested `if`s, "
-                "an `if` with an `else`, or a conditional expression other than `DataParallel(m) if gpu else m`.",
+                "an `if` with an `else`, later code in the `if` that uses the wrapped model, or a "
+                "conditional expression other than `DataParallel(m) if gpu else m`.",
                 "DDP averages gradients only between processes that wrapped the model. A process that "
                 "skips the wrap trains alone while the data is split, so the replicas drift apart.",
                 "if args.cuda:\n    if torch.cuda.device_count() > 1:\n        model = nn.DataParallel(model)",

@@ -217,3 +217,16 @@ def test_files_without_data_parallel_are_left_unchanged(tmp_path: Path) -> None:
     assert code == 0
     assert path.read_text(encoding="utf-8") == source
     assert "0 files would be converted, 1 file unchanged" in err
+
+
+def test_a_file_convert_cannot_make_safe_is_left_as_it_was_and_exits_1(tmp_path: Path) -> None:
+    """Errors name each line to fix by hand; the file is byte-identical and the exit says work is left."""
+    path = tmp_path / "train.py"
+    source = (FIXTURES / "reinit_after_wrap" / "before.py").read_text(encoding="utf-8")
+    path.write_text(source, encoding="utf-8")
+    code, _, err = run("convert", str(path))
+    assert code == 1
+    assert path.read_text(encoding="utf-8") == source
+    assert f"{path}:27:5: DDP211 " in err
+    assert "left" in err and "as it was" in err and "2 errors above" in err
+    assert "1 left as it was" in err.splitlines()[-1]

@@ -199,8 +199,10 @@ class ModelLifecycle:
             if code_of(branch.test) != test:
                 continue
             body, orelse = code_of(branch.body), code_of(branch.orelse)
-            if orelse in wrapped and body == f"{orelse}.module":
-                self.always_wrapped.add(branch)
+            # `net.module if use_cuda else net`, `net.module.state_dict() if use_cuda else net.state_dict()`
+            for name in wrapped:
+                if (orelse == name or orelse.startswith((f"{name}.", f"{name}("))) and body == f"{name}.module{orelse[len(name):]}":
+                    self.always_wrapped.add(branch)
         for other in self.analysis.nodes(cst.If):
             if other is condition or code_of(other.test) != test:
                 continue

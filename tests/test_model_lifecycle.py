@@ -313,12 +313,14 @@ def test_a_branch_on_the_old_condition_takes_the_wrapped_side() -> None:
         if use_cuda:
             net = torch.nn.DataParallel(net)
         state = (net.module if use_cuda else net).state_dict()
+        saved = net.module.state_dict() if use_cuda else net.state_dict()
         if use_cuda:
             torch.save(net.module, "net.pt")
         """
     )
     assert "state = (net.module).state_dict()" in result.output
-    assert "7:DDP208" in _codes(result)
+    assert "saved = net.module.state_dict()\n" in result.output
+    assert "8:DDP208" in _codes(result)
 
 
 def test_unused_submodule_gets_find_unused_parameters() -> None:

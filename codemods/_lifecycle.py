@@ -141,8 +141,9 @@ class ModelLifecycle:
     def _plan_conditions(self) -> None:
         """Hoist the wraps of a GPU condition, all of one ``if`` together, or block."""
         by_if: dict[cst.If, list[Wrap]] = {}
+        both_branches = self._wrapped_on_both_branches()
         for wrap in self.wraps:
-            if not wrap.conditions:
+            if not wrap.conditions or wrap.call in both_branches:
                 continue
             innermost = wrap.conditions[0]
             test = innermost.test
@@ -168,6 +169,24 @@ class ModelLifecycle:
             else:
                 for wrap in wraps:
                     self.blockers.append(Hazard(wrap.call, "DDP204"))
+
+    def _wrapped_on_both_branches(self) -> set[cst.Call]:
+        """``if c: m = DataParallel(m).cuda() else: m = DataParallel(m)``: every path wraps, in place."""
+        found: set[cst.Call] = set()
+        for wrap in self.wraps:
+            if len(wrap.conditions) != 1 or not isinstance(wrap.conditions[0], cst.If) or wrap.target is None:
+                continue
+            condition = wrap.conditions[0]
+            if not isinstance(condition.orelse, cst.Else):
+                continue
+            sides = [condition.body, condition.orelse.body]
+            wraps_on = [
+                [w for w in self.wraps if w.target == wrap.target and w.statement is not None and w.statement in side.body]  # type: ignore[union-attr]
+                for side in sides
+            ]
+            if all(wraps_on):
+                found |= {w.call for side in wraps_on for w in side}
+        return found
 
     @staticmethod
     def _can_leave_if(statement: cst.SimpleStatementLine, condition: cst.If) -> bool:

@@ -517,3 +517,18 @@ def test_evaluation_with_gradients_is_left_whole_and_not_gathered() -> None:
     assert "val_loader = DataLoader(val_set, batch_size=32)\n" in result.output
     assert "all_reduce" not in result.output
     assert "10:DDP313" in [f"{f.line}:{f.code}" for f in result.findings]
+
+
+def test_a_wrap_on_both_branches_of_an_if_converts_in_place() -> None:
+    """Every path wraps the model, whatever the condition says."""
+    result = _convert(
+        """
+        import torch
+        if torch.cuda.is_available():
+            net = torch.nn.DataParallel(net).cuda()
+        else:
+            net = torch.nn.DataParallel(net)
+        """
+    )
+    assert "if torch.cuda.is_available():\n    net = wrap_ddp(net)\nelse:\n    net = wrap_ddp(net)\n" in result.output
+    assert not [f for f in result.findings if f.severity == "error"]

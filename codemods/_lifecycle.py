@@ -514,12 +514,20 @@ class ModelLifecycle:
     def _skippable(self, backward: cst.Call, loop: cst.For | cst.While) -> None:
         """A ``continue`` on a per-batch condition, or a ``try`` that swallows errors, before backward."""
         dependent = self._per_batch_names(loop)
-        for skip in self.analysis.within(loop.body, cst.Continue):
-            if self._loop(skip) is not loop or not self.analysis.is_before(skip, backward):
+        # A `continue` before the backward skips it; a `break` anywhere leaves the loop while
+        # the other processes go on to their next backward.
+        skips = [
+            (skip, "this `continue` skips it on some batches")
+            for skip in self.analysis.within(loop.body, cst.Continue)
+            if self.analysis.is_before(skip, backward)
+        ] + [(stop, "this `break` leaves the loop on some batches") for stop in self.analysis.within(loop.body, cst.Break)]
+        start = loop.iter if isinstance(loop, cst.For) else loop.test
+        for skip, how in skips:
+            if self._loop(skip) is not loop:
                 continue
-            tests = [a.test for a in self.analysis.ancestors(skip) if isinstance(a, cst.If) and self.analysis.is_after(a, loop.iter if isinstance(loop, cst.For) else loop.test)]
+            tests = [a.test for a in self.analysis.ancestors(skip) if isinstance(a, cst.If) and self.analysis.is_after(a, start)]
             if any(n.value in dependent for test in tests for n in self.analysis.within(test, cst.Name)):
-                self.blockers.append(Hazard(skip, "DDP220", (("how", "this `continue` skips it on some batches"),)))
+                self.blockers.append(Hazard(skip, "DDP220", (("how", how),)))
         for ancestor in self.analysis.ancestors(backward):
             if ancestor is loop:
                 break

@@ -115,6 +115,19 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
             model = torch.nn.DataParallel(model)
             for x, y in loader:
                 loss = model(x).sum()
+                loss.backward()
+                if torch.isnan(loss):
+                    break
+            """,
+            ["8:DDP220"],
+            id="a break on the loss leaves the others in their next backward",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            for x, y in loader:
+                loss = model(x).sum()
                 try:
                     loss.backward()
                 except RuntimeError:
@@ -214,6 +227,8 @@ def test_hazard_leaves_the_file_as_it_was(source: str, expected: list[str]) -> N
                     continue
                 loss = model(x).sum()
                 loss.backward()
+                if i >= args.max_steps:
+                    break
             """,
             id="a continue on the step counter is the same on every process",
         ),

@@ -217,8 +217,8 @@ def reference_wrapped(reference: RunOutcome) -> list[Finding]:
         return []
     return [Finding("reference", "warning", (
         "the reference never built nn.DataParallel (the script took a path without it, such as a branch for "
-        "machines without CUDA): the converted run was compared with a plain one-process run; --device cpu makes "
-        "CUDA branches run on the CPU"))]  # fmt: skip
+        "machines without CUDA): the converted run was compared with a plain one-process run; --device cpu does "
+        "not change that, as it reports no CUDA: verify where a GPU is visible, or a copy whose wrap is unconditional"))]  # fmt: skip
 
 
 def switched_off(reference: RunOutcome) -> list[Finding]:

@@ -45,6 +45,7 @@ CASTS = frozenset({"half", "float", "double", "bfloat16"})
 DTYPE = re.compile(r"^torch\.(half|float16|bfloat16|float|float32|float64|double)$")
 # In-place tensor methods that overwrite values; `requires_grad_` and friends do not.
 OVERWRITES = re.compile(r"^(normal|uniform|zero|fill|copy|constant|xavier_\w+|kaiming_\w+|orthogonal|ones|trunc_normal)_$")
+GPU_OR_DEVICE = re.compile(r"device|gpu|cuda", re.IGNORECASE)
 LOCAL_RANK_WORDS = re.compile(r"local_rank|current_device", re.IGNORECASE)
 _BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
 _LOOPS = (cst.For, cst.While)
@@ -552,7 +553,18 @@ class ModelLifecycle:
     # -- devices ----------------------------------------------------------------------------
 
     def _devices(self) -> None:
+        reported: set[str] = set()
+        blocked = {hazard.node for hazard in self.blockers}
         for call in self.analysis.nodes(cst.Call):
+            if call in blocked:
+                continue
+            # `.to(args.device)`: one finding per device value, at its first use.
+            if m.matches(call, m.Call(func=m.Attribute(attr=m.Name("to")), args=[m.Arg(m.Name() | m.Attribute(), keyword=None), m.ZeroOrMore()])):
+                device = call.args[0].value
+                spelled = code_of(device)
+                if GPU_OR_DEVICE.search(spelled.rsplit(".", 1)[-1]) and spelled not in reported and not self.is_local_device(device):
+                    reported.add(spelled)
+                    self.findings.append(Hazard(call, "DDP213", (("device", spelled),)))
             if self.analysis.matches(call, call_to({"torch.cuda.set_device"})) and call.args:
                 device = call.args[0].value
                 if not isinstance(device, cst.Integer) and not LOCAL_RANK_WORDS.search(code_of(device)):

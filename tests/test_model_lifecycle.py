@@ -547,3 +547,17 @@ def test_a_wrap_on_both_branches_of_an_if_converts_in_place() -> None:
     )
     assert "if torch.cuda.is_available():\n    net = wrap_ddp(net)\nelse:\n    net = wrap_ddp(net)\n" in result.output
     assert not [f for f in result.findings if f.severity == "error"]
+
+
+def test_a_configured_device_for_tensors_is_reported_once() -> None:
+    result = _convert(
+        """
+        import torch
+        model = torch.nn.DataParallel(Net())
+        for x, y in loader:
+            x, y = x.to(cfg.device), y.to(cfg.device)
+            loss = model(x).sum()
+            loss.backward()
+        """
+    )
+    assert [f"{f.line}:{f.code}" for f in result.findings if f.code == "DDP213"] == ["5:DDP213"]

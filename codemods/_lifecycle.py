@@ -555,9 +555,10 @@ class ModelLifecycle:
     def _devices(self) -> None:
         reported: set[str] = set()
         blocked = {hazard.node for hazard in self.blockers}
+        wraps = {wrap.call for wrap in self.wraps}
         for call in self.analysis.nodes(cst.Call):
-            if call in blocked:
-                continue
+            if call in blocked or (isinstance(call.func, cst.Attribute) and call.func.value in wraps):
+                continue  # a hazard already, or the wrap's own move, which the conversion drops
             # `.to(args.device)`: one finding per device value, at its first use.
             if m.matches(call, m.Call(func=m.Attribute(attr=m.Name("to")), args=[m.Arg(m.Name() | m.Attribute(), keyword=None), m.ZeroOrMore()])):
                 device = call.args[0].value

@@ -291,3 +291,64 @@ class ReplaceDataParallelTest(CodemodTest):
             model = wrap_ddp(Net())
         """
         self.assertCodemod(after, after, expected_skip=True)
+
+    def test_cast_after_the_wrap_leaves_the_file_as_it_was(self) -> None:
+        """Should convert nothing: DDP would hook the float32 parameters, and the cast replaces them."""
+        before = """
+            import torch
+
+            model = torch.nn.DataParallel(net)
+            model.half()
+        """
+        self.assertCodemod(
+            before,
+            before,
+            expected_warnings=[
+                "4:1: DDP210 `model.half()` casts the parameters after the DataParallel wrap; the file is left "
+                "as it was: DDP hooks the parameters it is given, so cast before the wrap"
+            ],
+        )
+
+    def test_wraps_on_both_branches_convert_in_place(self) -> None:
+        """Should convert both wraps where they are: every path through the `if` wraps the model."""
+        before = """
+            import torch
+
+            if torch.cuda.is_available():
+                net = torch.nn.DataParallel(net).cuda()
+            else:
+                net = torch.nn.DataParallel(net)
+        """
+        after = f"""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            if torch.cuda.is_available():
+                net = wrap_ddp(net)
+            else:
+                net = wrap_ddp(net)
+        """
+        self.assertCodemod(before, after, expected_warnings=[])
+
+    def test_gpu_conditional_expression_becomes_the_wrap(self) -> None:
+        """Should drop `if gpu else model`: under DDP every process wraps."""
+        before = """
+            import torch
+
+            model = torch.nn.DataParallel(model) if torch.cuda.device_count() > 1 else model
+        """
+        after = f"""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            model = wrap_ddp(model)
+        """
+        self.assertCodemod(before, after, expected_warnings=[])

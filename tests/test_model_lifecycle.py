@@ -561,3 +561,24 @@ def test_a_configured_device_for_tensors_is_reported_once() -> None:
         """
     )
     assert [f"{f.line}:{f.code}" for f in result.findings if f.code == "DDP213"] == ["5:DDP213"]
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["DDP102", "DDP204", "DDP207", "DDP208", "DDP209", "DDP210", "DDP211", "DDP212", "DDP213", "DDP214",
+     "DDP215", "DDP216", "DDP220", "DDP221", "DDP222", "DDP223", "DDP311", "DDP312", "DDP313"],
+)  # fmt: skip
+def test_life_cycle_rules_are_documented_under_ruffs_headings(code: str) -> None:
+    from dp2ddp.rules import RULES
+
+    doc = RULES[code].doc
+    headings = ["## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety"]
+    assert [doc.index(h) for h in headings] == sorted(doc.index(h) for h in headings)
+
+
+def test_every_error_leaves_the_file_as_it_was() -> None:
+    """An error is the promise that nothing was converted; each says so."""
+    from dp2ddp.rules import RULES
+
+    errors = [rule for rule in RULES.values() if rule.severity == "error"]
+    assert errors and all("the file is left as it was" in rule.message for rule in errors)

@@ -207,6 +207,15 @@ def test_hazard_leaves_the_file_as_it_was(source: str, expected: list[str]) -> N
         pytest.param(
             """
             import torch
+            DEVICE = "cuda:0"
+            model = torch.nn.DataParallel(model)
+            model = model.to(DEVICE)
+            """,
+            id="a move to a cuda:0 constant, which becomes this process's GPU",
+        ),
+        pytest.param(
+            """
+            import torch
 
 
             def set_eval(m):

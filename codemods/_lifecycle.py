@@ -101,6 +101,9 @@ class ModelLifecycle:
         for wrap in self.wraps:
             self._after_the_wrap(wrap)
             self._find_unused_parameters(wrap)
+        for returned in self._returned_models():
+            self.model_names |= returned.names
+            self._after_the_wrap(returned)
         self._training_steps()
         self._optimizers()
         self._devices()
@@ -303,6 +306,31 @@ class ModelLifecycle:
             if spelled == name or spelled.startswith((f"{name}.", f"{name}[")):
                 return True
         return False
+
+    def _returned_models(self) -> list[Wrap]:
+        """``self.model = self.build_model(cfg)`` where ``build_model`` returns the wrapped model.
+
+        The model is then followed after that assignment too, in the caller's function.
+        """
+        found: list[Wrap] = []
+        for wrap in self.wraps:
+            function = wrap.scope
+            if not isinstance(function, cst.FunctionDef) or wrap.target is None:
+                continue
+            returns = [r for r in self.analysis.within(function.body, cst.Return) if r.value is not None and code_of(r.value) == wrap.target]
+            if not returns:
+                continue
+            name = function.name.value
+            builder = m.Call(func=m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
+            for site in self.analysis.nodes(cst.Call):
+                assign = self.analysis.parents.get(site)
+                if not self.analysis.matches(site, builder) or not m.matches(assign, m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
+                    continue
+                statement = self.analysis.parents[assign]  # type: ignore[index]
+                scope = next(a for a in self.analysis.ancestors(site) if isinstance(a, (cst.FunctionDef, cst.Module)))
+                target = code_of(assign.targets[0].target)  # type: ignore[union-attr]
+                found.append(Wrap(site, statement, scope, target, None))  # type: ignore[arg-type]
+        return found
 
     def _after(self, wrap: Wrap) -> Iterator[cst.Call]:
         anchor = wrap.statement if wrap.statement is not None else wrap.call

@@ -591,3 +591,25 @@ def test_every_error_leaves_the_file_as_it_was() -> None:
 
     errors = [rule for rule in RULES.values() if rule.severity == "error"]
     assert errors and all("the file is left as it was" in rule.message for rule in errors)
+
+
+def test_a_model_returned_by_the_function_that_wraps_it_is_followed() -> None:
+    """`self.model = self.build_model()` then `.half()`: the cast is after the wrap too."""
+    result = _convert(
+        """
+        import torch
+
+
+        class Trainer:
+            def __init__(self, cfg):
+                self.model = self.build_model(cfg)
+                self.model.half()
+
+            def build_model(self, cfg):
+                model = Net()
+                model = torch.nn.DataParallel(model)
+                return model
+        """
+    )
+    assert not result.changed
+    assert _codes(result) == ["8:DDP210"]

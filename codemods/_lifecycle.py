@@ -156,12 +156,13 @@ class ModelLifecycle:
             elif len(wrap.conditions) > 1:
                 self.blockers.append(Hazard(wrap.call, "DDP204"))
             elif isinstance(innermost, cst.IfExp):
-                if innermost.body is wrap.call or (
+                # `DataParallel(m) if gpu else m`, with or without a device move on the wrap.
+                wrap_is_body = innermost.body is wrap.call or (
                     m.matches(innermost.body, DEVICE_MOVE) and innermost.body.func.value is wrap.call  # type: ignore[attr-defined]
-                ):
-                    if wrap.inner is not None and code_of(without_device_move(innermost.orelse)) == wrap.inner:
-                        self.collapsed[innermost] = wrap.call
-                        continue
+                )
+                if wrap_is_body and wrap.inner is not None and code_of(without_device_move(innermost.orelse)) == wrap.inner:
+                    self.collapsed[innermost] = wrap.call
+                    continue
                 self.blockers.append(Hazard(wrap.call, "DDP204"))
             else:
                 by_if.setdefault(innermost, []).append(wrap)
@@ -560,9 +561,8 @@ class ModelLifecycle:
         for ancestor in self.analysis.ancestors(backward):
             if ancestor is loop:
                 break
-            if isinstance(ancestor, cst.Try) and ancestor.handlers:
-                if not all(any(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Raise) for s in h.body.body) for h in ancestor.handlers):  # type: ignore[union-attr]
-                    self.blockers.append(Hazard(ancestor, "DDP220", (("how", "an error caught here skips it on one process"),)))
+            if isinstance(ancestor, cst.Try) and not all(_reraises(handler) for handler in ancestor.handlers):
+                self.blockers.append(Hazard(ancestor, "DDP220", (("how", "an error caught here skips it on one process"),)))
 
     def _per_batch_names(self, loop: cst.For | cst.While) -> set[str]:
         """Names whose value can differ between processes at the same step: the batch and what is computed from it."""
@@ -602,6 +602,11 @@ class ModelLifecycle:
                 device = call.args[0].value
                 if not isinstance(device, cst.Integer) and not LOCAL_RANK_WORDS.search(code_of(device)) and not self.is_local_device(device):
                     self.findings.append(Hazard(call, "DDP213", (("device", code_of(device)),)))
+
+
+def _reraises(handler: cst.ExceptHandler) -> bool:
+    """A handler with a top-level ``raise``: the error still stops this process, and the run."""
+    return any(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Raise) for s in handler.body.body)  # type: ignore[union-attr]
 
 
 def _combine(*parts: bool | None) -> bool | None:

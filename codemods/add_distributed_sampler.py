@@ -141,6 +141,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if sizing is not None:
             self.per_process_calls.add(call)
             self.report(sizing, "DDP312", batch=code_of(argument(call, BATCH_SIZE, "batch_size")))  # type: ignore[arg-type]
+        size = self._literal_batch(call)
+        if size is not None and size < 2:
+            # A batch of 1 cannot be split: `1 // world_size` is 0, which DataLoader refuses.
+            self.per_process_calls.add(call)
+            if not self.SHARDS_EVALUATION:
+                self.report(argument(call, BATCH_SIZE, "batch_size"), "DDP308", batch=str(size))  # type: ignore[arg-type]
         if hoisted_dataset is not None:
             assert isinstance(statement, cst.SimpleStatementLine)
             self.hoists[statement] = plan
@@ -280,6 +286,28 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 found.append(candidate)
         return found
 
+    def _literal_batch(self, call: cst.Call) -> int | None:
+        """The loader's batch size when it is a literal, or a name bound once, at module level, to one."""
+        batch = argument(call, BATCH_SIZE, "batch_size")
+        if isinstance(batch, cst.Integer):
+            return int(batch.evaluated_value)
+        if not isinstance(batch, cst.Name):
+            return None
+        scope = self.analysis.scopes.get(batch)
+        if scope is None or batch.value not in scope:
+            return None
+        assignments = list(scope[batch.value])
+        if len(assignments) != 1:
+            return None
+        bound = assignments[0].node  # the Name in `batch_size = 1`
+        target = self.analysis.parents.get(bound)
+        assign = self.analysis.parents.get(target) if isinstance(target, cst.AssignTarget) else None
+        line = self.analysis.parents.get(assign) if isinstance(assign, cst.Assign) else None
+        if not isinstance(line, cst.SimpleStatementLine) or not isinstance(self.analysis.parents.get(line), cst.Module):
+            return None
+        value = assign.value  # type: ignore[union-attr]
+        return int(value.evaluated_value) if isinstance(value, cst.Integer) else None
+
     def _report_batch(self, call: cst.Call) -> None:
         batch = argument(call, BATCH_SIZE, "batch_size")
         if call in self.per_process_calls:
@@ -290,8 +318,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return
         shown, where = code_of(batch), batch
         divisibility = "the global batch changes unless it divides by the number of processes"
-        if isinstance(batch, cst.Integer):
-            size = int(batch.evaluated_value)
+        size = self._literal_batch(call)
+        if size is not None:
             misses = [str(w) for w in COMMON_WORLD_SIZES if size % w]
             if misses:
                 self.report(where, "DDP309", size=size, misses=", ".join(misses))

@@ -268,3 +268,29 @@ class AddDistributedSamplerTest(CodemodTest):
                 "at the start of every epoch, or every epoch repeats one order",
             ],
         )
+
+
+def test_a_module_level_batch_literal_is_resolved_and_a_batch_of_one_is_never_divided() -> None:
+    """`batch_size = 1` at module level would become `1 // world_size == 0`, which DataLoader refuses."""
+    from textwrap import dedent
+
+    from dp2ddp.api import convert_source
+
+    result = convert_source(dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+
+        batch_size = 1
+        BATCH = 10
+        model = torch.nn.DataParallel(Net())
+        loader = DataLoader(ds, batch_size=batch_size, shuffle=True)
+        other = DataLoader(ds2, batch_size=BATCH, shuffle=True)
+        val_loader = DataLoader(val, batch_size=batch_size)
+        """
+    ))  # fmt: skip
+    assert "DataLoader(ds, batch_size=batch_size, sampler=" in result.output
+    assert "DataLoader(val, batch_size=batch_size, sampler=evaluation_shard(val))" in result.output
+    assert "DataLoader(ds2, batch_size=BATCH // dist.get_world_size(), sampler=" in result.output
+    codes = {f"{f.line}:{f.code}" for f in result.findings}
+    assert {"8:DDP308", "9:DDP309"} <= codes

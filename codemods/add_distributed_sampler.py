@@ -76,6 +76,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.uses_world_size = False
         # Loaders whose batch value also sizes something per step: they keep it per process.
         self.per_process_calls: set[cst.Call] = set()
+        # Loaders given `sampler=<a name only ever bound to None>`, with that name.
+        self.placeholders: dict[cst.Call, str] = {}
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -114,7 +116,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if not wanted:
             return
         for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
-            if argument(call, position, keyword) is not None:
+            given = argument(call, position, keyword)
+            if given is not None and keyword == "sampler" and self._is_placeholder(given):
+                # `train_sampler = None` ... `sampler=train_sampler`: no sampler at all.
+                self.placeholders[call] = given.value  # type: ignore[attr-defined]
+            elif given is not None:
                 self.report(call, "DDP301", argument=keyword)
                 return
         positional = [a for a in call.args if a.keyword is None]
@@ -286,6 +292,21 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 found.append(candidate)
         return found
 
+    def _is_placeholder(self, value: cst.BaseExpression) -> bool:
+        """A name every binding of which is ``= None``: the DataParallel half of a sampler switch."""
+        if not isinstance(value, cst.Name):
+            return False
+        scope = self.analysis.scopes.get(value)
+        if scope is None or value.value not in scope:
+            return False
+        assignments = list(scope[value.value])
+        for assignment in assignments:
+            target = self.analysis.parents.get(assignment.node)
+            assign = self.analysis.parents.get(target) if isinstance(target, cst.AssignTarget) else None
+            if not (isinstance(assign, cst.Assign) and m.matches(assign.value, m.Name("None"))):
+                return False
+        return bool(assignments)
+
     def _literal_batch(self, call: cst.Call) -> int | None:
         """The loader's batch size when it is a literal, or a name bound once, at module level, to one."""
         batch = argument(call, BATCH_SIZE, "batch_size")
@@ -409,6 +430,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return updated_node
         dataset = cst.Name(plan.hoisted_dataset) if plan.hoisted_dataset else plan.dataset
         shuffle = argument(updated_node, SHUFFLE, "shuffle") or cst.Name("False")
+        placeholder = self.placeholders.get(original_node)
+        if placeholder is not None and m.matches(
+            shuffle, m.Comparison(left=m.Name(placeholder), comparisons=[m.ComparisonTarget(m.Is(), m.Name("None"))])
+        ):
+            shuffle = cst.Name("True")  # `shuffle=(train_sampler is None)` with the sampler always None
         sampler = self._sampler(dataset, shuffle)
         args: list[cst.Arg] = []
         placed = False
@@ -422,8 +448,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             elif keyword == "shuffle":
                 args.append(keyword_arg("sampler", sampler, arg.comma))
                 placed = True
+            elif keyword == "sampler" and placeholder is not None:
+                continue  # the placeholder gives way to the DistributedSampler
             else:
                 args.append(arg)
+        if args and len(args) < len(updated_node.args):
+            # The dropped last argument leaves its comma and layout (a closing bracket on its own line).
+            last = updated_node.args[-1]
+            args[-1] = args[-1].with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
         if not placed:
             after = next((i for i, a in enumerate(args) if a.keyword and a.keyword.value == "batch_size"), len(args) - 1)
             comma = args[after].comma

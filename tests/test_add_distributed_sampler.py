@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from dp2ddp.codemods.add_distributed_sampler import AddDistributedSamplerCommand
 from libcst.codemod import CodemodTest
 
@@ -294,3 +295,31 @@ def test_a_module_level_batch_literal_is_resolved_and_a_batch_of_one_is_never_di
     assert "DataLoader(ds2, batch_size=BATCH // dist.get_world_size(), sampler=" in result.output
     codes = {f"{f.line}:{f.code}" for f in result.findings}
     assert {"8:DDP308", "9:DDP309"} <= codes
+
+
+@pytest.mark.parametrize(
+    ("binding", "converted"),
+    [
+        pytest.param("train_sampler = None", True, id="a sampler name only ever bound to None is no sampler"),
+        pytest.param(
+            "train_sampler = None\n    if args.weighted:\n        train_sampler = WeightedRandomSampler(w, len(w))",
+            False,
+            id="a name that may hold a real sampler is left alone",
+        ),
+    ],
+)
+def test_a_placeholder_sampler_gives_way_to_the_distributed_sampler(binding: str, converted: bool) -> None:
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    {binding}
+    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=(train_sampler is None), sampler=train_sampler)
+"""
+    result = convert_source(source)
+    assert ("sampler=DistributedSampler(ds, shuffle=True))" in result.output) is converted
+    assert any(f.code == "DDP301" for f in result.findings) is not converted

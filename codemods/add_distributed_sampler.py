@@ -123,8 +123,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             elif given is not None:
                 self.report(call, "DDP301", argument=keyword)
                 return
+        unpacked = next((a for a in call.args if a.star), None)
+        if unpacked is not None:
+            self.report(call, "DDP314", arguments=f"{unpacked.star}{code_of(unpacked.value)}")
+            return
         positional = [a for a in call.args if a.keyword is None]
-        if len(positional) > SHUFFLE + 1 or any(a.star for a in call.args):
+        if len(positional) > SHUFFLE + 1:
             self.report(call, "DDP303", count=len(positional))
             return
         dataset = argument(call, 0, "dataset")

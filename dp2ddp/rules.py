@@ -455,6 +455,22 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP314",
+            "loader-arguments-unpacked",
+            "warning",
+            "DataLoader arguments come from `{arguments}`, which convert cannot see into; left unchanged, "
+            "so every process loads the whole dataset and the effective batch grows with the world size: "
+            "pass batch_size and shuffle by keyword, then run convert again",
+            doc=_doc(
+                "Finds a training DataLoader whose arguments are unpacked from a dict or a list.",
+                "Whether the dict holds `shuffle`, `sampler` or `batch_size` is only known at run time, so "
+                "convert cannot add a DistributedSampler safely. Unsplit, every process trains on all the data.",
+                "train_kwargs = {\"batch_size\": 64, \"shuffle\": True}\nloader = DataLoader(ds, **train_kwargs)",
+                "loader = DataLoader(ds, batch_size=64, shuffle=True)",
+                "No fix: the loader is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP401",
             "side-effect-with-collective",
             "warning",

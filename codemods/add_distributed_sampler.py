@@ -72,6 +72,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.plans: dict[cst.Call, _LoaderPlan] = {}
         self.hoists: dict[cst.SimpleStatementLine, _LoaderPlan] = {}
         self.set_epochs: dict[cst.For, list[cst.BaseExpression]] = {}
+        # `except StopIteration:` handlers that re-iterate a loader, with the loaders.
+        self.restarts: dict[cst.ExceptHandler, list[cst.BaseExpression]] = {}
         self.dist = "dist"
         self.uses_world_size = False
         # Loaders whose batch value also sizes something per step: they keep it per process.
@@ -359,6 +361,17 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     ) -> None:
         loader = code_of(reference)
         functions = script_functions(module)
+        # `except StopIteration: it = iter(loader)` starts each new pass over the data: the
+        # pass count is the sampler's own epoch, advanced there.
+        out_of_data = m.ExceptHandler(type=m.Name("StopIteration"))
+        restarts = [h for h in self.analysis.findall(out_of_data) if self._mentions(h.body, loader)]  # type: ignore[attr-defined]
+        if restarts:
+            for handler in restarts:
+                assert isinstance(handler, cst.ExceptHandler)
+                if not m.findall(handler.body, m.Call(func=m.Attribute(attr=m.Name("set_epoch")))):
+                    self.restarts.setdefault(handler, []).append(reference)
+                    self.report(handler, "DDP315", loader=loader)
+            return
         candidates: list[tuple[int, cst.For]] = []
         for loop in self.analysis.findall(m.For(target=m.Name())):
             assert isinstance(loop, cst.For) and isinstance(loop.target, cst.Name)
@@ -504,6 +517,16 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         epoch = original_node.target.value
         calls = [
             cst.parse_statement(f"{code_of(reference)}.sampler.set_epoch({epoch})") for reference in references
+        ]
+        body = updated_node.body
+        return updated_node.with_changes(body=body.with_changes(body=[*calls, *body.body]))
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler, updated_node: cst.ExceptHandler) -> cst.ExceptHandler:
+        references = self.restarts.get(original_node)
+        if not references or not isinstance(updated_node.body, cst.IndentedBlock):
+            return updated_node
+        calls = [
+            cst.parse_statement(f"{code_of(r)}.sampler.set_epoch({code_of(r)}.sampler.epoch + 1)") for r in references
         ]
         body = updated_node.body
         return updated_node.with_changes(body=body.with_changes(body=[*calls, *body.body]))

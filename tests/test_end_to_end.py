@@ -24,7 +24,7 @@ TIMEOUT_S = 240
 TRAINED = [
     "imagenet_meters", "mnist_argparse", "cifar_resnet", "toplevel_script", "conditional_dp", "gan_two_models",
     "detectron_launch", "resume_before_wrap", "use_cuda_branches", "unused_pooler", "summed_criterion_class",
-    "batch_sized_criterion", "eval_with_grad", "gpu_argument", "batch_of_one", "sampler_placeholder",
+    "batch_sized_criterion", "eval_with_grad", "gpu_argument", "batch_of_one", "sampler_placeholder", "iteration_loop_restart",
 ]  # fmt: skip
 
 
@@ -82,10 +82,15 @@ def test_converted_fixture_trains_on_two_processes_with_disjoint_data(case: str,
     ]
     assert sharded[0], "the converted script never loaded data through a DistributedSampler"
     assert len(sharded[0]) == len(sharded[1])
-    for first, second in zip(*sharded):
+    passes = list(zip(*sharded))
+    for number, (first, second) in enumerate(passes):
         size = first["dataset_size"]
-        assert len(first["indices"]) == len(second["indices"]) == size // 2
         assert set(first["indices"]).isdisjoint(second["indices"])
+        if number == len(passes) - 1 and len(first["indices"]) < size // 2:
+            # A script that counts iterations may stop in the middle of its last pass.
+            assert len(first["indices"]) == len(second["indices"])
+            continue
+        assert len(first["indices"]) == len(second["indices"]) == size // 2
         assert sorted(first["indices"] + second["indices"]) == list(range(size))
     if len(sharded[0]) > 1:
         # set_epoch reshuffles: the second epoch does not repeat the first one's order.

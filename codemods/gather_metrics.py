@@ -236,8 +236,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 continue
             if training and wraps and self._uniform_path(loop, line, assigned_in_loop):
                 self.in_loop[line] = wraps
+            elif training:
+                self.report(line, "DDP403", why="as convert cannot prove every process reaches this line at the same step")
             else:
-                self.report(line, "DDP403")
+                self.report(line, "DDP403", why="as evaluation shards may give processes different numbers of steps")
 
     def _uniform_path(self, loop: cst.For, line: cst.CSTNode, assigned_in_loop: set[str]) -> bool:
         """Whether every process reaches ``line`` together: only ``if``s on step counters lead to it."""

@@ -505,8 +505,7 @@ RULES: dict[str, Rule] = {
             "per-process-progress",
             "note",
             "this progress line shows this process's running values, not the whole data's: a "
-            "collective here could hang while processes run different numbers of steps; the "
-            "values after the loop are gathered from every process",
+            "collective here could hang, {why}; the values after the loop are gathered from every process",
         ),
     )
 }

@@ -35,6 +35,7 @@ GROUPS: tuple[tuple[tuple[str, str], ...], ...] = (
     ),
     (
         ("guard_side_effects", "GuardSideEffectsCommand"),
+        ("download_once", "DownloadOnceCommand"),
         ("secure_checkpoints", "SecureCheckpointsCommand"),
         ("add_launch_wrapper", "AddLaunchWrapperCommand"),
     ),

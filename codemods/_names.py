@@ -44,6 +44,7 @@ NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 SETUP_HELPER = "setup_distributed"
 WRAP_HELPER = "wrap_ddp"
 MAIN_PROCESS_HELPER = "is_main_process"
+MAIN_PROCESS_FIRST_HELPER = "main_process_first"
 SUM_HELPER = "all_reduce_sum"
 MEAN_HELPER = "all_reduce_mean"
 METER_HELPER = "all_reduce_meter"
@@ -55,6 +56,7 @@ HELPERS = frozenset(
         SETUP_HELPER,
         WRAP_HELPER,
         MAIN_PROCESS_HELPER,
+        MAIN_PROCESS_FIRST_HELPER,
         SUM_HELPER,
         MEAN_HELPER,
         METER_HELPER,

@@ -10,7 +10,8 @@ analysis of the same tree, and the group's edits are made in one traversal.
 - The second group plans against the first group's output, because guarding
   side effects depends on the structure the first group creates: a wrap
   moved out of its ``if``, reductions added after loops and inside progress
-  prints, which are collectives a guard must never hold. The checkpoint
+  prints, which are collectives a guard must never hold. Downloads then go
+  under the main process first, on the same terms. The checkpoint
   codemod places its barriers around what the guards leave unguarded, and the
   launch wrapper runs last, on the converted script.
 """

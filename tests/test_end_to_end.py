@@ -167,7 +167,10 @@ def test_resume_into_the_bare_model_from_the_original_scripts_checkpoint(tmp_pat
     shutil.copy(FIXTURES / "resume_before_wrap" / "after.py", script)
     original = run_bounded([sys.executable, str(before), "--epochs", "1"], tmp_path)
     assert original.returncode == 0, original.stderr
-    completed, ranks = run_under_torchrun(script, tmp_path, "--resume", "checkpoint.pth", "--out", "converted.pt")
+    # The converted run saves checkpoint.pth every epoch: a run repeated after gloo's exit abort
+    # must still resume from the original's checkpoint, so it reads a copy.
+    shutil.copy(tmp_path / "checkpoint.pth", tmp_path / "original.pth")
+    completed, ranks = run_under_torchrun(script, tmp_path, "--resume", "original.pth", "--out", "converted.pt")
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert (completed.stdout + completed.stderr).count("resumed from epoch 1") == 1
     assert ranks[0]["replicas"] == ranks[1]["replicas"]

@@ -183,6 +183,23 @@ class Analysis:
     def matches(self, node: cst.CSTNode, matcher: m.BaseMatcherNode) -> bool:
         return m.matches(node, matcher, metadata_resolver=self)
 
+    def bindings(self, name: cst.Name) -> list[cst.Assign | None] | None:
+        """The ``Assign`` statements that bind ``name`` where it is read, in scope order.
+
+        ``None`` stands for a binding that is not a plain assignment (a parameter,
+        an import, a loop target); the whole answer is ``None`` when the scope
+        does not know the name.
+        """
+        scope = self.scopes.get(name)
+        if scope is None or name.value not in scope:
+            return None
+        found: list[cst.Assign | None] = []
+        for assignment in scope[name.value]:
+            target = self.parents.get(assignment.node)
+            assign = self.parents.get(target) if isinstance(target, cst.AssignTarget) else None
+            found.append(assign if isinstance(assign, cst.Assign) else None)
+        return found
+
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         while node in self.parents:
             node = self.parents[node]

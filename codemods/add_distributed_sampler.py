@@ -302,16 +302,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         """A name every binding of which is ``= None``: the DataParallel half of a sampler switch."""
         if not isinstance(value, cst.Name):
             return False
-        scope = self.analysis.scopes.get(value)
-        if scope is None or value.value not in scope:
-            return False
-        assignments = list(scope[value.value])
-        for assignment in assignments:
-            target = self.analysis.parents.get(assignment.node)
-            assign = self.analysis.parents.get(target) if isinstance(target, cst.AssignTarget) else None
-            if not (isinstance(assign, cst.Assign) and m.matches(assign.value, m.Name("None"))):
-                return False
-        return bool(assignments)
+        assigns = self.analysis.bindings(value)
+        return bool(assigns) and all(a is not None and m.matches(a.value, m.Name("None")) for a in assigns)  # type: ignore[union-attr]
 
     def _literal_batch(self, call: cst.Call) -> int | None:
         """The loader's batch size when it is a literal, or a name bound once, at module level, to one."""
@@ -320,20 +312,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return int(batch.evaluated_value)
         if not isinstance(batch, cst.Name):
             return None
-        scope = self.analysis.scopes.get(batch)
-        if scope is None or batch.value not in scope:
+        assigns = self.analysis.bindings(batch)
+        if not assigns or len(assigns) != 1 or assigns[0] is None:
             return None
-        assignments = list(scope[batch.value])
-        if len(assignments) != 1:
-            return None
-        bound = assignments[0].node  # the Name in `batch_size = 1`
-        target = self.analysis.parents.get(bound)
-        assign = self.analysis.parents.get(target) if isinstance(target, cst.AssignTarget) else None
-        line = self.analysis.parents.get(assign) if isinstance(assign, cst.Assign) else None
+        assign = assigns[0]
+        line = self.analysis.parents.get(assign)
         if not isinstance(line, cst.SimpleStatementLine) or not isinstance(self.analysis.parents.get(line), cst.Module):
             return None
-        value = assign.value  # type: ignore[union-attr]
-        return int(value.evaluated_value) if isinstance(value, cst.Integer) else None
+        return int(assign.value.evaluated_value) if isinstance(assign.value, cst.Integer) else None
 
     def _report_batch(self, call: cst.Call) -> None:
         batch = argument(call, BATCH_SIZE, "batch_size")

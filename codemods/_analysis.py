@@ -97,8 +97,8 @@ class Analysis:
         self.sharded_loaders: set[cst.Call] = set()
         # backward() calls whose loss is multiplied by the world size first:
         self.scaled_backwards: set[cst.Call] = set()
-        # Names of evaluation loaders every process iterates whole, so their metrics need no gathering:
-        self.whole_loaders: set[str] = set()
+        # Loops over evaluation loaders every process iterates whole, so their metrics need no gathering:
+        self.whole_loops: set[cst.For] = set()
 
     @classmethod
     def of_source(cls, source: str) -> Analysis:

@@ -152,6 +152,19 @@ def script_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
     return functions
 
 
+def parameter_for(function: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> str | None:
+    """The parameter of ``function`` that ``arg`` of ``call`` binds, or None when it cannot tell."""
+    if arg.star:
+        return None
+    if arg.keyword is not None:
+        return arg.keyword.value
+    parameters = [p.name.value for p in function.params.params]
+    if parameters[:1] == ["self"] and (code_of(call.func).startswith("self.") or function.name.value == "__init__"):
+        parameters = parameters[1:]
+    position = [a for a in call.args if a.keyword is None].index(arg)
+    return parameters[position] if position < len(parameters) else None
+
+
 DEVICE_MOVE = m.Call(func=m.Attribute(attr=m.Name("cuda") | m.Name("to")))
 
 

@@ -19,7 +19,7 @@ import libcst.matchers as m
 from libcst.metadata import ParentNodeProvider
 
 from . import _names as names
-from ._base import argument, call_to, code_of, script_functions
+from ._base import argument, call_to, code_of, parameter_for, script_functions
 
 if TYPE_CHECKING:
     from ._analysis import Analysis
@@ -98,17 +98,11 @@ class ProcessEffects:
                 function = functions.get(code_of(call.func))
                 if function is None:
                     continue
-                parameters = [p.name.value for p in function.params.params]
-                if parameters[:1] == ["self"] and code_of(call.func).startswith("self."):
-                    parameters = parameters[1:]
-                for position, arg in enumerate(call.args):
-                    if arg.star or code_of(arg.value) not in self.models:
+                for arg in call.args:
+                    if code_of(arg.value) not in self.models:
                         continue
-                    if arg.keyword is not None:
-                        parameter = arg.keyword.value
-                    elif position < len(parameters):
-                        parameter = parameters[position]
-                    else:
+                    parameter = parameter_for(function, call, arg)
+                    if parameter is None:
                         continue
                     if parameter not in self.models:
                         self.models.add(parameter)

@@ -30,12 +30,12 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import ParentNodeProvider
 
 from . import _names as names
 from ._analysis import Analysis
 from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
 from ._effects import under_rank_guard
+from ._results import loop_results
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values):
@@ -68,12 +68,7 @@ def {names.METER_HELPER}(*meters):
         meter.avg = meter.sum / max(meter.count, 1)
 '''
 
-# Increments that add a count or a sum over samples, which add up exactly across processes.
-SUM_INCREMENT = re.compile(
-    r"\.sum\(|reduction\s*=\s*['\"]sum|size_average\s*=\s*False|\.size\(|\bsize\(|len\(|\.shape\b|\.numel\(|\*"
-)
 LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
-NUMBER = m.Integer() | m.Float() | m.UnaryOperation(expression=m.Integer() | m.Float())
 
 
 @dataclass
@@ -108,9 +103,9 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self.effects = analysis.effects
         self.training_loaders = self._training_loaders(analysis)
         for loop in analysis.nodes(cst.For):
-            loaders = self._loader_names(loop)
-            if any(name in analysis.whole_loaders for name in loaders):
+            if loop in analysis.whole_loops:
                 continue  # every process counts the whole set already
+            loaders = self._loader_names(loop)
             if loaders and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
 
@@ -134,80 +129,12 @@ class GatherMetricsCommand(Dp2ddpCodemod):
     def _is_training_loop(self, loop: cst.For) -> bool:
         return any(name in self.training_loaders or "train" in name.lower() for name in self._loader_names(loop))
 
-    def _ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        found = []
-        while not isinstance(node, cst.Module):
-            node = self.get_metadata(ParentNodeProvider, node)
-            found.append(node)
-        return found
-
-    def _scope_body(self, loop: cst.For) -> cst.CSTNode:
-        return next(a for a in self._ancestors(loop) if isinstance(a, (cst.FunctionDef, cst.Module)))
-
     def _plan_loop(self, loop: cst.For) -> None:
-        owner = self._scope_body(loop)
-        increments: dict[str, list[cst.BaseExpression]] = {}
-        for aug in m.findall(loop.body, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
-            assert isinstance(aug, cst.AugAssign) and isinstance(aug.target, cst.Name)
-            increments.setdefault(aug.target.value, []).append(aug.value)
-        plan = _LoopPlan()
-        training = self._is_training_loop(loop)
-        in_loop_reads: dict[str, str] = {}
-        for name, values in increments.items():
-            if all(m.matches(v, m.Integer()) for v in values):
-                continue  # Counts steps, which every process takes alike.
-            if not self._initialised_before(owner, name, loop) or self._reduced_already(owner, name, loop):
-                continue
-            kind = "sum" if any(SUM_INCREMENT.search(code_of(v)) for v in values) else "mean"
-            if self._read_after(owner, name, loop):
-                (plan.sums if kind == "sum" else plan.means).append(name)
-            in_loop_reads[name] = names.SUM_HELPER if kind == "sum" else names.MEAN_HELPER
-        for meter in self._meters(loop, owner):
-            plan.meters.append(meter)
+        results = loop_results(self.analysis, loop, training=self._is_training_loop(loop))
+        plan = _LoopPlan(results.sums, results.means, results.meters)
         if plan.sums or plan.means or plan.meters:
             self.after_loop[loop] = plan
-        self._plan_reports(loop, training, in_loop_reads, plan.meters)
-
-    def _initialised_before(self, owner: cst.CSTNode, name: str, loop: cst.For) -> bool:
-        initialised = m.Assign(targets=[m.ZeroOrMore(), m.AssignTarget(m.Name(name)), m.ZeroOrMore()], value=NUMBER)
-        starts = list(self.analysis.findall_in(owner, initialised))
-        unpacked = m.Assign(targets=[m.AssignTarget(m.Tuple())], value=m.Tuple())
-        for assign in self.analysis.findall_in(owner, unpacked):
-            assert isinstance(assign, cst.Assign)
-            target, value = assign.targets[0].target, assign.value
-            assert isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple)
-            for element, initial in zip(target.elements, value.elements):
-                if m.matches(element.value, m.Name(name)) and m.matches(initial.value, NUMBER):
-                    starts.append(assign)
-        return any(self.analysis.is_before(start, loop) for start in starts)
-
-    def _reduced_already(self, owner: cst.CSTNode, name: str, loop: cst.For) -> bool:
-        reduction = m.Call(func=m.Name(names.SUM_HELPER) | m.Name(names.MEAN_HELPER) | m.Name(names.METER_HELPER))
-        for call in self.analysis.findall_in(owner, reduction):
-            if self.analysis.is_after(call, loop) and any(code_of(a.value) == name for a in call.args):  # type: ignore[attr-defined]
-                return True
-        return False
-
-    def _read_after(self, owner: cst.CSTNode, name: str, loop: cst.For) -> bool:
-        return any(self.analysis.is_after(n, loop) for n in self.analysis.findall_in(owner, m.Name(name)))
-
-    def _meters(self, loop: cst.For, owner: cst.CSTNode) -> list[str]:
-        """Meters updated in the loop and created in the same function before it."""
-        updated = []
-        for call in m.findall(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("update")))):
-            assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-            name = code_of(call.func.value)
-            if name not in updated:
-                updated.append(name)
-        meters = []
-        for name in updated:
-            created = m.Assign(
-                targets=[m.AssignTarget(m.Name(name))],
-                value=m.Call(func=m.Name(m.MatchIfTrue(lambda cls: "Meter" in cls))),
-            )
-            if any(self.analysis.is_before(a, loop) for a in self.analysis.findall_in(owner, created)) and not self._reduced_already(owner, name, loop):
-                meters.append(name)
-        return meters
+        self._plan_reports(loop, self._is_training_loop(loop), results.running, plan.meters)
 
     def _plan_reports(self, loop: cst.For, training: bool, accumulators: dict[str, str], meters: list[str]) -> None:
         # A backward whose loss gets scaled by the world size no longer names the loss.
@@ -243,7 +170,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
 
     def _uniform_path(self, loop: cst.For, line: cst.CSTNode, assigned_in_loop: set[str]) -> bool:
         """Whether every process reaches ``line`` together: only ``if``s on step counters lead to it."""
-        for ancestor in self._ancestors(line):
+        for ancestor in self.analysis.ancestors(line):
             if ancestor is loop:
                 return True
             if isinstance(ancestor, (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef)):

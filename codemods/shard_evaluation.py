@@ -12,6 +12,9 @@ validation set of 101 samples reports ``/101``.
 A loader counts as evaluation when it is not shuffled and is named for
 validation or testing, or is iterated under ``torch.no_grad()``.
 
+A loader is sharded only when every loop over it is known and leaves
+nothing behind that gather_metrics cannot reduce exactly (see _results):
+otherwise every process evaluates the whole set, which is correct, not faster.
 An evaluation loop that runs the DDP model with gradients enabled is not
 sharded: DDP's forward then syncs buffers, a collective, and shards of
 unequal length would leave one process waiting at the last batch. Every
@@ -26,7 +29,16 @@ import libcst as cst
 import libcst.matchers as m
 
 from . import _names as names
-from ._base import add_helper, call_to, code_of, import_torch_distributed, resolves_to
+from ._base import (
+    add_helper,
+    call_to,
+    code_of,
+    import_torch_distributed,
+    parameter_for,
+    resolves_to,
+    script_functions,
+)
+from ._results import loop_results, owner_of
 from .add_distributed_sampler import AddDistributedSamplerCommand
 
 EVALUATION_SHARD_HELPER_SOURCE = f'''
@@ -46,18 +58,100 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
         if reference is None:
             return True
         stem = code_of(reference).rsplit(".", 1)[-1]
+        loops, unknown = self._loops_over(stem)
+        if unknown is not None:
+            where, what = unknown
+            return self._keep_whole(where, stem, loops, f"it is handed to {what}, which convert cannot see into")
         # Wrapped models, as written (DataParallel) or as converted (wrap_ddp), and the parameters they are passed as.
         models = self.analysis.lifecycle.model_names | self.analysis.effects.models
-        for loop in self.analysis.nodes(cst.For):
-            if not any(code_of(n).rsplit(".", 1)[-1] == stem for n in self.analysis.within(loop.iter, cst.Name)):
-                continue
+        for loop in loops:
             for forward in self.analysis.within(loop.body, cst.Call):
                 func = code_of(forward.func).removeprefix("self.")
                 if func in models and not self._without_gradients(forward):
                     self.report(forward, "DDP313", loader=stem)
-                    self.analysis.whole_loaders.add(stem)
+                    self.analysis.whole_loops.update(loops)
                     return False
+            ungathered = loop_results(self.analysis, loop, training=False).ungathered
+            if ungathered:
+                statement, held = ungathered[0]
+                why = f"`{held}` keeps this process's share of the results, which convert cannot gather exactly"
+                return self._keep_whole(statement, stem, loops, why)
         return True
+
+    def _keep_whole(self, where: cst.CSTNode, loader: str, loops: list[cst.For], why: str) -> bool:
+        self.report(where, "DDP316", loader=loader, why=why)
+        self.analysis.whole_loops.update(loops)
+        return False
+
+    def _loops_over(self, stem: str) -> tuple[list[cst.For], tuple[cst.CSTNode, str] | None]:
+        """The loops that iterate the loader, followed through assignments and the script's functions.
+
+        The second value is the first use convert cannot follow, if any, and what
+        it hands the loader to: a function of another file, ``iter()``, a comprehension.
+        """
+        analysis = self.analysis
+        functions = script_functions(analysis.module)
+        constructors = {
+            c.name.value: member
+            for c in analysis.nodes(cst.ClassDef)
+            for member in c.body.body
+            if isinstance(member, cst.FunctionDef) and member.name.value == "__init__"
+        }
+        loops: list[cst.For] = []
+        pending: list[tuple[str, cst.CSTNode]] = [(stem, analysis.module)]
+        seen: set[tuple[str, int]] = set()
+        while pending:
+            name, within = pending.pop()
+            if (name, id(within)) in seen:
+                continue
+            seen.add((name, id(within)))
+            for node in analysis.within(within, cst.Name):
+                parent = analysis.parents[node]
+                if node.value != name or isinstance(parent, cst.Param):
+                    continue
+                use: cst.CSTNode = parent if isinstance(parent, cst.Attribute) and parent.attr is node else node
+                parent = analysis.parents[use]
+                if isinstance(parent, (cst.Attribute, cst.AssignTarget)):
+                    continue  # `loader.dataset`, or the loader being bound
+                loop = self._iterated_by(use)
+                if isinstance(loop, cst.For):
+                    loops.append(loop)
+                    continue
+                if isinstance(parent, cst.Assign):
+                    for target in parent.targets:
+                        alias = target.target
+                        if isinstance(alias, (cst.Name, cst.Attribute)):
+                            owner = analysis.module if isinstance(alias, cst.Attribute) else owner_of(analysis, parent)
+                            pending.append((code_of(alias).rsplit(".", 1)[-1], owner))
+                    continue
+                if isinstance(loop, cst.CompFor):
+                    return loops, (loop, "a comprehension")
+                if isinstance(parent, (cst.Return, cst.Yield, cst.Element, cst.DictElement, cst.Lambda)):
+                    return loops, (use, f"`{code_of(parent).strip()}`")
+                if not isinstance(parent, cst.Arg):
+                    continue  # a test such as `loader is not None`
+                receiver = analysis.parents[parent]
+                assert isinstance(receiver, cst.Call)
+                if m.matches(receiver.func, m.Name("len")):
+                    continue
+                callee = code_of(receiver.func)
+                function = functions.get(callee) or constructors.get(callee)
+                parameter = parameter_for(function, receiver, parent) if function is not None else None
+                if parameter is None:
+                    return loops, (receiver, f"`{callee}`")
+                pending.append((parameter, function))  # type: ignore[arg-type]
+        return loops, None
+
+    def _iterated_by(self, node: cst.CSTNode) -> cst.For | cst.CompFor | None:
+        """The loop or comprehension whose ``iter`` holds ``node``, if any."""
+        child = node
+        for ancestor in self.analysis.ancestors(node):
+            if isinstance(ancestor, (cst.For, cst.CompFor)) and child is ancestor.iter:
+                return ancestor
+            if isinstance(ancestor, (cst.BaseStatement, cst.BaseSmallStatement)):
+                return None
+            child = ancestor
+        return None
 
     def _without_gradients(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Inside ``with torch.no_grad():``, a function decorated with it, or a function only called under it."""

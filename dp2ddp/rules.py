@@ -486,6 +486,24 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP316",
+            "evaluation-kept-whole",
+            "note",
+            "`{loader}` is evaluated whole on every process, correct but not faster: {why}; to shard it, "
+            "keep results as sums and counts, or reduce them over processes after the loop",
+            doc=_doc(
+                "Finds an evaluation loop whose results convert cannot gather exactly from shards: a list "
+                "averaged later, a metric object of another file, a value kept from the last batch, a loader "
+                "handed to code convert cannot read.",
+                "Sharding evaluation is only right when every number computed from the loop is reduced over "
+                "processes. One that is not reports one process's share as the whole set's, and a "
+                "best-checkpoint or learning-rate decision then differs between processes.",
+                "losses = []\nfor x, y in val_loader:\n    losses.append(criterion(model(x), y).item())\nval_loss = np.mean(losses)",
+                "total, count = 0.0, 0\nfor x, y in val_loader:\n    total += criterion(model(x), y).item() * len(y)\n    count += len(y)",
+                "Safe: the loader is left whole and its metrics are not gathered; evaluation is not faster.",
+            ),
+        ),
+        Rule(
             "DDP401",
             "side-effect-with-collective",
             "warning",

@@ -25,6 +25,7 @@ TRAINED = [
     "imagenet_meters", "mnist_argparse", "cifar_resnet", "toplevel_script", "conditional_dp", "gan_two_models",
     "detectron_launch", "resume_before_wrap", "use_cuda_branches", "unused_pooler", "summed_criterion_class",
     "batch_sized_criterion", "eval_with_grad", "gpu_argument", "batch_of_one", "sampler_placeholder", "iteration_loop_restart",
+    "eval_kept_whole",
 ]  # fmt: skip
 
 
@@ -98,6 +99,20 @@ def test_converted_fixture_trains_on_two_processes_with_disjoint_data(case: str,
     # DDP kept every replica identical: bitwise-equal parameters on both ranks at the end.
     assert ranks[0]["replicas"], "the converted script built no DDP model"
     assert ranks[0]["replicas"] == ranks[1]["replicas"], "the ranks ended with different weights"
+
+
+@pytest.mark.parametrize("case", ["eval_kept_whole"])
+def test_evaluation_before_training_reports_the_originals_numbers_once(case: str, tmp_path: Path) -> None:
+    """Kept whole or gathered exactly, evaluation of the same weights prints what one process does."""
+    before, script = tmp_path / "before.py", tmp_path / "train.py"
+    shutil.copy(FIXTURES / case / "before.py", before)
+    shutil.copy(FIXTURES / case / "after.py", script)
+    reference = run_bounded([sys.executable, str(before)], tmp_path)
+    assert reference.returncode == 0, reference.stderr
+    completed, _ = run_under_torchrun(script, tmp_path)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    converted = [line for line in _log(completed) if line.startswith("validate")]
+    assert converted == [line for line in _log(reference) if line.startswith("validate")][:1]
 
 
 def test_converted_script_runs_as_a_single_plain_process(tmp_path: Path) -> None:

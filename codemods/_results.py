@@ -1,0 +1,212 @@
+"""What a loop over a DataLoader leaves behind, and which of it can be gathered exactly.
+
+A sharded loop leaves each process with its share of every result. gather_metrics
+reduces the shares it can reduce exactly: sums and counts, per-batch means
+summed over steps, and AverageMeter-style meters. Anything else that outlives
+the loop (a list of losses averaged later, a confusion-matrix object, a
+dictionary of scores, the last batch's accuracy) would stay one process's
+share. shard_evaluation reads the same answer and leaves such a loop whole on
+every process, so the two codemods never disagree about what is gathered.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import ImportAssignment
+
+from . import _names as names
+from ._base import call_to, code_of
+
+if TYPE_CHECKING:
+    from ._analysis import Analysis
+
+# Increments that add a count or a sum over samples, which add up exactly across processes.
+SUM_INCREMENT = re.compile(
+    r"\.sum\(|reduction\s*=\s*['\"]sum|size_average\s*=\s*False|\.size\(|\bsize\(|len\(|\.shape\b|\.numel\(|\*"
+)
+NUMBER = m.Integer() | m.Float() | m.UnaryOperation(expression=m.Integer() | m.Float())
+REDUCTION = m.Call(func=m.Name(names.SUM_HELPER) | m.Name(names.MEAN_HELPER) | m.Name(names.METER_HELPER))
+
+
+@dataclass
+class LoopResults:
+    sums: list[str] = field(default_factory=list)
+    means: list[str] = field(default_factory=list)
+    meters: list[str] = field(default_factory=list)
+    # Accumulators each process reads inside the loop, with the helper that reduces them.
+    running: dict[str, str] = field(default_factory=dict)
+    # What outlives the loop that no reduction covers: (statement, what it holds).
+    ungathered: list[tuple[cst.CSTNode, str]] = field(default_factory=list)
+
+
+def owner_of(analysis: Analysis, node: cst.CSTNode) -> cst.CSTNode:
+    """The function, or the module, whose body holds ``node``."""
+    return next(a for a in analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Module)))
+
+
+def loop_results(analysis: Analysis, loop: cst.For, training: bool) -> LoopResults:
+    owner = owner_of(analysis, loop)
+    results = LoopResults()
+    increments: dict[str, list[cst.AugAssign]] = {}
+    for aug in analysis.within(loop.body, cst.AugAssign):
+        if isinstance(aug.target, cst.Name) and isinstance(aug.operator, cst.AddAssign):
+            increments.setdefault(aug.target.value, []).append(aug)
+    for name, augs in increments.items():
+        values = [aug.value for aug in augs]
+        if all(m.matches(v, m.Integer()) for v in values) and (training or all(_at_step_level(analysis, a, loop) for a in augs)):
+            continue  # Counts steps, which every process takes alike in training.
+        if _reduced_already(analysis, owner, name, loop) or not _initialised_before(analysis, owner, name, loop):
+            continue
+        kind = "sum" if any(SUM_INCREMENT.search(code_of(v)) or m.matches(v, m.Integer()) for v in values) else "mean"
+        if _read_after(analysis, owner, name, loop):
+            (results.sums if kind == "sum" else results.means).append(name)
+        results.running[name] = names.SUM_HELPER if kind == "sum" else names.MEAN_HELPER
+    results.meters = _meters(analysis, loop, owner)
+    results.ungathered = _ungathered(analysis, loop, owner, results)
+    return results
+
+
+def _at_step_level(analysis: Analysis, node: cst.CSTNode, loop: cst.For) -> bool:
+    """Whether ``node`` runs exactly once per step of ``loop``: no ``if`` or inner loop around it."""
+    for ancestor in analysis.ancestors(node):
+        if ancestor is loop:
+            return True
+        if isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.FunctionDef)):
+            return False
+    return False
+
+
+def _initialised_before(analysis: Analysis, owner: cst.CSTNode, name: str, loop: cst.For) -> bool:
+    initialised = m.Assign(targets=[m.ZeroOrMore(), m.AssignTarget(m.Name(name)), m.ZeroOrMore()], value=NUMBER)
+    starts = list(analysis.findall_in(owner, initialised))
+    unpacked = m.Assign(targets=[m.AssignTarget(m.Tuple())], value=m.Tuple())
+    for assign in analysis.findall_in(owner, unpacked):
+        assert isinstance(assign, cst.Assign)
+        target, value = assign.targets[0].target, assign.value
+        assert isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple)
+        for element, initial in zip(target.elements, value.elements):
+            if m.matches(element.value, m.Name(name)) and m.matches(initial.value, NUMBER):
+                starts.append(assign)
+    return any(analysis.is_before(start, loop) for start in starts)
+
+
+def _reduced_already(analysis: Analysis, owner: cst.CSTNode, name: str, loop: cst.For) -> bool:
+    for call in analysis.findall_in(owner, REDUCTION):
+        if analysis.is_after(call, loop) and any(code_of(a.value) == name for a in call.args):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+def _read_after(analysis: Analysis, owner: cst.CSTNode, name: str, loop: cst.For) -> bool:
+    """Whether code after the loop reads ``name`` before binding it anew."""
+    for found in analysis.findall_in(owner, m.Name(name)):
+        if not analysis.is_after(found, loop):
+            continue
+        return not _is_bound_here(analysis, found)
+    return False
+
+
+def _is_bound_here(analysis: Analysis, name: cst.CSTNode) -> bool:
+    node = name
+    for parent in analysis.ancestors(name):
+        if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.For) and parent.target is node):
+            return True
+        if not isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+            return False
+        node = parent
+    return False
+
+
+def _meters(analysis: Analysis, loop: cst.For, owner: cst.CSTNode) -> list[str]:
+    """Meters updated in the loop and created in the same function before it."""
+    updated: list[str] = []
+    for call in analysis.findall_in(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("update")))):
+        assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+        name = code_of(call.func.value)
+        if name not in updated:
+            updated.append(name)
+    meters = []
+    for name in updated:
+        created = m.Assign(
+            targets=[m.AssignTarget(m.Name(name))],
+            value=m.Call(func=m.Name(m.MatchIfTrue(lambda cls: "Meter" in cls))),
+        )
+        before = any(analysis.is_before(a, loop) for a in analysis.findall_in(owner, created))
+        if before and not _reduced_already(analysis, owner, name, loop):
+            meters.append(name)
+    return meters
+
+
+def _ungathered(analysis: Analysis, loop: cst.For, owner: cst.CSTNode, results: LoopResults) -> list[tuple[cst.CSTNode, str]]:
+    """State the loop changes, that outlives it, and that no reduction covers."""
+    covered = set(results.running) | set(results.meters)
+    bound_in_loop = {
+        n.value  # type: ignore[attr-defined]
+        for n in analysis.within(loop, cst.Name)
+        if n is not loop and _is_bound_here(analysis, n)
+    }
+    models = analysis.lifecycle.model_names | analysis.effects.models
+    effects = analysis.effects
+    found: list[tuple[cst.CSTNode, str]] = []
+
+    def outside(expression: cst.BaseExpression) -> str | None:
+        """The name an expression's object is held by, when it is bound outside the loop and is not a module."""
+        base = expression
+        while isinstance(base, (cst.Attribute, cst.Subscript, cst.Call)):
+            base = base.func if isinstance(base, cst.Call) else base.value
+        if not isinstance(base, cst.Name) or base.value in bound_in_loop or base.value in models:
+            return None
+        scope = analysis.scopes.get(base)
+        if scope is not None and any(isinstance(a, ImportAssignment) for a in scope[base.value]):
+            return None
+        if base.value in ("self", "cls") and isinstance(expression, cst.Name):
+            return None
+        return base.value
+
+    for aug in analysis.within(loop.body, cst.AugAssign):
+        target = aug.target
+        if isinstance(target, cst.Name):
+            step_count = m.matches(aug.value, m.Integer()) and _at_step_level(analysis, aug, loop)
+            if target.value not in covered and not step_count and _read_after(analysis, owner, target.value, loop):
+                found.append((aug, target.value))
+        elif outside(target) is not None:
+            found.append((aug, code_of(target)))
+    for assign in analysis.within(loop.body, cst.Assign):
+        for target in assign.targets:
+            for name in _target_names(target.target):
+                if isinstance(name, cst.Name):
+                    if name.value not in covered and _read_after(analysis, owner, name.value, loop):
+                        found.append((assign, name.value))
+                elif outside(name) is not None:
+                    found.append((assign, code_of(name)))
+    for expr in analysis.within(loop.body, cst.Expr):
+        call = expr.value
+        if not isinstance(call, cst.Call) or effects.is_side_effect(call) or analysis.matches(call, call_to(names.TQDM)):
+            continue
+        if isinstance(call.func, cst.Attribute):
+            held = outside(call.func.value)
+            if held is not None and held not in covered and not _is_progress_bar(analysis, held, owner):
+                found.append((expr, held))
+        elif isinstance(call.func, cst.Name) and call.func.value not in names.HELPERS:
+            for arg in call.args:
+                held = outside(arg.value) if isinstance(arg.value, cst.Name) else None
+                if held is not None and held not in covered:
+                    found.append((expr, held))
+                    break
+    return sorted(found, key=lambda item: analysis.index[item[0]])
+
+
+def _target_names(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for element in target.elements for n in _target_names(element.value)]
+    return [target]
+
+
+def _is_progress_bar(analysis: Analysis, name: str, owner: cst.CSTNode) -> bool:
+    bar = m.Assign(targets=[m.AssignTarget(m.Name(name))], value=call_to(names.TQDM))
+    return bool(analysis.findall_in(owner, bar))

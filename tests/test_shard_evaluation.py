@@ -1,0 +1,128 @@
+"""An evaluation loader is sharded only when every result of every loop over it is gathered exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from dp2ddp.api import convert_source
+
+HEADER = """import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from metrics import Evaluator
+
+
+"""
+MAIN = """
+
+def main():
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    val_loader = DataLoader(val_set, batch_size=32)
+    for epoch in range(3):
+        train(model, train_loader)
+        {call}
+"""
+SHARDED = "sampler=evaluation_shard(val_set)"
+
+
+def convert(evaluation: str, call: str = "print(evaluate(model, val_loader))") -> tuple[str, set[str]]:
+    result = convert_source(HEADER + evaluation + MAIN.format(call=call))
+    return result.output, {f.code for f in result.findings}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param("correct += (model(x).argmax(1) == y).sum().item()\n            total += y.size(0)", id="sums and counts"),
+        pytest.param("meter.update(loss_fn(model(x), y).item(), x.size(0))", id="an AverageMeter"),
+        pytest.param("out = model(x)\n            correct += (out.argmax(1) == y).sum().item()", id="a per-step temporary"),
+    ],
+)
+def test_gatherable_results_shard_the_loader(body: str) -> None:
+    evaluation = f"""def evaluate(model, loader):
+    correct, total = 0, 0
+    meter = AverageMeter()
+    with torch.no_grad():
+        for x, y in loader:
+            {body}
+    return correct / max(total, 1), meter.avg
+"""
+    output, codes = convert(evaluation)
+    assert SHARDED in output
+    assert "DDP316" not in codes
+
+
+@pytest.mark.parametrize(
+    ("body", "after"),
+    [
+        pytest.param("losses.append(loss_fn(model(x), y).item())", "np.mean(losses)", id="a list averaged later"),
+        pytest.param("evaluator.add_batch(y, model(x).argmax(1))", "evaluator.miou()", id="a metric object of another file"),
+        pytest.param("scores[len(scores)] = model(x).sum().item()", "sum(scores.values())", id="a dict of scores"),
+        pytest.param("acc = (model(x).argmax(1) == y).float().mean().item()", "acc", id="the last batch's value"),
+        pytest.param("self_check(evaluator, model(x))", "evaluator.miou()", id="a result holder handed to a function"),
+        pytest.param("hits = hits + (model(x).argmax(1) == y).sum().item()", "hits", id="an accumulation by assignment"),
+    ],
+)
+def test_results_that_cannot_be_gathered_keep_the_loader_whole(body: str, after: str) -> None:
+    evaluation = f"""def evaluate(model, loader):
+    losses, scores, hits, acc = [], {{}}, 0, 0.0
+    evaluator = Evaluator(2)
+    with torch.no_grad():
+        for x, y in loader:
+            {body}
+    return {after}
+"""
+    output, codes = convert(evaluation)
+    assert SHARDED not in output
+    assert "val_loader = DataLoader(val_set, batch_size=32)" in output
+    assert "DDP316" in codes
+    assert "all_reduce" not in output.split("def main")[0].split("def evaluate")[1]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param("print(external_evaluate(model, val_loader))", id="a function of another file"),
+        pytest.param("print(np.mean([model(x).sum().item() for x, _ in val_loader]))", id="a comprehension"),
+        pytest.param("batches = iter(val_loader)", id="iter()"),
+    ],
+)
+def test_a_loader_handed_to_code_convert_cannot_read_stays_whole(call: str) -> None:
+    output, codes = convert("", call=call)
+    assert SHARDED not in output
+    assert "DDP316" in codes
+
+
+def test_the_loader_is_followed_through_a_class_of_the_script() -> None:
+    evaluation = """class Validator:
+    def __init__(self, model, loader):
+        self.model = model
+        self.val_loader = loader
+
+    def run(self):
+        losses = []
+        with torch.no_grad():
+            for x, y in self.val_loader:
+                losses.append(self.model(x).sum().item())
+        return np.mean(losses)
+"""
+    output, codes = convert(evaluation, call="print(Validator(model, val_loader).run())")
+    assert SHARDED not in output
+    assert "DDP316" in codes
+
+
+def test_an_integer_count_under_a_condition_is_summed_in_evaluation() -> None:
+    evaluation = """def evaluate(model, loader):
+    right, steps = 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            steps += 1
+            for p, t in zip(model(x).argmax(1), y):
+                if p == t:
+                    right += 1
+    return right / len(loader.dataset)
+"""
+    output, _ = convert(evaluation)
+    assert SHARDED in output
+    assert "right = all_reduce_sum(right)" in output

@@ -71,6 +71,8 @@ class ProcessEffects:
         self.models: set[str] = set()
         self.loggers: set[str] = set()
         self.writers: set[str] = set()
+        # Names bound to a function that logs: `logging = create_exp_dir(...)`, then `logging("...")`.
+        self.log_functions: set[str] = set()
         for assign in analysis.findall(m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
             assert isinstance(assign, cst.Assign)
             target, value = code_of(assign.targets[0].target), assign.value
@@ -81,14 +83,24 @@ class ProcessEffects:
                 self.loggers.add(target)
             elif analysis.matches(value, call_to(names.WRITER_CONSTRUCTORS)) or opens_for_writing(analysis, value):
                 self.writers.add(target)
+            elif isinstance(value, cst.Call) and (target == "logging" or LOGGER_NAME.search(target)):
+                self.log_functions.add(target)
+        self.log_functions = {name for name in self.log_functions if self._called_directly(name)}
         self.functions = script_functions(analysis.module)
         # Calls in each function's body, found once for the fixpoints below.
         self._calls_in = {name: analysis.within(function.body, cst.Call) for name, function in self.functions.items()}
-        self._follow_models_into_functions()
+        # `evaluate(net, loader)` makes `evaluate`'s first parameter a DDP model too, and
+        # `log_metrics(writer, step)` makes its first parameter a writer.
+        self._follow_into_functions(self.models)
+        self._follow_into_functions(self.writers)
         self.collective_functions = self._functions_reaching_collectives()
 
-    def _follow_models_into_functions(self) -> None:
-        """``evaluate(net, loader)`` makes ``evaluate``'s first parameter a DDP model too."""
+    def _called_directly(self, name: str) -> bool:
+        """Whether the script calls ``name(...)`` itself, as it would a logging function."""
+        return any(m.matches(call.func, m.Name(name)) for call in self.analysis.nodes(cst.Call))
+
+    def _follow_into_functions(self, held: set[str]) -> None:
+        """Add the parameters of the script's functions that are passed one of ``held``."""
         functions = self.functions
         calls = self.analysis.nodes(cst.Call)
         changed = True
@@ -99,13 +111,11 @@ class ProcessEffects:
                 if function is None:
                     continue
                 for arg in call.args:
-                    if code_of(arg.value) not in self.models:
+                    if code_of(arg.value) not in held:
                         continue
                     parameter = parameter_for(function, call, arg)
-                    if parameter is None:
-                        continue
-                    if parameter not in self.models:
-                        self.models.add(parameter)
+                    if parameter is not None and parameter not in held:
+                        held.add(parameter)
                         changed = True
 
     def _functions_reaching_collectives(self) -> set[str]:
@@ -174,13 +184,23 @@ class ProcessEffects:
         qualified = self.analysis.qualified_names(call.func)
         if any(q.name.startswith(names.REPORTING_MODULES) for q in qualified):
             return True
+        if isinstance(call.func, cst.Name):
+            return call.func.value in self.log_functions
         if isinstance(call.func, cst.Attribute):
             receiver = code_of(call.func.value)
             if receiver in self.writers:
                 return True
             if call.func.attr.value in names.LOGGER_METHODS:
                 return receiver in self.loggers or bool(LOGGER_NAME.search(receiver))
-        return False
+            if call.func.attr.value in names.MODEL_SAVE_METHODS:
+                return receiver.removesuffix(".module") in self.models | self.analysis.lifecycle.model_names
+        return matches(call, call_to(names.MAKE_DIRECTORY)) and not self.makes_directory_everywhere(call)
+
+    def makes_directory_everywhere(self, call: cst.Call) -> bool:
+        """``os.makedirs(d, exist_ok=True)``, or a call guard_side_effects turns into one: every process may run it."""
+        if not self.analysis.matches(call, call_to(names.MAKE_DIRECTORY)):
+            return False
+        return isinstance(call.func, cst.Attribute) or m.matches(call.func, m.Name("makedirs"))
 
     def is_conditionally_evaluated(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
         """Whether ``node`` may be skipped when ``statement`` runs (a lambda, an ``and``, a comprehension)."""

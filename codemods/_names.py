@@ -94,8 +94,6 @@ SIDE_EFFECT_CALLS = frozenset(
         "pprint.pprint",
         "torch.save",
         "torchvision.utils.save_image",
-        "os.makedirs",
-        "os.mkdir",
         "os.remove",
         "os.rename",
         "shutil.copy",
@@ -103,6 +101,9 @@ SIDE_EFFECT_CALLS = frozenset(
         "shutil.copyfile",
         "shutil.copytree",
         "shutil.move",
+        "shutil.rmtree",
+        "sys.stdout.write",
+        "sys.stderr.write",
         "json.dump",
         "pickle.dump",
         "numpy.save",
@@ -116,7 +117,7 @@ LOGGING_FUNCTIONS = frozenset(
 LOGGER_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
 GET_LOGGER = frozenset({"logging.getLogger"})
 # Module prefixes whose every call reports somewhere (wandb.init, wandb.log, ...).
-REPORTING_MODULES = ("wandb.",)
+REPORTING_MODULES = ("wandb.", "tensorboard_logger.")
 # Constructors of objects that write somewhere: each process would open its own.
 WRITER_CONSTRUCTORS = frozenset(
     {
@@ -125,8 +126,13 @@ WRITER_CONSTRUCTORS = frozenset(
         "tensorboardX.SummaryWriter",
         "visdom.Visdom",
         "wandb.init",
+        "tensorboard_logger.Logger",
     }
 )
+# Directory creation: with exist_ok it is idempotent, and every process may run it.
+MAKE_DIRECTORY = frozenset({"os.makedirs", "os.mkdir"})
+# Methods that save a model to files: `model.module.save(path)`, `model.save_pretrained(path)`.
+MODEL_SAVE_METHODS = frozenset({"save", "save_pretrained", "save_networks", "save_checkpoint", "save_model"})
 TQDM = frozenset({"tqdm.tqdm", "tqdm.trange", "tqdm.auto.tqdm", "tqdm.auto.trange", "tqdm.notebook.tqdm"})
 TORCH_LOAD = frozenset({"torch.load"})
 TORCH_SAVE = frozenset({"torch.save"})

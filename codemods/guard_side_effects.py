@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ParentNodeProvider, ScopeProvider
 
 from . import _names as names
@@ -30,9 +31,10 @@ from ._base import (
     entry_point,
     import_torch_distributed,
     keyword_arg,
+    parameter_for,
     with_argument,
 )
-from ._effects import is_rank_guard, opens_for_writing
+from ._effects import is_rank_guard, opens_for_writing, under_rank_guard
 
 MAIN_PROCESS_HELPER_SOURCE = f'''
 def {names.MAIN_PROCESS_HELPER}() -> bool:
@@ -175,7 +177,9 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
                 continue
             body += self._close(run)
             run = []
-            if writer is not None:
+            if writer is not None and (escape := self._escaping_use(writer)) is not None:
+                body.append(self._create_everywhere(writer, statement, escape))
+            elif writer is not None:
                 body.append(self._create_on_main_process(statement))
             elif isinstance(original, cst.SimpleStatementLine) and (collectives := self._split_or_report(original)):
                 hoisted, remainder = self._hoist(original, statement, collectives)
@@ -244,6 +248,76 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         )
         return assign if creates_writer and not self.effects.collectives_in(assign.value) else None
 
+    def _escaping_use(self, assign: cst.Assign) -> cst.CSTNode | None:
+        """A use of the writer that would meet ``None`` on the other processes, if there is one.
+
+        Safe uses are its own writes on lines that get guarded, tests such as
+        ``if writer is not None:``, and passing it to a function of the script
+        whose parameter is only used the same ways.
+        """
+        target = assign.targets[0].target
+        if isinstance(target, cst.Name):
+            uses = self._references(target)
+        else:
+            spelled = code_of(target)
+            uses = [n for n in self.analysis.nodes(cst.Attribute) if n is not target and code_of(n) == spelled]
+        return self._first_escape(uses, depth=3)
+
+    def _references(self, name: cst.Name) -> list[cst.CSTNode]:
+        scope = self.get_metadata(ScopeProvider, name, None)
+        if scope is None:
+            return []
+        return [access.node for assignment in scope.assignments[name.value] for access in assignment.references]
+
+    def _first_escape(self, uses: list[cst.CSTNode], depth: int) -> cst.CSTNode | None:
+        functions = self.effects.functions
+        for use in uses:
+            parent = self.analysis.parents[use]
+            statement = next(a for a in self.analysis.ancestors(use) if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement)))
+            if under_rank_guard(self, use) or (
+                isinstance(statement, cst.SimpleStatementLine)
+                and self._is_effect_line(statement)
+                and not self.effects.collectives_in(statement)
+            ):
+                continue  # Runs on the main process only: a write, or a print that reads it.
+            if isinstance(parent, (cst.Comparison, cst.If, cst.UnaryOperation, cst.BooleanOperation)):
+                continue  # `if writer is not None:`, `if writer:`
+            caller = self.analysis.parents[parent] if isinstance(parent, cst.Arg) else None
+            function = functions.get(code_of(caller.func)) if isinstance(caller, cst.Call) else None
+            parameter = parameter_for(function, caller, parent) if function is not None else None  # type: ignore[arg-type]
+            if depth == 0 or parameter is None:
+                return use
+            bound = next((p.name for p in function.params.params if p.name.value == parameter), None)  # type: ignore[union-attr]
+            escape = self._first_escape(self._references(bound), depth - 1) if bound is not None else use
+            if escape is not None:
+                return escape
+        return None
+
+    def _create_everywhere(self, original: cst.Assign, statement: cst.BaseStatement, escape: cst.CSTNode) -> cst.BaseStatement:
+        """A writer that code outside its writes reads exists on every process; its writes stay guarded.
+
+        A file opened for writing is opened on ``os.devnull`` by the other
+        processes, so none truncates the main process's file.
+        """
+        assert isinstance(statement, cst.SimpleStatementLine)
+        assign = statement.body[0]
+        assert isinstance(assign, cst.Assign)
+        name = code_of(assign.targets[0].target)
+        if not opens_for_writing(self, original.value):
+            self.report(escape, "DDP418", writer=name, how="each process creates its own")
+            return statement
+        self.report(escape, "DDP418", writer=name, how="the others open os.devnull")
+        call = assign.value
+        assert isinstance(call, cst.Call)
+        path = call.args[0]
+        if names.MAIN_PROCESS_HELPER in code_of(path.value):
+            return statement  # Converted already.
+        self.uses_helper = True
+        AddImportsVisitor.add_needed_import(self.context, "os")
+        on_main = cst.IfExp(test=_guard_call(), body=path.value, orelse=cst.parse_expression("os.devnull"))
+        value = call.with_changes(args=[path.with_changes(value=on_main), *call.args[1:]])
+        return statement.with_changes(body=[assign.with_changes(value=value)])
+
     def _create_on_main_process(self, statement: cst.BaseStatement) -> cst.BaseStatement:
         """``writer = SummaryWriter(...) if is_main_process() else None``: other processes write nothing."""
         assert isinstance(statement, cst.SimpleStatementLine)
@@ -288,6 +362,8 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return hoisted, remainder  # type: ignore[return-value]
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        if self.effects.makes_directory_everywhere(original_node):
+            return self._make_directory_everywhere(original_node, updated_node)
         if not self.matches(original_node, call_to(names.TQDM)):
             return updated_node
         disable = next((a for a in updated_node.args if a.keyword and a.keyword.value == "disable"), None)
@@ -304,6 +380,33 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return updated_node.with_changes(
             args=[a.with_changes(value=either) if a is disable else a for a in updated_node.args]
         )
+
+    def _make_directory_everywhere(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        """``os.makedirs(d)`` -> ``os.makedirs(d, exist_ok=True)``, left on every process.
+
+        Made on the main process only, the directory might not exist yet when
+        another process writes a log file into it. With ``exist_ok`` every
+        process makes it, in any order. ``os.mkdir`` becomes ``os.makedirs``.
+        """
+        exist_ok = next((a for a in updated_node.args if a.keyword and a.keyword.value == "exist_ok"), None)
+        if exist_ok is not None and not m.matches(exist_ok.value, m.Name("False")):
+            return updated_node
+        func = updated_node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "mkdir":
+            func = func.with_changes(attr=cst.Name("makedirs"))
+        if not self._checked_first(original_node):
+            self.report(original_node, "DDP417", call=code_of(original_node.func))
+        args = [a for a in updated_node.args if a is not exist_ok]
+        return with_argument(updated_node.with_changes(func=func, args=args), keyword_arg("exist_ok", cst.Name("True")))
+
+    def _checked_first(self, call: cst.Call) -> bool:
+        """Whether the call runs only when a test on its own path found no directory there."""
+        path = code_of(call.args[0].value) if call.args else None
+        for ancestor in self.analysis.ancestors(call):
+            if isinstance(ancestor, cst.If):
+                test = code_of(ancestor.test)
+                return path is not None and path in test and ("exist" in test or "isdir" in test)
+        return False
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if entry_point(self.analysis) == "main":

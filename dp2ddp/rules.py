@@ -525,5 +525,20 @@ RULES: dict[str, Rule] = {
             "this progress line shows this process's running values, not the whole data's: a "
             "collective here could hang, {why}; the values after the loop are gathered from every process",
         ),
+        Rule(
+            "DDP417",
+            "directory-made-everywhere",
+            "note",
+            "`{call}` now passes exist_ok=True and runs on every process, so none writes into the "
+            "directory before it exists; it no longer fails when the directory exists already",
+        ),
+        Rule(
+            "DDP418",
+            "writer-used-beyond-writes",
+            "warning",
+            "`{writer}` is used here for more than its writes, so every process creates it ({how}); a "
+            "writer that is None off the main process would crash here. Its writes stay guarded: guard "
+            "this use too, then convert again to create it on the main process only",
+        ),
     )
 }

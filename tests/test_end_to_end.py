@@ -115,6 +115,23 @@ def test_evaluation_before_training_reports_the_originals_numbers_once(case: str
     assert converted == [line for line in _log(reference) if line.startswith("validate")][:1]
 
 
+def test_guards_never_race_or_crash_the_other_process(tmp_path: Path) -> None:
+    """Three fresh runs: the log directory exists before any process logs into it, writes happen once."""
+    script = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "guarded_escapes" / "after.py", script)
+    for run in range(3):
+        out = f"run{run}"
+        completed, ranks = run_under_torchrun(script, tmp_path, "--out", out, probe=f"probe{run}")
+        assert completed.returncode == 0, completed.stdout + completed.stderr
+        assert ranks[0]["replicas"] == ranks[1]["replicas"]
+        log = (tmp_path / out / "train.log").read_text().splitlines()
+        assert [line.split(",")[0] for line in log] == ["INFO:root:epoch 0 done", "INFO:root:epoch 1 done"], log
+        assert (tmp_path / out / "metrics.txt").read_text().count("loss") == 2
+        # 64 samples, 8 per process per step: 4 steps an epoch, shown by the main process only.
+        assert completed.stdout.count("step ") == 8, completed.stdout
+        assert [len(rank["saves"]) for rank in ranks] == [2, 0]
+
+
 def test_converted_script_runs_as_a_single_plain_process(tmp_path: Path) -> None:
     """`python train.py` with no launcher (and no GPUs) still trains, as one process."""
     script = tmp_path / "train.py"

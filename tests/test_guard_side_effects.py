@@ -25,7 +25,7 @@ class GuardSideEffectsTest(CodemodTest):
     TRANSFORM = GuardSideEffectsCommand
 
     def test_consecutive_side_effects_share_one_guard(self) -> None:
-        """Should put a print, a makedirs and a save with its local state dict under one guard."""
+        """Should put a print and a save with its local state dict under one guard; makedirs runs everywhere."""
         before = """
             import os
             import torch
@@ -47,8 +47,9 @@ class GuardSideEffectsTest(CodemodTest):
             def save(model, epoch, acc):
                 if is_main_process():
                     print("saving")
-                    state = {"model": model.state_dict(), "epoch": epoch}
-                    os.makedirs("ckpt", exist_ok=True)
+                state = {"model": model.state_dict(), "epoch": epoch}
+                os.makedirs("ckpt", exist_ok=True)
+                if is_main_process():
                     torch.save(state, "ckpt/last.pt")
                 return acc
 
@@ -282,3 +283,100 @@ class GuardSideEffectsTest(CodemodTest):
             print("hello")
         """
         self.assertCodemod(before, before, expected_skip=True)
+
+
+def _convert(source: str) -> tuple[str, list[str]]:
+    from dp2ddp.api import convert_source
+
+    result = convert_source(dedent(source))
+    return result.output, [f"{f.line}:{f.code}" for f in result.findings]
+
+
+def test_directories_are_made_on_every_process_with_exist_ok() -> None:
+    """Made on the main process only, a directory may not exist yet when another process logs into it."""
+    output, findings = _convert(
+        """
+        import os
+        import torch
+
+        def main(args):
+            model = torch.nn.DataParallel(Net())
+            if not os.path.exists(args.out):
+                os.mkdir(args.out)
+            os.makedirs(args.logs)
+            os.makedirs(args.cache, exist_ok=True)
+            handler = logging.FileHandler(os.path.join(args.logs, "train.log"))
+        """
+    )
+    assert "    if not os.path.exists(args.out):\n        os.makedirs(args.out, exist_ok=True)\n" in output
+    assert "\n    os.makedirs(args.logs, exist_ok=True)\n" in output
+    assert "\n    os.makedirs(args.cache, exist_ok=True)\n" in output
+    # Only the bare call changes behaviour (it no longer fails on an existing directory), so only it is reported.
+    assert [f for f in findings if f.endswith("DDP417")] == ["9:DDP417"]
+
+
+def test_a_writer_read_beyond_its_writes_exists_on_every_process() -> None:
+    output, findings = _convert(
+        """
+        import os
+        import torch
+        from torch.utils.tensorboard import SummaryWriter
+
+        def log_loss(writer, value):
+            writer.add_scalar("loss", value)
+
+        def report(writer, value):
+            path = os.path.join(writer.log_dir, "best.txt")
+            print(path, value)
+
+        def main(args):
+            model = torch.nn.DataParallel(Net())
+            quiet = SummaryWriter(args.logs)
+            loud = SummaryWriter(args.logs)
+            log = open(args.log, "w")
+            log_loss(quiet, 1.0)
+            report(loud, 2.0)
+            name = log.name
+            log.write("done")
+            if quiet is not None:
+                quiet.close()
+        """
+    )
+    assert "    quiet = SummaryWriter(args.logs) if is_main_process() else None\n" in output
+    assert "    loud = SummaryWriter(args.logs)\n" in output
+    assert '    log = open(args.log if is_main_process() else os.devnull, "w")\n' in output
+    assert "    if is_main_process():\n        writer.add_scalar" in output
+    # Reported where the writer escapes: inside the helper for `loud`, at `log.name` for `log`.
+    assert [f for f in findings if f.endswith("DDP418")] == ["10:DDP418", "20:DDP418"]
+
+
+def test_writes_the_guard_list_did_not_know() -> None:
+    output, _ = _convert(
+        """
+        import sys
+        import torch
+        from tensorboard_logger import configure, log_value
+        from utils import create_exp_dir
+
+        def main(args):
+            logging = create_exp_dir(args.work_dir)
+            model = torch.nn.DataParallel(Net())
+            configure(args.logs)
+            sys.stdout.write("starting\\n")
+            logging("epoch done")
+            log_value("loss", 1.0, 0)
+            model.module.save(args.out)
+            model.module.train()
+        """
+    )
+    assert "    logging = create_exp_dir(args.work_dir)\n" in output
+    guarded = (
+        "    if is_main_process():\n"
+        "        configure(args.logs)\n"
+        '        sys.stdout.write("starting\\n")\n'
+        '        logging("epoch done")\n'
+        '        log_value("loss", 1.0, 0)\n'
+        "        model.module.save(args.out)\n"
+        "    model.module.train()\n"
+    )
+    assert guarded in output

@@ -137,3 +137,6 @@ TQDM = frozenset({"tqdm.tqdm", "tqdm.trange", "tqdm.auto.tqdm", "tqdm.auto.trang
 TORCH_LOAD = frozenset({"torch.load"})
 TORCH_SAVE = frozenset({"torch.save"})
 NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
+REDUCE_LR_ON_PLATEAU = frozenset(
+    {"torch.optim.lr_scheduler.ReduceLROnPlateau", "torch.optim.ReduceLROnPlateau"}
+)

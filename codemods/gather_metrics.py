@@ -69,6 +69,7 @@ def {names.METER_HELPER}(*meters):
 '''
 
 LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
+LEARNING_RATE = re.compile(r"(^|_|\.|\[['\"])lr(\b|_)|learning_rate", re.IGNORECASE)
 
 
 @dataclass
@@ -95,6 +96,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         # Report statements inside training loops: expressions to reduce there, by code.
         self.in_loop: dict[cst.SimpleStatementLine, dict[str, str]] = {}
         self.helpers_used: set[str] = set()
+        # `scheduler.step(val_loss)` of a ReduceLROnPlateau: the value to average over processes there.
+        self.plateau_values: set[cst.BaseExpression] = set()
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -108,6 +111,32 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             loaders = self._loader_names(loop)
             if loaders and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
+        self._plan_plateau_steps(analysis)
+
+    def _plan_plateau_steps(self, analysis: Analysis) -> None:
+        """Average the value a ReduceLROnPlateau steps on, so every process lowers its rate in the same epoch.
+
+        A value each process computed alone (the last batch's loss, a list of
+        its own losses) differs between processes; their learning rates, and
+        then their replicas, would drift apart. An average of a value that is
+        the same everywhere changes nothing.
+        """
+        built = m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())], value=call_to(names.REDUCE_LR_ON_PLATEAU))
+        schedulers = {code_of(a.targets[0].target) for a in analysis.findall(built)}  # type: ignore[attr-defined]
+        if not schedulers:
+            return
+        for call in analysis.nodes(cst.Call):
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and code_of(func.value) in schedulers):
+                continue
+            given = next((a for a in call.args if a.keyword is None or a.keyword.value == "metrics"), None)
+            if given is None or m.matches(given.value, m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))):
+                continue
+            if under_rank_guard(self, call):
+                self.report(call, "DDP420", scheduler=code_of(func.value))
+                continue
+            self.plateau_values.add(given.value)
+            self.report(given.value, "DDP419", scheduler=code_of(func.value), value=code_of(given.value))
 
     def _training_loaders(self, analysis: Analysis) -> set[str]:
         """Names of loaders with a DistributedSampler: given one already, or about to get one."""
@@ -135,6 +164,38 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         if plan.sums or plan.means or plan.meters:
             self.after_loop[loop] = plan
         self._plan_reports(loop, self._is_training_loop(loop), results.running, plan.meters)
+        if self._is_training_loop(loop):
+            self._report_schedule_counters(loop, set(results.running))
+
+    def _report_schedule_counters(self, loop: cst.For, reduced: set[str]) -> None:
+        """``self.tokens += (y >= 0).sum()`` feeding the learning rate counts one process's share."""
+        batch = {n.value for n in self.analysis.within(loop.target, cst.Name)}
+        for aug in self.analysis.within(loop.body, cst.AugAssign):
+            counter = code_of(aug.target)
+            if counter in reduced or not isinstance(aug.operator, cst.AddAssign):
+                continue
+            if not batch & {n.value for n in self.analysis.within(aug.value, cst.Name)}:
+                continue  # Not counted from the batch: the same on every process.
+            if self._sets_learning_rate(counter):
+                self.report(aug, "DDP421", counter=counter)
+
+    def _sets_learning_rate(self, value: str) -> bool:
+        """Whether ``value`` flows, through assignments, into a learning rate."""
+        flows, changed = {value}, True
+        while changed:
+            changed = False
+            for assign in self.analysis.nodes(cst.Assign):
+                read = code_of(assign.value)
+                if not any(re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", read) for name in flows):
+                    continue
+                for target in assign.targets:
+                    written = code_of(target.target)
+                    if LEARNING_RATE.search(written):
+                        return True
+                    if written not in flows:
+                        flows.add(written)
+                        changed = True
+        return False
 
     def _plan_reports(self, loop: cst.For, training: bool, accumulators: dict[str, str], meters: list[str]) -> None:
         # A backward whose loss gets scaled by the world size no longer names the loss.
@@ -207,6 +268,13 @@ class GatherMetricsCommand(Dp2ddpCodemod):
 
         in_wraps = m.MatchIfTrue(lambda node: isinstance(node, (cst.Name, cst.Call)) and code_of(node) in wraps)
         return m.replace(updated_node, in_wraps, reduced)  # type: ignore[return-value]
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        if original_node.value not in self.plateau_values:
+            return updated_node
+        self.helpers_used |= {names.SUM_HELPER, names.MEAN_HELPER}
+        averaged = cst.Call(func=cst.Name(names.MEAN_HELPER), args=[cst.Arg(updated_node.value)])
+        return updated_node.with_changes(value=averaged)
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self.helpers_used:

@@ -540,5 +540,28 @@ RULES: dict[str, Rule] = {
             "writer that is None off the main process would crash here. Its writes stay guarded: guard "
             "this use too, then convert again to create it on the main process only",
         ),
+        Rule(
+            "DDP419",
+            "plateau-value-averaged",
+            "note",
+            "`{scheduler}.step` now reads `{value}` averaged over processes, so ReduceLROnPlateau "
+            "lowers the learning rate in the same epoch on every process",
+        ),
+        Rule(
+            "DDP420",
+            "plateau-stepped-on-one-process",
+            "warning",
+            "`{scheduler}` steps under a rank condition, so only some processes lower their learning "
+            "rate and the replicas drift apart: step it on every process, on a value averaged with "
+            "all_reduce_mean",
+        ),
+        Rule(
+            "DDP421",
+            "schedule-counts-one-process",
+            "warning",
+            "`{counter}` counts this process's share of the data and sets the learning rate, so the "
+            "processes' rates differ and their replicas drift apart: add the increment summed over "
+            "processes, `{counter} += all_reduce_sum(...)`",
+        ),
     )
 }

@@ -1,0 +1,69 @@
+"""Values that drive a decision on every process are the same on every process."""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+import pytest
+
+from dp2ddp.api import convert_source
+
+SCRIPT = """
+import torch
+from torch.optim.lr_scheduler import ReduceLROnPlateau
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    scheduler = ReduceLROnPlateau(optimizer)
+    loader = DataLoader(ds, batch_size=32, shuffle=True)
+    for epoch in range(10):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+        {step}
+"""
+
+
+@pytest.mark.parametrize(
+    ("step", "converted"),
+    [
+        pytest.param("scheduler.step(loss.item())", "scheduler.step(all_reduce_mean(loss.item()))", id="positional"),
+        pytest.param("scheduler.step(metrics=loss)", "scheduler.step(metrics=all_reduce_mean(loss))", id="keyword"),
+        pytest.param("scheduler.step(all_reduce_mean(loss))", "scheduler.step(all_reduce_mean(loss))", id="reduced already"),
+    ],
+)
+def test_a_plateau_scheduler_steps_on_a_value_averaged_over_processes(step: str, converted: str) -> None:
+    result = convert_source(dedent(SCRIPT).replace("{step}", step))
+    assert f"        {converted}\n" in result.output
+
+
+def test_a_plateau_scheduler_stepped_on_one_process_is_reported() -> None:
+    step = "if args.rank == 0:\n            scheduler.step(loss.item())"
+    result = convert_source(dedent(SCRIPT).replace("{step}", step))
+    assert "scheduler.step(loss.item())" in result.output
+    assert any(f.code == "DDP420" for f in result.findings)
+
+
+def test_a_counter_of_the_batch_that_sets_the_learning_rate_is_reported() -> None:
+    source = """
+import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def train(self):
+        model = torch.nn.DataParallel(self.model)
+        loader = DataLoader(self.train_set, batch_size=32, shuffle=True)
+        for epoch in range(10):
+            for x, y in loader:
+                loss = model(x, y).mean()
+                loss.backward()
+                self.tokens += (y >= 0).sum()
+                self.steps += 1
+                lr_mult = float(self.tokens) / float(max(1, self.warmup_tokens))
+                lr = self.learning_rate * lr_mult
+"""
+    result = convert_source(source)
+    assert [(f.line, f.code) for f in result.findings if f.code == "DDP421"] == [(14, "DDP421")]

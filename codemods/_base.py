@@ -325,7 +325,9 @@ class Dp2ddpCodemod(CodemodCommand, ABC):
             found, what = existing
             self.report(found, "DDP001", what=what)
             raise SkipFile(f"already uses torch.distributed ({what})")
-        if not (self.facts.mentions_data_parallel if self.RUNS_ON_MENTION else self.facts.converts_to_ddp):
+        # A converted file still runs the codemods that report, so a second run names the hazards left.
+        mentioned = self.facts.mentions_data_parallel or self.facts.helper_wraps > 0
+        if not (mentioned if self.RUNS_ON_MENTION else self.facts.converts_to_ddp):
             raise SkipFile("no nn.DataParallel wrap of a whole model in this file")
         if not self.RUNS_ON_MENTION and analysis.lifecycle.blocked:
             raise SkipFile("the model's life-cycle has a hazard no edit makes safe; the file is left as it was")

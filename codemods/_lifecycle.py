@@ -96,6 +96,8 @@ class ModelLifecycle:
         self._assignments: dict[str, list[cst.BaseExpression]] | None = None
         self.model_names: set[str] = set().union(*(wrap.names for wrap in self.wraps))
         if not self.wraps:
+            if analysis.script_facts.helper_wraps:
+                self._devices()  # Converted already: the devices are still this script's own.
             return
         self._plan_conditions()
         for wrap in self.wraps:

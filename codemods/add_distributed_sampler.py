@@ -30,6 +30,7 @@ from ._base import (
     code_of,
     import_torch_distributed,
     keyword_arg,
+    parameter_for,
     resolves_to,
     script_functions,
 )
@@ -88,9 +89,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         node = analysis.module
         self.dist = self.facts.distributed_alias
         loaders = analysis.findall(call_to(names.DATA_LOADER))
+        if not self.SHARDS_EVALUATION:
+            self._report_data_from_elsewhere(analysis, loaders)
         if not loaders:
-            if not self.SHARDS_EVALUATION:
-                self.report(self.facts.model_wraps[0] if self.facts.model_wraps else node, "DDP306")
             return
         iterable_classes = {
             c.name.value
@@ -107,6 +108,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         sampler = argument(call, SAMPLER, "sampler")
         converted = call_to(names.DISTRIBUTED_SAMPLER) | m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER))
         if sampler is not None and self.matches(sampler, converted):
+            if not self.SHARDS_EVALUATION and self.matches(sampler, call_to(names.DISTRIBUTED_SAMPLER)):
+                self._report_converted_batch(call)
             return  # Converted already.
         parent = self.get_metadata(ParentNodeProvider, call)
         statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, (cst.Assign, cst.Return)) else None
@@ -321,6 +324,20 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return None
         return int(assign.value.evaluated_value) if isinstance(assign.value, cst.Integer) else None
 
+    def _report_converted_batch(self, call: cst.Call) -> None:
+        """The batch hazards a converted loader still has, so converting twice reports them again."""
+        batch = argument(call, BATCH_SIZE, "batch_size")
+        divided = m.BinaryOperation(operator=m.FloorDivide(), right=m.Call(func=m.Attribute(attr=m.Name("get_world_size"))))
+        if batch is None:
+            return
+        if not m.matches(batch, divided):
+            if (sizing := self._sizes_per_step(call)) is not None:
+                self.report(sizing, "DDP312", batch=code_of(batch))
+            return
+        size = batch.left  # type: ignore[attr-defined]
+        if isinstance(size, cst.Integer) and (misses := [str(w) for w in COMMON_WORLD_SIZES if size.evaluated_value % w]):
+            self.report(size, "DDP309", size=size.evaluated_value, misses=", ".join(misses))
+
     def _report_batch(self, call: cst.Call) -> None:
         batch = argument(call, BATCH_SIZE, "batch_size")
         if call in self.per_process_calls:
@@ -368,8 +385,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             preference = 1 if "ep" in loop.target.value.lower() else 0
             candidates.append((preference, loop))
         if not candidates:
-            self.report(call, "DDP305", loader=loader)
-            return
+            passes = [loop for loop in self.analysis.nodes(cst.For) if self._mentions(loop.iter, loader)]
+            if not passes or not all(self._runs_once(loop, depth=3) for loop in passes):
+                self.report(call, "DDP305", loader=loader)
+            return  # One pass over the data: a single order, and nothing to reshuffle.
         best = max(p for p, _ in candidates)
         chosen = [loop for p, loop in candidates if p == best]
         # The innermost loop that runs epochs; an outer one repeats whole runs.
@@ -378,6 +397,83 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if m.findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("set_epoch")))):
                 continue
             self.set_epochs.setdefault(loop, []).append(reference)
+
+    def _runs_once(self, node: cst.CSTNode, depth: int) -> bool:
+        """Whether ``node`` runs at most once per run: in no loop, in functions each called once."""
+        for ancestor in self.analysis.ancestors(node):
+            if isinstance(ancestor, (cst.For, cst.While)):
+                return False
+            if isinstance(ancestor, cst.FunctionDef):
+                name = ancestor.name.value
+                callers = [
+                    c for c in self.analysis.nodes(cst.Call)
+                    if m.matches(c.func, m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
+                ]  # fmt: skip
+                return depth > 0 and len(callers) == 1 and self._runs_once(callers[0], depth - 1)
+        return True
+
+    # -- training data from elsewhere ------------------------------------------------
+
+    def _report_data_from_elsewhere(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> None:
+        """A training loop whose batches come from no DataLoader of this file trains every process on the same data."""
+        from_loaders: set[str] = set()
+        for loader in loaders:
+            parent = analysis.parents.get(loader)
+            if isinstance(parent, cst.Assign):
+                from_loaders |= {code_of(t.target).rsplit(".", 1)[-1] for t in parent.targets}
+            elif isinstance(parent, cst.Return):
+                function = next((a for a in analysis.ancestors(parent) if isinstance(a, cst.FunctionDef)), None)
+                if function is not None:
+                    from_loaders.add(function.name.value)
+        # Names derived from a loader: `it = iter(loader)`, `batches = enumerate(loader)`, and parameters it is passed as.
+        functions = script_functions(analysis.module)
+        for _ in range(3):
+            for assign in analysis.nodes(cst.Assign):
+                if self._names_in(assign.value) & from_loaders:
+                    from_loaders |= {code_of(t.target).rsplit(".", 1)[-1] for t in assign.targets}
+            for call in analysis.nodes(cst.Call):
+                function = functions.get(code_of(call.func))
+                for arg in call.args if function is not None else ():
+                    if self._names_in(arg.value) & from_loaders and (p := parameter_for(function, call, arg)):  # type: ignore[arg-type]
+                        from_loaders.add(p)
+        reported: set[int] = set()
+        for backward in analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward")))):
+            loop = next((a for a in analysis.ancestors(backward) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
+            if not isinstance(loop, (cst.For, cst.While)) or id(loop) in reported:
+                continue
+            reported.add(id(loop))
+            source = self._batch_source(loop)
+            if source is None or self._names_in(source if isinstance(loop, cst.For) and source is loop.iter else loop) & from_loaders:
+                continue
+            where = self._bound_in_function(source, loop) or source
+            self.report(where, "DDP317", source=code_of(source).strip())
+        if not loaders and not reported and self.facts.model_wraps:
+            self.report(self.facts.model_wraps[0], "DDP306")
+
+    def _names_in(self, node: cst.CSTNode) -> set[str]:
+        found = {n.value for n in self.analysis.within(node, cst.Name)}
+        return found | {a.attr.value for a in self.analysis.within(node, cst.Attribute)}
+
+    def _batch_source(self, loop: cst.For | cst.While) -> cst.CSTNode | None:
+        """What a training loop takes its batches from: a for loop's iterable, a while loop's first fetch."""
+        if isinstance(loop, cst.For) and not self.matches(loop.iter, m.Call(func=m.Name("range"))):
+            return loop.iter
+        # Counting steps: the batches are fetched inside, as `x, y = next(it)` or `x, y = get_batch()`.
+        fetches = [
+            a for a in self.analysis.within(loop.body, cst.Assign)
+            if isinstance(a.value, cst.Call) and isinstance(a.targets[0].target, (cst.Tuple, cst.Name))
+        ]  # fmt: skip
+        unpacked = [a for a in fetches if isinstance(a.targets[0].target, cst.Tuple)]
+        return (unpacked or fetches)[0].value if fetches else None
+
+    def _bound_in_function(self, source: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
+        """Where the one name a loop iterates is bound, in the loop's own function, if it is."""
+        if not isinstance(source, cst.Name):
+            return None
+        bindings = self.analysis.bindings(source)
+        if not bindings or len(bindings) != 1 or bindings[0] is None:
+            return None
+        return bindings[0].value
 
     def _encloses(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         return bool(m.findall(outer.body, m.MatchIfTrue(lambda n: n is inner)))  # type: ignore[attr-defined]

@@ -46,6 +46,8 @@ class ConvertResult:
     output: str
     # Positions refer to the source as given, not to the output.
     findings: tuple[Finding, ...]
+    # Why an unchanged file was left as it was, where no finding says so.
+    reason: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -73,16 +75,30 @@ def convert_source(source: str, options: ConvertOptions = ConvertOptions()) -> C
     when the source does not parse or the conversion would not be sound.
     """
     codemod_groups = _selected_groups(options)
-    if not needs_analysis(source):
-        return ConvertResult(source, source, ())
-    module = _parse(source)
-    if not _wraps_or_imports_data_parallel(module):
-        return ConvertResult(source, source, ())
-    output, findings = _convert(Analysis(module), codemod_groups, options)
+    if not needs_analysis(source) or not _wraps_or_imports_data_parallel(module := _parse(source)):
+        return ConvertResult(source, source, (), NO_DATA_PARALLEL)
+    analysis = Analysis(module)
+    output, findings = _convert(analysis, codemod_groups, options)
     if output != source:
         _check_stable(output, codemod_groups, options)
     unique = sorted(set(findings), key=lambda f: (f.line, f.column, f.code))
-    return ConvertResult(source, output, tuple(unique))
+    reason = None if output != source or any(f.severity == "error" for f in unique) else _unchanged(analysis, unique)
+    return ConvertResult(source, output, tuple(unique), reason)
+
+
+NO_DATA_PARALLEL = "it never wraps a model in nn.DataParallel, so it trains on one device: nothing to convert"
+
+
+def _unchanged(analysis: Analysis, findings: list[Finding]) -> str | None:
+    """Why convert changed nothing in a file that mentions DataParallel, unless a finding says so."""
+    facts = analysis.script_facts
+    if facts.existing_distributed is not None:
+        return None  # DDP001 says so.
+    if facts.helper_wraps:
+        return "converted already: nothing is left to change"
+    if not facts.model_wraps:
+        return "it mentions DataParallel but wraps no whole model in it: nothing to convert"
+    return None
 
 
 # -- deciding early -------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from dp2ddp import __version__
-from dp2ddp.api import ConversionError, ConvertOptions, convert_source, select_codemods
+from dp2ddp.api import NO_DATA_PARALLEL, ConversionError, ConvertOptions, convert_source, select_codemods
 from dp2ddp.batch import FileResult, convert_files, default_jobs
 from dp2ddp.codemods import codemods
 from dp2ddp.files import SourceError, discover, read_source, write_atomic
@@ -132,7 +132,7 @@ def convert(
 
     try:
         for outcome in convert_files(files, options, jobs or default_jobs()):
-            _finish_file(outcome, report, say, diff=diff, check=check, output=output)
+            _finish_file(outcome, report, say, diff=diff, check=check, output=output, alone=len(files) == 1)
             if progress is not None:
                 progress.update(1)
     except KeyboardInterrupt:
@@ -150,7 +150,13 @@ def _count(number: int, noun: str) -> str:
 
 
 def _finish_file(
-    outcome: FileResult, report: Report, say: Callable[[str], None], diff: bool, check: bool, output: Path | None
+    outcome: FileResult,
+    report: Report,
+    say: Callable[[str], None],
+    diff: bool,
+    check: bool,
+    output: Path | None,
+    alone: bool,
 ) -> None:
     """Report one file's result and write it, in the order the files were named."""
     path, result = outcome.path, outcome.result
@@ -165,6 +171,9 @@ def _finish_file(
     if errors and not result.changed:
         report.block()
         say(f"left {path} as it was: converting it would not be safe until the {_count(len(errors), 'error')} above are fixed by hand")
+    elif result.reason is not None and (alone or result.reason != NO_DATA_PARALLEL):
+        # In a tree most files never use DataParallel; the summary counts them.
+        say(f"left {path} unchanged: {result.reason}")
     if diff:
         _print_diff(path, result.source, result.output)
     elif check:

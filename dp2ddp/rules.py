@@ -45,8 +45,9 @@ RULES: dict[str, Rule] = {
             "DDP101",
             "no-entry-point",
             "warning",
-            "no `if __name__ == \"__main__\":` entry or top-level training code; "
-            "call setup_distributed() first thing in the script that starts training",
+            "no `if __name__ == \"__main__\":` entry or top-level training code, so no process-group "
+            "setup was added here: the script that imports this one must start the process group first "
+            "(convert it too, or call torch.distributed.init_process_group() there)",
         ),
         Rule(
             "DDP102",
@@ -501,6 +502,27 @@ RULES: dict[str, Rule] = {
                 "losses = []\nfor x, y in val_loader:\n    losses.append(criterion(model(x), y).item())\nval_loss = np.mean(losses)",
                 "total, count = 0.0, 0\nfor x, y in val_loader:\n    total += criterion(model(x), y).item() * len(y)\n    count += len(y)",
                 "Safe: the loader is left whole and its metrics are not gathered; evaluation is not faster.",
+            ),
+        ),
+        Rule(
+            "DDP317",
+            "training-data-not-split",
+            "warning",
+            "training batches come from `{source}`, not from a DataLoader of this file, so convert cannot "
+            "split them: every process trains on the same data (with the same seed, on identical batches) "
+            "and DDP repeats the work: give each process its own, equally long share where the data is "
+            "built, for example through a DataLoader with a DistributedSampler",
+            doc=_doc(
+                "Finds a training loop (one that calls `backward()`) whose batches come from something other "
+                "than a DataLoader of the same file: a `get_batch()` method, an iterator over a token stream, "
+                "a loader built by a helper in another file.",
+                "DDP averages the gradients of the processes. If every process sees the same batch, the "
+                "average equals one process's gradient: the run is no faster than one GPU, and the effective "
+                "batch is not what the learning rate was tuned for.",
+                "for data, target in corpus.get_iterator(\"train\", bsz):\n    model(data, target).backward()",
+                "loader = DataLoader(dataset, batch_size=bsz // dist.get_world_size(), sampler=DistributedSampler(dataset))\n"
+                "for data, target in loader:\n    model(data, target).backward()",
+                "No fix: the loop is left as it was.",
             ),
         ),
         Rule(

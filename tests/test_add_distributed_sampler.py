@@ -177,19 +177,12 @@ class AddDistributedSamplerTest(CodemodTest):
             ],
         )
 
-    def test_no_loader_in_the_file_is_reported(self) -> None:
-        """Should say where the sampler must go when the loader is built elsewhere."""
+    def test_no_loader_in_the_file_and_no_training_loop_says_nothing(self) -> None:
+        """Should not guess about data a file never touches (no finding at 1:1)."""
         before = """
             model = wrap_ddp(model)
         """
-        self.assertCodemod(
-            before,
-            before,
-            expected_warnings=[
-                "1:1: DDP306 no DataLoader in this file: give the training loader a DistributedSampler "
-                "where it is built, and call set_epoch every epoch"
-            ],
-        )
+        self.assertCodemod(before, before, expected_warnings=[])
 
     def test_converted_loader_is_stable(self) -> None:
         """Should do nothing to a loader that already has its DistributedSampler."""
@@ -323,3 +316,79 @@ def main(args):
     result = convert_source(source)
     assert ("sampler=DistributedSampler(ds, shuffle=True))" in result.output) is converted
     assert any(f.code == "DDP301" for f in result.findings) is not converted
+
+
+@pytest.mark.parametrize(
+    ("loop", "line"),
+    [
+        pytest.param(
+            "batches = corpus.get_iterator('train', 32)\n    for x, y in batches:", 8, id="an iterator bound in the function"
+        ),
+        pytest.param("while step < 100:\n        x, y = get_batch('train')", 9, id="a get_batch() in a while loop"),
+        pytest.param("for x, y in load_data(args):", 8, id="a loader of another file"),
+    ],
+)
+def test_training_data_from_no_loader_of_the_file_is_reported_where_it_comes_from(loop: str, line: int) -> None:
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    val_loader = DataLoader(val_set, batch_size=8)
+    {loop}
+        loss = model(x, y)
+        loss.backward()
+"""
+    result = convert_source(source)
+    assert [(f.line, f.code) for f in result.findings if f.code in ("DDP306", "DDP317")] == [(line, "DDP317")]
+
+
+def test_training_data_from_a_loader_passed_into_a_function_is_not_reported() -> None:
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def train_epoch(model, batches):
+    for x, y in batches:
+        model(x, y).backward()
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    for epoch in range(3):
+        train_epoch(model, train_loader)
+"""
+    result = convert_source(source)
+    assert not [f for f in result.findings if f.code in ("DDP305", "DDP306", "DDP317")]
+
+
+def test_one_pass_over_the_data_needs_no_epoch_loop() -> None:
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def train(model, loader):
+    for x, y in loader:
+        model(x, y).backward()
+
+
+def main():
+    model = torch.nn.DataParallel(Net())
+    loader = DataLoader(ds, batch_size=8, shuffle=True)
+    train(model, loader)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source)
+    assert "sampler=DistributedSampler(ds, shuffle=True)" in result.output
+    assert not [f for f in result.findings if f.code == "DDP305"]

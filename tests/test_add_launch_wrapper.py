@@ -115,8 +115,9 @@ class AddLaunchWrapperTest(CodemodTest):
             before,
             before,
             expected_warnings=[
-                '4:12: DDP101 no `if __name__ == "__main__":` entry or top-level training code; '
-                "call setup_distributed() first thing in the script that starts training"
+                '4:12: DDP101 no `if __name__ == "__main__":` entry or top-level training code, so no '
+                "process-group setup was added here: the script that imports this one must start the "
+                "process group first (convert it too, or call torch.distributed.init_process_group() there)"
             ],
         )
 

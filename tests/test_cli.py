@@ -217,6 +217,22 @@ def test_files_without_data_parallel_are_left_unchanged(tmp_path: Path) -> None:
     assert code == 0
     assert path.read_text(encoding="utf-8") == source
     assert "0 files would be converted, 1 file unchanged" in err
+    assert f"left {path} unchanged: it never wraps a model in nn.DataParallel" in err
+
+
+def test_an_unchanged_file_says_why(tmp_path: Path) -> None:
+    """A converted file, or one that only tests for DataParallel, names the reason; a tree stays quiet."""
+    converted = tmp_path / "converted.py"
+    converted.write_text((FIXTURES / "cifar_resnet" / "after.py").read_text(encoding="utf-8"), encoding="utf-8")
+    checks = tmp_path / "checks.py"
+    checks.write_text("import torch\n\n\ndef bare(m):\n    return m.module if isinstance(m, torch.nn.DataParallel) else m\n")
+    (tmp_path / "plain.py").write_text("x = 1\n")
+    _, _, err = run("convert", "--check", str(converted))
+    assert f"left {converted} unchanged: converted already" in err
+    code, _, err = run("convert", "--check", str(tmp_path))
+    assert code == 0
+    assert "plain.py unchanged" not in err
+    assert f"left {converted} unchanged: converted already" in err
 
 
 def test_a_file_convert_cannot_make_safe_is_left_as_it_was_and_exits_1(tmp_path: Path) -> None:

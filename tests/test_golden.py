@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from dp2ddp.api import convert_source
+from dp2ddp.rules import RULES
 from tests.conftest import fixture_cases
 
 
@@ -32,9 +33,14 @@ def test_convert_matches_golden(case: Path, update_goldens: bool) -> None:
 
 
 @pytest.mark.parametrize("case", fixture_cases(), ids=lambda case: case.name)
-def test_converting_the_golden_again_changes_nothing(case: Path) -> None:
+def test_converting_the_golden_again_changes_nothing_and_keeps_its_warnings(case: Path) -> None:
+    """Converting in place twice must not lose the hazards the first run named."""
     after = _expected_output(case)
-    assert convert_source(after).output == after
+    again = convert_source(after)
+    assert again.output == after
+    first = (case / "report.txt").read_text(encoding="utf-8").splitlines()
+    warned = {line.split(" ")[1] for line in first if RULES[line.split(" ")[1]].severity != "note"}
+    assert warned <= {f.code for f in again.findings}
 
 
 @pytest.mark.parametrize("case", fixture_cases(), ids=lambda case: case.name)

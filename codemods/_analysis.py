@@ -200,6 +200,35 @@ class Analysis:
             found.append(assign if isinstance(assign, cst.Assign) else None)
         return found
 
+    def returned_to(self, node: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.Assign]]:
+        """Where the caller binds a value a function returns: ``x = f()``, or one name of ``a, x = f()``.
+
+        ``node`` is what a ``return`` gives back, whole or as one element of a
+        returned tuple. Each caller's target for it comes with the assignment.
+        """
+        parent = self.parents.get(node)
+        position = None
+        if isinstance(parent, cst.Element) and isinstance(self.parents.get(parent), cst.Tuple):
+            returned = self.parents[parent]
+            position = list(returned.elements).index(parent)  # type: ignore[attr-defined]
+            parent = self.parents.get(returned)
+        if not isinstance(parent, cst.Return):
+            return []
+        function = next((a for a in self.ancestors(parent) if isinstance(a, cst.FunctionDef)), None)
+        if function is None:
+            return []
+        name = function.name.value
+        builder = m.Call(func=m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
+        found = []
+        for assign in self.findall(m.Assign(targets=[m.AssignTarget()], value=builder)):
+            assert isinstance(assign, cst.Assign)
+            target = assign.targets[0].target
+            if position is None:
+                found.append((target, assign))
+            elif isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(returned.elements):  # type: ignore[attr-defined]
+                found.append((target.elements[position].value, assign))
+        return found
+
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         while node in self.parents:
             node = self.parents[node]

@@ -149,6 +149,10 @@ def script_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
             for member in statement.body.body:
                 if isinstance(member, cst.FunctionDef):
                     functions.setdefault(f"self.{member.name.value}", member)
+    # Functions defined inside another one, such as `run_epoch` inside `train`, are called by name.
+    for outer in list(functions.values()):
+        for inner in m.findall(outer.body, m.FunctionDef()):
+            functions.setdefault(inner.name.value, inner)  # type: ignore[attr-defined]
     return functions
 
 

@@ -602,8 +602,11 @@ class ModelLifecycle:
                     self.findings.append(Hazard(call, "DDP213", (("device", code_of(device)),)))
             elif m.matches(call, m.Call(func=m.Attribute(attr=m.Name("cuda")), args=[m.Arg(keyword=None)])):
                 device = call.args[0].value
-                if not isinstance(device, cst.Integer) and not LOCAL_RANK_WORDS.search(code_of(device)) and not self.is_local_device(device):
-                    self.findings.append(Hazard(call, "DDP213", (("device", code_of(device)),)))
+                spelled = code_of(device)
+                if spelled in reported or isinstance(device, cst.Integer) or LOCAL_RANK_WORDS.search(spelled) or self.is_local_device(device):
+                    continue
+                reported.add(spelled)
+                self.findings.append(Hazard(call, "DDP213", (("device", spelled),)))
 
 
 def _reraises(handler: cst.ExceptHandler) -> bool:

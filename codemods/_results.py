@@ -107,11 +107,11 @@ def _read_after(analysis: Analysis, owner: cst.CSTNode, name: str, loop: cst.For
     for found in analysis.findall_in(owner, m.Name(name)):
         if not analysis.is_after(found, loop):
             continue
-        return not _is_bound_here(analysis, found)
+        return not is_bound_here(analysis, found)
     return False
 
 
-def _is_bound_here(analysis: Analysis, name: cst.CSTNode) -> bool:
+def is_bound_here(analysis: Analysis, name: cst.CSTNode) -> bool:
     node = name
     for parent in analysis.ancestors(name):
         if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.For) and parent.target is node):
@@ -148,7 +148,7 @@ def _ungathered(analysis: Analysis, loop: cst.For, owner: cst.CSTNode, results: 
     bound_in_loop = {
         n.value  # type: ignore[attr-defined]
         for n in analysis.within(loop, cst.Name)
-        if n is not loop and _is_bound_here(analysis, n)
+        if n is not loop and is_bound_here(analysis, n)
     }
     models = analysis.lifecycle.model_names | analysis.effects.models
     effects = analysis.effects

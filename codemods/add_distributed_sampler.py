@@ -19,7 +19,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import Assignment, ParentNodeProvider, ScopeProvider
+from libcst.metadata import Assignment, GlobalScope, ParentNodeProvider, ScopeProvider
 
 from . import _names as names
 from ._analysis import Analysis
@@ -183,22 +183,26 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         ``x = build_train_loader()`` or ``self.x = self.build_train_loader()``.
         """
         if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            return parent.targets[0].target, call
-        if not isinstance(parent, cst.Return):
+            target = parent.targets[0].target
+            # `train_loader = DataLoader(...)` in `get_data()`, which returns it, alone or in a tuple.
+            for use in self._references(target):
+                callers = self.analysis.returned_to(use)
+                if len(callers) == 1:
+                    return callers[0][0], callers[0][1].value
+            return target, call
+        callers = self.analysis.returned_to(call)
+        if len(callers) != 1:
             return None, None
-        function: cst.CSTNode = parent
-        while not isinstance(function, (cst.FunctionDef, cst.Module)):
-            function = self.get_metadata(ParentNodeProvider, function)
-        if not isinstance(function, cst.FunctionDef):
-            return None, None
-        name = function.name.value
-        builder = m.Call(func=m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
-        assignments = self.analysis.findall(m.Assign(targets=[m.AssignTarget()], value=builder))
-        if len(assignments) != 1:
-            return None, None
-        assignment = assignments[0]
-        assert isinstance(assignment, cst.Assign)
-        return assignment.targets[0].target, assignment.value
+        return callers[0][0], callers[0][1].value
+
+    def _references(self, target: cst.BaseExpression) -> list[cst.CSTNode]:
+        """Where a local name is read."""
+        if not isinstance(target, cst.Name):
+            return []
+        scope = self.get_metadata(ScopeProvider, target, None)
+        if scope is None or isinstance(scope, GlobalScope):
+            return []
+        return [access.node for assignment in scope.assignments[target.value] for access in assignment.references]
 
     def _is_training_loader(self, call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool) -> bool:
         name = code_of(reference) if reference is not None else ""

@@ -112,6 +112,12 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if loaders and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
         self._plan_plateau_steps(analysis)
+        # Training loops by what they do, whatever they iterate: `for it, (x, y) in pbar:`.
+        backward = m.Call(func=m.Attribute(attr=m.Name("backward")))
+        for loop in analysis.nodes(cst.For):
+            if analysis.findall_in(loop.body, backward) and not under_rank_guard(self, loop):
+                running = loop_results(analysis, loop, training=True).running
+                self._report_schedule_counters(loop, set(running))
 
     def _plan_plateau_steps(self, analysis: Analysis) -> None:
         """Average the value a ReduceLROnPlateau steps on, so every process lowers its rate in the same epoch.
@@ -164,8 +170,6 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         if plan.sums or plan.means or plan.meters:
             self.after_loop[loop] = plan
         self._plan_reports(loop, self._is_training_loop(loop), results.running, plan.meters)
-        if self._is_training_loop(loop):
-            self._report_schedule_counters(loop, set(results.running))
 
     def _report_schedule_counters(self, loop: cst.For, reduced: set[str]) -> None:
         """``self.tokens += (y >= 0).sum()`` feeding the learning rate counts one process's share."""

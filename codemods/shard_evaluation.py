@@ -38,7 +38,7 @@ from ._base import (
     resolves_to,
     script_functions,
 )
-from ._results import loop_results, owner_of
+from ._results import is_bound_here, loop_results, owner_of
 from .add_distributed_sampler import AddDistributedSamplerCommand
 
 EVALUATION_SHARD_HELPER_SOURCE = f'''
@@ -110,9 +110,15 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                 if node.value != name or isinstance(parent, cst.Param):
                     continue
                 use: cst.CSTNode = parent if isinstance(parent, cst.Attribute) and parent.attr is node else node
+                if is_bound_here(analysis, use):
+                    continue  # the loader being bound
                 parent = analysis.parents[use]
-                if isinstance(parent, (cst.Attribute, cst.AssignTarget)):
-                    continue  # `loader.dataset`, or the loader being bound
+                # `enumerate(loader)`, `tqdm(loader)`, `a if c else loader` iterate the loader as it is.
+                while self._passes_through(use, parent):
+                    use = analysis.parents[parent] if isinstance(parent, cst.Arg) else parent
+                    parent = analysis.parents[use]
+                if isinstance(parent, cst.Attribute):
+                    continue  # `loader.dataset`
                 loop = self._iterated_by(use)
                 if isinstance(loop, cst.For):
                     loops.append(loop)
@@ -126,8 +132,16 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                     continue
                 if isinstance(loop, cst.CompFor):
                     return loops, (loop, "a comprehension")
+                callers = analysis.returned_to(use)
+                if callers:
+                    # `return model, val_loader` in `get_data()`: follow it to each caller's name.
+                    for target, assign in callers:
+                        if isinstance(target, (cst.Name, cst.Attribute)):
+                            owner = analysis.module if isinstance(target, cst.Attribute) else owner_of(analysis, assign)
+                            pending.append((code_of(target).rsplit(".", 1)[-1], owner))
+                    continue
                 if isinstance(parent, (cst.Return, cst.Yield, cst.Element, cst.DictElement, cst.Lambda)):
-                    return loops, (use, f"`{code_of(parent).strip()}`")
+                    return loops, (use, f"`{type(parent).__name__.lower()}` at line {analysis.position(use).start.line}")
                 if not isinstance(parent, cst.Arg):
                     continue  # a test such as `loader is not None`
                 receiver = analysis.parents[parent]
@@ -141,6 +155,16 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                     return loops, (receiver, f"`{callee}`")
                 pending.append((parameter, function))  # type: ignore[arg-type]
         return loops, None
+
+    def _passes_through(self, use: cst.CSTNode, parent: cst.CSTNode) -> bool:
+        if isinstance(parent, cst.IfExp):
+            return use is parent.body or use is parent.orelse
+        if not isinstance(parent, cst.Arg) or parent.keyword is not None:
+            return False
+        call = self.analysis.parents[parent]
+        return isinstance(call, cst.Call) and (
+            m.matches(call.func, m.Name("enumerate") | m.Name("zip")) or self.matches(call, call_to(names.TQDM))
+        )
 
     def _iterated_by(self, node: cst.CSTNode) -> cst.For | cst.CompFor | None:
         """The loop or comprehension whose ``iter`` holds ``node``, if any."""

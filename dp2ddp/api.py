@@ -92,8 +92,8 @@ NO_DATA_PARALLEL = "it never wraps a model in nn.DataParallel, so it trains on o
 def _unchanged(analysis: Analysis, findings: list[Finding]) -> str | None:
     """Why convert changed nothing in a file that mentions DataParallel, unless a finding says so."""
     facts = analysis.script_facts
-    if facts.existing_distributed is not None:
-        return None  # DDP001 says so.
+    if facts.existing_distributed is not None or facts.unresolved_wraps:
+        return None  # DDP001 or DDP102 says why.
     if facts.helper_wraps:
         return "converted already: nothing is left to change"
     if not facts.model_wraps:

@@ -170,7 +170,8 @@ def _finish_file(
     errors = [finding for finding in result.findings if finding.severity == "error"]
     if errors and not result.changed:
         report.block()
-        say(f"left {path} as it was: converting it would not be safe until the {_count(len(errors), 'error')} above are fixed by hand")
+        above = "the error above is" if len(errors) == 1 else f"the {len(errors)} errors above are"
+        say(f"left {path} as it was: converting it would not be safe until {above} fixed by hand")
     elif result.reason is not None and (alone or result.reason != NO_DATA_PARALLEL):
         # In a tree most files never use DataParallel; the summary counts them.
         say(f"left {path} unchanged: {result.reason}")

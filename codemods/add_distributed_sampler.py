@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -35,6 +35,7 @@ from ._base import (
     script_functions,
 )
 
+RestartT = TypeVar("RestartT", cst.ExceptHandler, cst.While)
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
@@ -74,7 +75,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.hoists: dict[cst.SimpleStatementLine, _LoaderPlan] = {}
         self.set_epochs: dict[cst.For, list[cst.BaseExpression]] = {}
         # `except StopIteration:` handlers that re-iterate a loader, with the loaders.
-        self.restarts: dict[cst.ExceptHandler, list[cst.BaseExpression]] = {}
+        self.restarts: dict[cst.ExceptHandler | cst.While, list[cst.BaseExpression]] = {}
         self.dist = "dist"
         self.uses_world_size = False
         # Loaders whose batch value also sizes something per step: they keep it per process.
@@ -390,6 +391,17 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             candidates.append((preference, loop))
         if not candidates:
             passes = [loop for loop in self.analysis.nodes(cst.For) if self._mentions(loop.iter, loader)]
+            # `while i < iterations: for x, y in loader: ...`: each turn of the while is a new pass.
+            repeats = [
+                loop for loop in self.analysis.nodes(cst.While)
+                if any(self._encloses(loop, p) for p in passes) and self._can_see(loop, bound_at, reference)
+            ]  # fmt: skip
+            innermost = [w for w in repeats if not any(o is not w and self._encloses(w, o) for o in repeats)]
+            if innermost:
+                for loop in innermost:
+                    self.restarts.setdefault(loop, []).append(reference)
+                    self.report(loop, "DDP315", loader=loader)
+                return
             if not passes or not all(self._runs_once(loop, depth=3) for loop in passes):
                 self.report(call, "DDP305", loader=loader)
             return  # One pass over the data: a single order, and nothing to reshuffle.
@@ -607,7 +619,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         body = updated_node.body
         return updated_node.with_changes(body=body.with_changes(body=[*calls, *body.body]))
 
+    def leave_While(self, original_node: cst.While, updated_node: cst.While) -> cst.While:
+        return self._restart(original_node, updated_node)
+
     def leave_ExceptHandler(self, original_node: cst.ExceptHandler, updated_node: cst.ExceptHandler) -> cst.ExceptHandler:
+        return self._restart(original_node, updated_node)
+
+    def _restart(self, original_node: RestartT, updated_node: RestartT) -> RestartT:
+        """A new pass over the data starts here: advance each loader's sampler by one epoch first."""
         references = self.restarts.get(original_node)
         if not references or not isinstance(updated_node.body, cst.IndentedBlock):
             return updated_node

@@ -475,10 +475,12 @@ RULES: dict[str, Rule] = {
             "DDP315",
             "set-epoch-on-restart",
             "note",
-            "`{loader}` is iterated again when it runs out: each new pass now calls "
-            "`{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)` first, so every pass is shuffled anew",
+            "`{loader}` starts a new pass here, in a script that counts iterations, not epochs: each new "
+            "pass now calls `{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)` first, so every pass "
+            "is shuffled anew",
             doc=_doc(
-                "Finds an `except StopIteration:` handler that starts a new pass over a training loader.",
+                "Finds an `except StopIteration:` handler, or a `while` loop around a `for` over a training "
+                "loader, that starts a new pass over the loader.",
                 "A DistributedSampler shuffles by its epoch; a script that counts iterations, not epochs, "
                 "has no epoch loop to call `set_epoch` in, and every pass would repeat one order.",
                 "try:\n    batch = next(it)\nexcept StopIteration:\n    it = iter(loader)\n    batch = next(it)",

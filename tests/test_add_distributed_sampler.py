@@ -392,3 +392,24 @@ if __name__ == "__main__":
     result = convert_source(source)
     assert "sampler=DistributedSampler(ds, shuffle=True)" in result.output
     assert not [f for f in result.findings if f.code == "DDP305"]
+
+
+def test_a_while_loop_that_counts_iterations_advances_the_epoch_each_pass() -> None:
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main(cfg):
+    model = torch.nn.DataParallel(Net())
+    loader = DataLoader(ds, batch_size=8, shuffle=True)
+    i = 0
+    while i < cfg.iterations:
+        for x, y in loader:
+            i += 1
+            model(x, y).backward()
+"""
+    result = convert_source(source)
+    assert "    while i < cfg.iterations:\n        loader.sampler.set_epoch(loader.sampler.epoch + 1)\n" in result.output
+    assert [(f.line, f.code) for f in result.findings if f.code in ("DDP305", "DDP315")] == [(9, "DDP315")]

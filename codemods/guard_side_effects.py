@@ -13,13 +13,14 @@ cannot be split that way is reported and left on every process.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import ParentNodeProvider, ScopeProvider
+from libcst.metadata import ParentNodeProvider, QualifiedNameSource, ScopeProvider
 
 from . import _names as names
 from ._analysis import Analysis
@@ -43,6 +44,8 @@ def {names.MAIN_PROCESS_HELPER}() -> bool:
 '''
 
 EFFECT, NEUTRAL, OTHER = "effect", "neutral", "other"
+# Names of functions that write somewhere: `progress_bar`, `save_checkpoint`, `log_metrics`, `plot_curve`.
+WRITER_NAME = re.compile(r"progress|print|log|save|write|dump|plot|draw|visuali[sz]e|show", re.IGNORECASE)
 COMPOUND = (cst.If, cst.For, cst.While, cst.With, cst.Try)
 CONTROL_FLOW = m.Return() | m.Break() | m.Continue() | m.Raise() | m.Yield() | m.Global() | m.Nonlocal()
 
@@ -63,6 +66,23 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
         self.effects = analysis.effects
+        self._report_unknown_writers(analysis)
+
+    def _report_unknown_writers(self, analysis: Analysis) -> None:
+        """A call to another file's function whose name says it writes: convert cannot see whether it is safe to guard."""
+        for statement in analysis.nodes(cst.Expr):
+            call = statement.value
+            if not isinstance(call, cst.Call) or not isinstance(call.func, (cst.Name, cst.Attribute)):
+                continue
+            name = code_of(call.func)
+            if not WRITER_NAME.search(name.rsplit(".", 1)[-1]) or name in self.effects.functions:
+                continue
+            imported = [q.name for q in analysis.qualified_names(call.func) if q.source is QualifiedNameSource.IMPORT]
+            if not imported or any(q.startswith(("torch.", "builtins.")) for q in imported):
+                continue
+            if self.effects.is_side_effect(call) or self.effects.is_collective(call) or under_rank_guard(self, call):
+                continue
+            self.report(call, "DDP422", call=name)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return node.name.value not in names.HELPERS

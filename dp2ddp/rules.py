@@ -555,6 +555,16 @@ RULES: dict[str, Rule] = {
             "note",
             "`{call}` now passes exist_ok=True and runs on every process, so none writes into the "
             "directory before it exists; it no longer fails when the directory exists already",
+            doc=_doc(
+                "Finds `os.makedirs(d)` or `os.mkdir(d)` without `exist_ok=True`, which convert changes.",
+                "Made on the main process only, the directory may not exist yet when another process opens a "
+                "log file in it, and that process crashes with FileNotFoundError. Made on every process without "
+                "`exist_ok`, all but the first fail with FileExistsError.",
+                "if not os.path.exists(log_dir):\n    os.mkdir(log_dir)\nhandler = logging.FileHandler(os.path.join(log_dir, \"train.log\"))",
+                "os.makedirs(log_dir, exist_ok=True)  # on every process\nhandler = logging.FileHandler(os.path.join(log_dir, \"train.log\"))",
+                "Safe for a call under a test that the directory is missing. A bare call no longer fails when "
+                "the directory exists already, which is reported.",
+            ),
         ),
         Rule(
             "DDP418",
@@ -563,6 +573,16 @@ RULES: dict[str, Rule] = {
             "`{writer}` is used here for more than its writes, so every process creates it ({how}); a "
             "writer that is None off the main process would crash here. Its writes stay guarded: guard "
             "this use too, then convert again to create it on the main process only",
+            doc=_doc(
+                "Finds a writer (SummaryWriter, a file opened for writing) that code other than its own writes "
+                "reads: a path built from `writer.log_dir`, a helper that reads its attributes.",
+                "A writer created on the main process only is None on the others, and that code crashes them "
+                "with AttributeError. Created on every process, each opens its own event file (or, for a "
+                "file, `os.devnull`), while its writes stay on the main process.",
+                "writer = SummaryWriter(log_dir)\nsave_path = os.path.join(writer.log_dir, \"best.pth\")",
+                "writer = SummaryWriter(log_dir) if is_main_process() else None\nsave_path = os.path.join(log_dir, \"best.pth\")",
+                "Safe: the writer exists everywhere, its writes are guarded.",
+            ),
         ),
         Rule(
             "DDP419",
@@ -570,6 +590,15 @@ RULES: dict[str, Rule] = {
             "note",
             "`{scheduler}.step` now reads `{value}` averaged over processes, so ReduceLROnPlateau "
             "lowers the learning rate in the same epoch on every process",
+            doc=_doc(
+                "Finds `ReduceLROnPlateau.step(value)`, which convert changes to step on the value averaged over processes.",
+                "A value each process computed alone (the last batch's loss, its own losses' mean) differs "
+                "between processes. Each would lower its learning rate in a different epoch, and the replicas "
+                "would drift apart although DDP averages their gradients.",
+                "scheduler.step(np.mean(epoch_losses))",
+                "scheduler.step(all_reduce_mean(np.mean(epoch_losses)))",
+                "Safe: the average of a value that is the same everywhere is that value.",
+            ),
         ),
         Rule(
             "DDP420",
@@ -578,6 +607,13 @@ RULES: dict[str, Rule] = {
             "`{scheduler}` steps under a rank condition, so only some processes lower their learning "
             "rate and the replicas drift apart: step it on every process, on a value averaged with "
             "all_reduce_mean",
+            doc=_doc(
+                "Finds a ReduceLROnPlateau stepped under a rank condition.",
+                "Only the processes that pass the condition lower their learning rates; the replicas drift apart.",
+                "if rank == 0:\n    scheduler.step(val_loss)",
+                "scheduler.step(all_reduce_mean(val_loss))  # on every process",
+                "No fix: the call is left as it was.",
+            ),
         ),
         Rule(
             "DDP421",
@@ -586,6 +622,33 @@ RULES: dict[str, Rule] = {
             "`{counter}` counts this process's share of the data and sets the learning rate, so the "
             "processes' rates differ and their replicas drift apart: add the increment summed over "
             "processes, `{counter} += all_reduce_sum(...)`",
+            doc=_doc(
+                "Finds a counter of the batch (`tokens += (y >= 0).sum()`) in a training loop that flows into a "
+                "learning rate.",
+                "Each process counts only its own share, and shares differ from batch to batch; the learning "
+                "rates then differ between processes and so do the replicas.",
+                "self.tokens += (y >= 0).sum()\nlr = base_lr * min(1.0, self.tokens / warmup_tokens)",
+                "self.tokens += all_reduce_sum((y >= 0).sum())",
+                "No fix: the counter is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP422",
+            "unknown-writer-unguarded",
+            "warning",
+            "`{call}` comes from another file and its name says it writes (a progress bar, a log, a "
+            "checkpoint), so it still runs on every process: if it only writes, put it under "
+            "`if is_main_process():`; if it reaches a collective, guard its writes inside it instead",
+            doc=_doc(
+                "Finds a call, as a statement, to another file's function whose name says it writes: "
+                "`progress_bar`, `save_checkpoint`, `log_metrics`.",
+                "It runs on every process: progress lines print once per process, and several processes "
+                "write one checkpoint file at once. Convert cannot see inside it, so it does not guard it: a "
+                "collective inside would hang the other processes.",
+                "progress_bar(step, len(loader), msg)",
+                "if is_main_process():\n    progress_bar(step, len(loader), msg)",
+                "No fix: the call is left as it was.",
+            ),
         ),
     )
 }

@@ -380,3 +380,21 @@ def test_writes_the_guard_list_did_not_know() -> None:
         "    model.module.train()\n"
     )
     assert guarded in output
+
+
+def test_another_files_function_named_for_writing_is_reported_not_guarded() -> None:
+    """Convert cannot see into it; a guard around a collective would hang, so it says where to look."""
+    output, findings = _convert(
+        """
+        import torch
+        from utils import progress_bar, save_checkpoint, build_model
+
+        def main(args):
+            model = torch.nn.DataParallel(build_model())
+            progress_bar(1, 10, "loss")
+            save_checkpoint({"model": model.state_dict()}, args.out)
+            build_model()
+        """
+    )
+    assert '    progress_bar(1, 10, "loss")\n' in output
+    assert [f for f in findings if f.endswith("DDP422")] == ["7:DDP422", "8:DDP422"]

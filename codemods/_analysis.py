@@ -97,6 +97,8 @@ class Analysis:
         self.sharded_loaders: set[cst.Call] = set()
         # backward() calls whose loss is multiplied by the world size first:
         self.scaled_backwards: set[cst.Call] = set()
+        # Criterion objects whose loss sums over the batch (`criterion = nn.MSELoss(reduction="sum")`):
+        self.summing_criteria: set[str] = set()
         # Loops over evaluation loaders every process iterates whole, so their metrics need no gathering:
         self.whole_loops: set[cst.For] = set()
 

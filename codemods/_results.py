@@ -62,13 +62,25 @@ def loop_results(analysis: Analysis, loop: cst.For, training: bool) -> LoopResul
             continue  # Counts steps, which every process takes alike in training.
         if _reduced_already(analysis, owner, name, loop) or not _initialised_before(analysis, owner, name, loop):
             continue
-        kind = "sum" if any(SUM_INCREMENT.search(code_of(v)) or m.matches(v, m.Integer()) for v in values) else "mean"
+        sums = any(SUM_INCREMENT.search(code_of(v)) or m.matches(v, m.Integer()) or _summed_loss(analysis, v, loop) for v in values)
+        kind = "sum" if sums else "mean"
         if _read_after(analysis, owner, name, loop):
             (results.sums if kind == "sum" else results.means).append(name)
         results.running[name] = names.SUM_HELPER if kind == "sum" else names.MEAN_HELPER
     results.meters = _meters(analysis, loop, owner)
     results.ungathered = _ungathered(analysis, loop, owner, results)
     return results
+
+
+def _summed_loss(analysis: Analysis, value: cst.BaseExpression, loop: cst.For) -> bool:
+    """``total += loss.item()`` where the loop computes ``loss`` with a criterion that sums over the batch."""
+    read = {n.value for n in analysis.within(value, cst.Name)}
+    for assign in analysis.within(loop.body, cst.Assign):
+        if not any(isinstance(t.target, cst.Name) and t.target.value in read for t in assign.targets):
+            continue
+        if isinstance(assign.value, cst.Call) and code_of(assign.value.func) in analysis.summing_criteria:
+            return True
+    return False
 
 
 def _at_step_level(analysis: Analysis, node: cst.CSTNode, loop: cst.For) -> bool:

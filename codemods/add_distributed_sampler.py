@@ -36,6 +36,10 @@ from ._base import (
 )
 
 RestartT = TypeVar("RestartT", cst.ExceptHandler, cst.While)
+# Values a DataParallel script scales by its GPU count, and the names it counts GPUs by.
+SCALED_BY_GPUS = re.compile(r"batch|^bs$|workers", re.IGNORECASE)
+GPU_COUNT = re.compile(r"^(n_?gpus?|num_?gpus?|ngpus?|gpu_?count|n_?devices|num_?devices)$", re.IGNORECASE)
+GPU_LIST = re.compile(r"gpu|device", re.IGNORECASE)
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
@@ -92,6 +96,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         loaders = analysis.findall(call_to(names.DATA_LOADER))
         if not self.SHARDS_EVALUATION:
             self._report_data_from_elsewhere(analysis, loaders)
+            self._report_gpu_count_scaling(analysis)
         if not loaders:
             return
         iterable_classes = {
@@ -376,8 +381,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if restarts:
             for handler in restarts:
                 assert isinstance(handler, cst.ExceptHandler)
-                if not m.findall(handler.body, m.Call(func=m.Attribute(attr=m.Name("set_epoch")))):
-                    self.restarts.setdefault(handler, []).append(reference)
+                planned = self.restarts.setdefault(handler, [])
+                if not m.findall(handler.body, m.Call(func=m.Attribute(attr=m.Name("set_epoch")))) and all(
+                    code_of(r) != loader for r in planned
+                ):
+                    planned.append(reference)
                     self.report(handler, "DDP315", loader=loader)
             return
         candidates: list[tuple[int, cst.For]] = []
@@ -399,8 +407,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             innermost = [w for w in repeats if not any(o is not w and self._encloses(w, o) for o in repeats)]
             if innermost:
                 for loop in innermost:
-                    self.restarts.setdefault(loop, []).append(reference)
-                    self.report(loop, "DDP315", loader=loader)
+                    planned = self.restarts.setdefault(loop, [])
+                    if all(code_of(r) != loader for r in planned):
+                        planned.append(reference)
+                        self.report(loop, "DDP315", loader=loader)
                 return
             if not passes or not all(self._runs_once(loop, depth=3) for loop in passes):
                 self.report(call, "DDP305", loader=loader)
@@ -412,7 +422,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         for loop in innermost:
             if m.findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("set_epoch")))):
                 continue
-            self.set_epochs.setdefault(loop, []).append(reference)
+            planned = self.set_epochs.setdefault(loop, [])
+            if all(code_of(r) != loader for r in planned):  # one call, if both branches of an `if` build it
+                planned.append(reference)
 
     def _runs_once(self, node: cst.CSTNode, depth: int) -> bool:
         """Whether ``node`` runs at most once per run: in no loop, in functions each called once."""
@@ -465,6 +477,43 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(where, "DDP317", source=code_of(source).strip())
         if not loaders and not reported and self.facts.model_wraps:
             self.report(self.facts.model_wraps[0], "DDP306")
+
+    def _report_gpu_count_scaling(self, analysis: Analysis) -> None:
+        """``batch_size *= n_gpu``, ``workers = 4 * torch.cuda.device_count()``: DataParallel's habits."""
+        for node in analysis.nodes(cst.AugAssign) + analysis.nodes(cst.Assign):  # type: ignore[operator]
+            targets = [node.target] if isinstance(node, cst.AugAssign) else [t.target for t in node.targets]
+            scaled = [code_of(t) for t in targets if SCALED_BY_GPUS.search(code_of(t).rsplit(".", 1)[-1])]
+            if not scaled:
+                continue
+            if isinstance(node, cst.AugAssign):
+                factors = [node.value] if isinstance(node.operator, cst.MultiplyAssign) else []
+            else:
+                factors = self._factors(node.value)
+            count = next((f for f in factors if self._counts_gpus(f)), None)
+            if count is None:
+                continue
+            if "worker" in scaled[0].lower():
+                advice = "each process now starts that many loader workers: drop the scaling"
+            else:
+                advice = (
+                    "convert divides the loader's batch by the world size, which keeps this global batch only "
+                    "while the count equals the number of processes (one node, one process per GPU): "
+                    "scale by dist.get_world_size() instead"
+                )
+            self.report(node, "DDP318", target=scaled[0], count=code_of(count), advice=advice)
+
+    def _factors(self, value: cst.BaseExpression) -> list[cst.BaseExpression]:
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
+            return self._factors(value.left) + self._factors(value.right)
+        return [value]
+
+    def _counts_gpus(self, value: cst.BaseExpression) -> bool:
+        """``torch.cuda.device_count()``, ``n_gpu``, ``len(args.gpu_ids)``, ``max(1, n_gpu)``."""
+        if self.matches(value, call_to({"torch.cuda.device_count"})):
+            return True
+        if isinstance(value, cst.Call) and m.matches(value.func, m.Name("max") | m.Name("len")):
+            return any(self._counts_gpus(a.value) or GPU_LIST.search(code_of(a.value)) for a in value.args)
+        return isinstance(value, (cst.Name, cst.Attribute)) and bool(GPU_COUNT.search(code_of(value).rsplit(".", 1)[-1]))
 
     def _names_in(self, node: cst.CSTNode) -> set[str]:
         found = {n.value for n in self.analysis.within(node, cst.Name)}

@@ -55,6 +55,7 @@ class ScaleSummedLossesCommand(Dp2ddpCodemod):
             if isinstance(assign, cst.Assign)
             for target in assign.targets
         }
+        analysis.summing_criteria |= self.summing
         self.scaled: dict[cst.BaseExpression, cst.Call] = {}  # loss expression -> its backward call
         for call in analysis.nodes(cst.Call):
             self._plan_backward(call)

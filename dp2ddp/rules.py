@@ -528,6 +528,21 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP318",
+            "scaled-by-gpu-count",
+            "warning",
+            "`{target}` is scaled by the GPU count `{count}`, a DataParallel habit that DDP changes: {advice}",
+            doc=_doc(
+                "Finds a batch size or a worker count multiplied by the number of GPUs.",
+                "DataParallel runs one process for all GPUs, so its batch and its loader workers were scaled by "
+                "the GPU count. Under DDP every process has its own loader: the worker count multiplies by the "
+                "number of processes, and a GPU count read on one node is not the world size on several.",
+                "args.batch_size *= torch.cuda.device_count()\nargs.workers *= torch.cuda.device_count()",
+                "args.batch_size *= dist.get_world_size()  # the global batch, divided again per process",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP401",
             "side-effect-with-collective",
             "warning",

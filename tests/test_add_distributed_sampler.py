@@ -413,3 +413,52 @@ def main(cfg):
     result = convert_source(source)
     assert "    while i < cfg.iterations:\n        loader.sampler.set_epoch(loader.sampler.epoch + 1)\n" in result.output
     assert [(f.line, f.code) for f in result.findings if f.code in ("DDP305", "DDP315")] == [(9, "DDP315")]
+
+
+@pytest.mark.parametrize(
+    ("line", "reported"),
+    [
+        pytest.param("args.batch_size *= torch.cuda.device_count()", True, id="batch times device_count()"),
+        pytest.param("args.workers *= n_gpu", True, id="workers times n_gpu"),
+        pytest.param("train_batch_size = args.per_gpu_batch * max(1, args.n_gpu)", True, id="per-GPU batch times max(1, n_gpu)"),
+        pytest.param("batch = 32 * len(args.gpu_ids)", True, id="batch times the length of a GPU list"),
+        pytest.param("args.batch_size *= 2", False, id="a constant"),
+        pytest.param("args.lr *= n_gpu", False, id="a learning rate"),
+    ],
+)
+def test_scaling_by_the_gpu_count_is_reported(line: str, reported: bool) -> None:
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+
+def main(args, n_gpu):
+    {line}
+    model = torch.nn.DataParallel(Net())
+    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True)
+"""
+    result = convert_source(source)
+    assert any(f.code == "DDP318" and f.line == 6 for f in result.findings) is reported
+
+
+def test_a_loader_built_on_both_branches_of_an_if_gets_one_set_epoch() -> None:
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    if args.augment:
+        train_loader = DataLoader(augmented, batch_size=8, shuffle=True)
+    else:
+        train_loader = DataLoader(plain, batch_size=8, shuffle=True)
+    for epoch in range(3):
+        for x, y in train_loader:
+            model(x, y).backward()
+"""
+    result = convert_source(source)
+    assert result.output.count("train_loader.sampler.set_epoch(epoch)") == 1
+    assert result.output.count("sampler=DistributedSampler(") == 2

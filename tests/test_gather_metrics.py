@@ -67,3 +67,35 @@ class Trainer:
 """
     result = convert_source(source)
     assert [(f.line, f.code) for f in result.findings if f.code == "DDP421"] == [(14, "DDP421")]
+
+
+def test_a_running_sum_of_summed_losses_is_summed_over_processes_not_averaged() -> None:
+    """Averaged, `total / len(dataset)` would report half the loss per sample on 2 processes."""
+    source = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def evaluate(model, loader, criterion):
+    total = 0.0
+    with torch.no_grad():
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            total += loss.item()
+    return total / len(loader.dataset)
+
+
+def main():
+    model = torch.nn.DataParallel(Net())
+    criterion = nn.MSELoss(reduction="sum")
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    val_loader = DataLoader(val_set, batch_size=32)
+    for epoch in range(3):
+        for x, y in train_loader:
+            criterion(model(x), y).backward()
+        print(evaluate(model, val_loader, criterion))
+"""
+    result = convert_source(source)
+    assert "        total = all_reduce_sum(total)\n" in result.output
+    assert "all_reduce_mean" not in result.output

@@ -140,3 +140,22 @@ NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
 REDUCE_LR_ON_PLATEAU = frozenset(
     {"torch.optim.lr_scheduler.ReduceLROnPlateau", "torch.optim.ReduceLROnPlateau"}
 )
+# Values each process draws for itself: a run id or a timestamp that names a directory differs per process.
+PER_PROCESS_VALUES = frozenset(
+    {
+        "random.randint",
+        "random.random",
+        "random.choice",
+        "uuid.uuid1",
+        "uuid.uuid4",
+        "time.time",
+        "time.strftime",
+        "datetime.datetime.now",
+        "datetime.datetime.today",
+        "secrets.token_hex",
+    }
+)
+# Calls that create or write a file or a directory at a path.
+PATH_USERS = frozenset(
+    {"os.makedirs", "os.mkdir", "torch.save", "shutil.copy", "shutil.copyfile", "shutil.copytree", "logging.FileHandler"}
+)

@@ -67,6 +67,36 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         super().plan(analysis)
         self.effects = analysis.effects
         self._report_unknown_writers(analysis)
+        self._report_per_process_paths(analysis)
+
+    def _report_per_process_paths(self, analysis: Analysis) -> None:
+        """``run_id = random.randint(...)`` or a timestamp that then names a directory: one per process."""
+        for assign in analysis.nodes(cst.Assign):
+            draws = [c for c in analysis.within(assign.value, cst.Call) if self.matches(c, call_to(names.PER_PROCESS_VALUES))]
+            if not draws or under_rank_guard(self, assign):
+                continue
+            names_bound = {code_of(t.target) for t in assign.targets if isinstance(t.target, (cst.Name, cst.Attribute))}
+            path = self._names_a_path(names_bound)
+            if path is not None:
+                self.report(assign, "DDP423", value=code_of(draws[0].func), path=path)
+
+    def _names_a_path(self, values: set[str]) -> str | None:
+        """The first path, directory or writer built from ``values``, through assignments."""
+        flows = set(values)
+        for _ in range(3):
+            for assign in self.analysis.nodes(cst.Assign):
+                if self._reads_any(assign.value, flows):
+                    flows |= {code_of(t.target) for t in assign.targets if isinstance(t.target, (cst.Name, cst.Attribute))}
+        for call in self.analysis.nodes(cst.Call):
+            writes = self.matches(call, call_to(names.PATH_USERS | names.WRITER_CONSTRUCTORS)) or opens_for_writing(self, call)
+            if writes and any(self._reads_any(a.value, flows) for a in call.args):
+                return code_of(call).split("(")[0]
+        return None
+
+    def _reads_any(self, node: cst.CSTNode, values: set[str]) -> bool:
+        return any(code_of(n) in values for n in self.analysis.within(node, cst.Name)) or any(
+            code_of(n) in values for n in self.analysis.within(node, cst.Attribute)
+        )
 
     def _report_unknown_writers(self, analysis: Analysis) -> None:
         """A call to another file's function whose name says it writes: convert cannot see whether it is safe to guard."""

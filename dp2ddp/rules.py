@@ -665,5 +665,22 @@ RULES: dict[str, Rule] = {
                 "No fix: the call is left as it was.",
             ),
         ),
+        Rule(
+            "DDP423",
+            "per-process-path",
+            "warning",
+            "`{value}` gives each process its own value, and it names a file or a directory (`{path}`): "
+            "the processes write to different places; draw it on the main process and share it with "
+            "dist.broadcast_object_list, or derive it from the arguments",
+            doc=_doc(
+                "Finds a random number, a UUID or a timestamp that later names a file, a directory or a writer's log directory.",
+                "Every process draws its own value, so each makes its own run directory: the main process "
+                "writes the logs and checkpoints in one, and the others' directories stay empty, or hold "
+                "their copies of files the script writes on every process.",
+                "run_id = random.randint(1, 100000)\nlogdir = os.path.join(\"runs\", str(run_id))\nwriter = SummaryWriter(logdir)",
+                "shared = [random.randint(1, 100000)]\ndist.broadcast_object_list(shared)\nrun_id = shared[0]",
+                "No fix: the line is left as it was.",
+            ),
+        ),
     )
 }

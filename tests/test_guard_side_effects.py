@@ -398,3 +398,25 @@ def test_another_files_function_named_for_writing_is_reported_not_guarded() -> N
     )
     assert '    progress_bar(1, 10, "loss")\n' in output
     assert [f for f in findings if f.endswith("DDP422")] == ["7:DDP422", "8:DDP422"]
+
+
+def test_a_random_run_id_that_names_a_directory_is_reported() -> None:
+    output, findings = _convert(
+        """
+        import os
+        import random
+        import time
+        import torch
+        from torch.utils.tensorboard import SummaryWriter
+
+        def main(args):
+            run_id = random.randint(1, 100000)
+            logdir = os.path.join("runs", str(run_id))
+            writer = SummaryWriter(log_dir=logdir)
+            started = time.time()
+            model = torch.nn.DataParallel(Net())
+            print(time.time() - started)
+        """
+    )
+    assert "    run_id = random.randint(1, 100000)\n" in output
+    assert [f for f in findings if f.endswith("DDP423")] == ["9:DDP423"]

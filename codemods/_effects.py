@@ -192,6 +192,8 @@ class ProcessEffects:
                 return True
             if call.func.attr.value in names.LOGGER_METHODS:
                 return receiver in self.loggers or bool(LOGGER_NAME.search(receiver))
+            if call.func.attr.value in names.SUMMARY_WRITER_METHODS:
+                return True
             if call.func.attr.value in names.MODEL_SAVE_METHODS:
                 return receiver.removesuffix(".module") in self.models | self.analysis.lifecycle.model_names
         return matches(call, call_to(names.MAKE_DIRECTORY)) and not self.makes_directory_everywhere(call)

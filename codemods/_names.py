@@ -159,3 +159,21 @@ PER_PROCESS_VALUES = frozenset(
 PATH_USERS = frozenset(
     {"os.makedirs", "os.mkdir", "torch.save", "shutil.copy", "shutil.copyfile", "shutil.copytree", "logging.FileHandler"}
 )
+# SummaryWriter's own methods: whatever holds the writer (a parameter, an attribute), a call writes an event file.
+SUMMARY_WRITER_METHODS = frozenset(
+    {
+        "add_scalar",
+        "add_scalars",
+        "add_image",
+        "add_images",
+        "add_histogram",
+        "add_figure",
+        "add_text",
+        "add_graph",
+        "add_embedding",
+        "add_pr_curve",
+        "add_hparams",
+        "add_video",
+        "add_audio",
+    }
+)

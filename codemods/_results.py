@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 SUM_INCREMENT = re.compile(
     r"\.sum\(|reduction\s*=\s*['\"]sum|size_average\s*=\s*False|\.size\(|\bsize\(|len\(|\.shape\b|\.numel\(|\*"
 )
+LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
 NUMBER = m.Integer() | m.Float() | m.UnaryOperation(expression=m.Integer() | m.Float())
 REDUCTION = m.Call(func=m.Name(names.SUM_HELPER) | m.Name(names.MEAN_HELPER) | m.Name(names.METER_HELPER))
 
@@ -54,11 +55,11 @@ def loop_results(analysis: Analysis, loop: cst.For, training: bool) -> LoopResul
     results = LoopResults()
     increments: dict[str, list[cst.AugAssign]] = {}
     for aug in analysis.within(loop.body, cst.AugAssign):
-        if isinstance(aug.target, cst.Name) and isinstance(aug.operator, cst.AddAssign):
+        if isinstance(aug.target, cst.Name) and isinstance(aug.operator, cst.AddAssign) and not in_inner_data_loop(analysis, aug, loop):
             increments.setdefault(aug.target.value, []).append(aug)
     for name, augs in increments.items():
         values = [aug.value for aug in augs]
-        if all(m.matches(v, m.Integer()) for v in values) and (training or all(_at_step_level(analysis, a, loop) for a in augs)):
+        if all(m.matches(v, m.Integer()) for v in values) and (training or all(at_step_level(analysis, a, loop) for a in augs)):
             continue  # Counts steps, which every process takes alike in training.
         if _reduced_already(analysis, owner, name, loop) or not _initialised_before(analysis, owner, name, loop):
             continue
@@ -83,7 +84,20 @@ def _summed_loss(analysis: Analysis, value: cst.BaseExpression, loop: cst.For) -
     return False
 
 
-def _at_step_level(analysis: Analysis, node: cst.CSTNode, loop: cst.For) -> bool:
+def in_inner_data_loop(analysis: Analysis, node: cst.CSTNode, loop: cst.For) -> bool:
+    """Whether ``node`` belongs to another loop over a loader inside ``loop``, such as validation every N steps.
+
+    That loop's results are its own, reduced after it.
+    """
+    for ancestor in analysis.ancestors(node):
+        if ancestor is loop:
+            return False
+        if isinstance(ancestor, cst.For) and LOADER_NAME.search(code_of(ancestor.iter)):
+            return True
+    return False
+
+
+def at_step_level(analysis: Analysis, node: cst.CSTNode, loop: cst.For) -> bool:
     """Whether ``node`` runs exactly once per step of ``loop``: no ``if`` or inner loop around it."""
     for ancestor in analysis.ancestors(node):
         if ancestor is loop:
@@ -139,6 +153,8 @@ def _meters(analysis: Analysis, loop: cst.For, owner: cst.CSTNode) -> list[str]:
     updated: list[str] = []
     for call in analysis.findall_in(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("update")))):
         assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+        if in_inner_data_loop(analysis, call, loop):
+            continue
         name = code_of(call.func.value)
         if name not in updated:
             updated.append(name)
@@ -183,7 +199,7 @@ def _ungathered(analysis: Analysis, loop: cst.For, owner: cst.CSTNode, results: 
     for aug in analysis.within(loop.body, cst.AugAssign):
         target = aug.target
         if isinstance(target, cst.Name):
-            step_count = m.matches(aug.value, m.Integer()) and _at_step_level(analysis, aug, loop)
+            step_count = m.matches(aug.value, m.Integer()) and at_step_level(analysis, aug, loop)
             if target.value not in covered and not step_count and _read_after(analysis, owner, target.value, loop):
                 found.append((aug, target.value))
         elif outside(target) is not None:

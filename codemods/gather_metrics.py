@@ -35,7 +35,7 @@ from . import _names as names
 from ._analysis import Analysis
 from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
 from ._effects import under_rank_guard
-from ._results import loop_results
+from ._results import LOADER_NAME, at_step_level, in_inner_data_loop, loop_results
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values):
@@ -68,7 +68,6 @@ def {names.METER_HELPER}(*meters):
         meter.avg = meter.sum / max(meter.count, 1)
 '''
 
-LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
 LEARNING_RATE = re.compile(r"(^|_|\.|\[['\"])lr(\b|_)|learning_rate", re.IGNORECASE)
 
 
@@ -208,11 +207,22 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             for call in m.findall(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward"))))
             if call not in self.analysis.scaled_backwards
         }
+        # Names that may differ between processes; a step counter (`i += 1` once per step) does not.
+        step_counters = {
+            code_of(a.target) for a in self.analysis.within(loop.body, cst.AugAssign)
+            if m.matches(a.value, m.Integer()) and at_step_level(self.analysis, a, loop)
+        }  # fmt: skip
         assigned_in_loop = {
             code_of(t.target) for a in m.findall(loop.body, m.Assign()) for t in a.targets  # type: ignore[attr-defined]
-        } | {code_of(a.target) for a in m.findall(loop.body, m.AugAssign())}  # type: ignore[attr-defined]
+        } | {
+            code_of(a.target)  # type: ignore[attr-defined]
+            for a in m.findall(loop.body, m.AugAssign())
+            if code_of(a.target) not in step_counters or not m.matches(a.value, m.Integer())  # type: ignore[attr-defined]
+        }
         for line in m.findall(loop.body, m.SimpleStatementLine()):
             assert isinstance(line, cst.SimpleStatementLine)
+            if in_inner_data_loop(self.analysis, line, loop):
+                continue  # That loop reports its own progress.
             calls = [s.value for s in line.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
             if not calls or not all(self.effects.is_side_effect(c) for c in calls):
                 continue

@@ -99,3 +99,36 @@ def main():
     result = convert_source(source)
     assert "        total = all_reduce_sum(total)\n" in result.output
     assert "all_reduce_mean" not in result.output
+
+
+def test_validation_every_n_steps_reports_its_own_gathered_numbers_without_a_progress_note() -> None:
+    """The validation loop's meter is reduced after it; the training loop does not claim it as per-process progress."""
+    source = """
+import torch
+from torch.utils.data import DataLoader
+
+
+def main(cfg, writer):
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    val_loader = DataLoader(val_set, batch_size=32)
+    val_meter = AverageMeter()
+    i = 0
+    for epoch in range(3):
+        for x, y in train_loader:
+            i += 1
+            loss = model(x, y)
+            loss.backward()
+            if i % cfg.print_every == 0:
+                writer.add_scalar("loss/train", loss.item(), i)
+            if i % cfg.val_every == 0:
+                with torch.no_grad():
+                    for vx, vy in val_loader:
+                        val_meter.update(model(vx, vy).item(), len(vy))
+                writer.add_scalar("loss/val", val_meter.avg, i)
+"""
+    result = convert_source(source)
+    assert not [f for f in result.findings if f.code == "DDP403"]
+    assert "all_reduce_meter(val_meter)" in result.output
+    # `i` counts steps, the same on every process: the training loss is averaged there.
+    assert 'writer.add_scalar("loss/train", global_loss, i)' in result.output

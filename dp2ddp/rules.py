@@ -634,9 +634,9 @@ RULES: dict[str, Rule] = {
             "DDP421",
             "schedule-counts-one-process",
             "warning",
-            "`{counter}` counts this process's share of the data and sets the learning rate, so the "
-            "processes' rates differ and their replicas drift apart: add the increment summed over "
-            "processes, `{counter} += all_reduce_sum(...)`",
+            "`{counter}` counts this process's share of the data and sets the learning rate: the schedule "
+            "sees 1/world_size of the data, and processes whose shares differ get different rates and "
+            "drift apart: add the increment summed over processes, `{counter} += all_reduce_sum(...)`",
             doc=_doc(
                 "Finds a counter of the batch (`tokens += (y >= 0).sum()`) in a training loop that flows into a "
                 "learning rate.",

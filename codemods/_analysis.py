@@ -202,6 +202,13 @@ class Analysis:
             found.append(assign if isinstance(assign, cst.Assign) else None)
         return found
 
+    def references(self, name: cst.Name) -> list[cst.CSTNode]:
+        """Where the name a binding binds is read, in any scope that sees that binding."""
+        scope = self.scopes.get(name)
+        if scope is None or name.value not in scope:
+            return []
+        return [access.node for assignment in scope.assignments[name.value] for access in assignment.references]
+
     def returned_to(self, node: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.Assign]]:
         """Where the caller binds a value a function returns: ``x = f()``, or one name of ``a, x = f()``.
 

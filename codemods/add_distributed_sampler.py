@@ -19,7 +19,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import Assignment, GlobalScope, ParentNodeProvider, ScopeProvider
+from libcst.metadata import Assignment, ParentNodeProvider, ScopeProvider
 
 from . import _names as names
 from ._analysis import Analysis
@@ -191,7 +191,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
             target = parent.targets[0].target
             # `train_loader = DataLoader(...)` in `get_data()`, which returns it, alone or in a tuple.
-            for use in self._references(target):
+            for use in self.analysis.references(target) if isinstance(target, cst.Name) else ():
                 callers = self.analysis.returned_to(use)
                 if len(callers) == 1:
                     return callers[0][0], callers[0][1].value
@@ -200,15 +200,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if len(callers) != 1:
             return None, None
         return callers[0][0], callers[0][1].value
-
-    def _references(self, target: cst.BaseExpression) -> list[cst.CSTNode]:
-        """Where a local name is read."""
-        if not isinstance(target, cst.Name):
-            return []
-        scope = self.get_metadata(ScopeProvider, target, None)
-        if scope is None or isinstance(scope, GlobalScope):
-            return []
-        return [access.node for assignment in scope.assignments[target.value] for access in assignment.references]
 
     def _is_training_loader(self, call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool) -> bool:
         name = code_of(reference) if reference is not None else ""

@@ -307,17 +307,11 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         """
         target = assign.targets[0].target
         if isinstance(target, cst.Name):
-            uses = self._references(target)
+            uses = self.analysis.references(target)
         else:
             spelled = code_of(target)
             uses = [n for n in self.analysis.nodes(cst.Attribute) if n is not target and code_of(n) == spelled]
         return self._first_escape(uses, depth=3)
-
-    def _references(self, name: cst.Name) -> list[cst.CSTNode]:
-        scope = self.get_metadata(ScopeProvider, name, None)
-        if scope is None:
-            return []
-        return [access.node for assignment in scope.assignments[name.value] for access in assignment.references]
 
     def _first_escape(self, uses: list[cst.CSTNode], depth: int) -> cst.CSTNode | None:
         functions = self.effects.functions
@@ -338,7 +332,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             if depth == 0 or parameter is None:
                 return use
             bound = next((p.name for p in function.params.params if p.name.value == parameter), None)  # type: ignore[union-attr]
-            escape = self._first_escape(self._references(bound), depth - 1) if bound is not None else use
+            escape = self._first_escape(self.analysis.references(bound), depth - 1) if bound is not None else use
             if escape is not None:
                 return escape
         return None

@@ -14,7 +14,13 @@ from pathlib import Path
 import click
 
 from dp2ddp import __version__
-from dp2ddp.api import NO_DATA_PARALLEL, ConversionError, ConvertOptions, convert_source, select_codemods
+from dp2ddp.api import (
+    NO_DATA_PARALLEL,
+    ConversionError,
+    ConvertOptions,
+    convert_source,
+    select_codemods,
+)
 from dp2ddp.batch import FileResult, convert_files, default_jobs
 from dp2ddp.codemods import codemods
 from dp2ddp.files import SourceError, discover, read_source, write_atomic

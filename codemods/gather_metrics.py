@@ -35,7 +35,7 @@ from . import _names as names
 from ._analysis import Analysis
 from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
 from ._effects import under_rank_guard
-from ._results import LOADER_NAME, at_step_level, in_inner_data_loop, loop_results
+from ._results import LOADER_NAME, at_step_level, in_inner_data_loop, loop_results, owner_of
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values):
@@ -111,12 +111,51 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if loaders and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
         self._plan_plateau_steps(analysis)
+        self._report_per_process_stops(analysis)
         # Training loops by what they do, whatever they iterate: `for it, (x, y) in pbar:`.
         backward = m.Call(func=m.Attribute(attr=m.Name("backward")))
         for loop in analysis.nodes(cst.For):
             if analysis.findall_in(loop.body, backward) and not under_rank_guard(self, loop):
                 running = loop_results(analysis, loop, training=True).running
                 self._report_schedule_counters(loop, set(running))
+
+    def _report_per_process_stops(self, analysis: Analysis) -> None:
+        """``if np.mean(losses) > best: break`` after a training loop: each process may stop in another epoch."""
+        for loop in analysis.nodes(cst.For):
+            if not self._loader_names(loop) or not self._is_training_loop(loop) or under_rank_guard(self, loop):
+                continue
+            results = loop_results(analysis, loop, training=True)
+            reduced = {*results.sums, *results.means, *results.meters}
+            flows = {
+                name for name in self._written_in(loop)
+                if name not in reduced and name not in {n.value for n in analysis.within(loop.target, cst.Name)}
+            }  # fmt: skip
+            owner = owner_of(analysis, loop)
+            after = [a for a in analysis.within(owner, cst.Assign) if analysis.is_after(a, loop)]
+            for _ in range(3):
+                for assign in after:
+                    if self.matches(assign.value, m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))):
+                        continue  # averaged over processes: the same everywhere
+                    if {n.value for n in analysis.within(assign.value, cst.Name)} & flows:
+                        flows |= {t.target.value for t in assign.targets if isinstance(t.target, cst.Name)}
+            for test in analysis.within(owner, cst.If):
+                if not analysis.is_after(test, loop) or not analysis.findall_in(test.body, m.Break() | m.Return()):
+                    continue
+                reductions = analysis.findall_in(test.test, m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS))))
+                averaged = {id(n) for r in reductions for n in analysis.within(r, cst.Name)}
+                read = {n.value for n in analysis.within(test.test, cst.Name) if id(n) not in averaged} & flows
+                if read and not under_rank_guard(self, test):
+                    self.report(test.test, "DDP424", value=sorted(read)[0])
+
+    def _written_in(self, loop: cst.For) -> set[str]:
+        """Names a loop body binds or appends to, each holding this process's share after a sharded loop."""
+        written = {code_of(a.target) for a in self.analysis.within(loop.body, cst.AugAssign) if isinstance(a.target, cst.Name)}
+        for assign in self.analysis.within(loop.body, cst.Assign):
+            written |= {t.target.value for t in assign.targets if isinstance(t.target, cst.Name)}
+        for call in self.analysis.within(loop.body, cst.Call):
+            if m.matches(call.func, m.Attribute(value=m.Name(), attr=m.Name("append") | m.Name("extend"))):
+                written.add(call.func.value.value)  # type: ignore[attr-defined]
+        return written
 
     def _plan_plateau_steps(self, analysis: Analysis) -> None:
         """Average the value a ReduceLROnPlateau steps on, so every process lowers its rate in the same epoch.

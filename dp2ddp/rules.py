@@ -682,5 +682,23 @@ RULES: dict[str, Rule] = {
                 "No fix: the line is left as it was.",
             ),
         ),
+        Rule(
+            "DDP424",
+            "per-process-stop",
+            "warning",
+            "this decision to stop reads `{value}`, which each process computes from its own share of "
+            "the training data: processes may stop in different epochs, and the others then wait forever "
+            "in the next one: average it over processes first, `{value} = all_reduce_mean({value})`",
+            doc=_doc(
+                "Finds a `break` or `return` after a sharded training loop whose condition reads a value that "
+                "loop left per process: a list of its losses, the last batch's loss.",
+                "Under DDP every process must run the same number of steps. A process that stops early "
+                "leaves the others waiting in their next backward pass.",
+                "for epoch in range(epochs):\n    for x, y in train_loader:\n        losses.append(loss.item())\n"
+                "    if np.mean(losses) < target:\n        break",
+                "    if all_reduce_mean(np.mean(losses)) < target:\n        break",
+                "No fix: the condition is left as it was.",
+            ),
+        ),
     )
 }

@@ -132,3 +132,36 @@ def main(cfg, writer):
     assert "all_reduce_meter(val_meter)" in result.output
     # `i` counts steps, the same on every process: the training loss is averaged there.
     assert 'writer.add_scalar("loss/train", global_loss, i)' in result.output
+
+
+@pytest.mark.parametrize(
+    ("after", "reported"),
+    [
+        pytest.param("epoch_loss = np.mean(losses)\n        if epoch_loss < target:\n            break", True, id="a list of losses"),
+        pytest.param("if loss.item() < target:\n            break", True, id="the last batch's loss"),
+        pytest.param("if running / len(train_loader) < target:\n            break", False, id="an accumulator gathered after the loop"),
+        pytest.param("if epoch > 5:\n            break", False, id="the epoch"),
+        pytest.param("if all_reduce_mean(np.mean(losses)) < target:\n            break", False, id="averaged already"),
+    ],
+)
+def test_stopping_on_a_per_process_value_is_reported(after: str, reported: bool) -> None:
+    source = f"""
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+
+def main(target):
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(ds, batch_size=32, shuffle=True)
+    for epoch in range(100):
+        losses, running = [], 0.0
+        for x, y in train_loader:
+            loss = model(x, y)
+            loss.backward()
+            losses.append(loss.item())
+            running += loss.item()
+        {after}
+"""
+    result = convert_source(source)
+    assert any(f.code == "DDP424" for f in result.findings) is reported

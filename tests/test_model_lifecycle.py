@@ -576,7 +576,7 @@ def test_a_configured_device_for_tensors_is_reported_once() -> None:
     "code",
     ["DDP102", "DDP204", "DDP207", "DDP208", "DDP209", "DDP210", "DDP211", "DDP212", "DDP213", "DDP214",
      "DDP215", "DDP216", "DDP220", "DDP221", "DDP222", "DDP223", "DDP311", "DDP312", "DDP313", "DDP314", "DDP315",
-     "DDP316", "DDP317", "DDP417", "DDP418", "DDP419", "DDP420", "DDP421", "DDP422"],
+     "DDP316", "DDP317", "DDP318", "DDP417", "DDP418", "DDP419", "DDP420", "DDP421", "DDP422", "DDP423", "DDP424"],
 )  # fmt: skip
 def test_life_cycle_rules_are_documented_under_ruffs_headings(code: str) -> None:
     from dp2ddp.rules import RULES

@@ -25,6 +25,7 @@ from dp2ddp.batch import FileResult, convert_files, default_jobs
 from dp2ddp.codemods import codemods
 from dp2ddp.files import SourceError, discover, read_source, write_atomic
 from dp2ddp.report import EXIT_INTERRUPTED, Report
+from dp2ddp.rules import RULES
 from dp2ddp.verify import checks, render
 from dp2ddp.verify.compare import Tolerance, compare, compare_band
 from dp2ddp.verify.logs import compare_logs
@@ -200,6 +201,29 @@ def _print_diff(path: Path, before: str, after: str) -> None:
     )
     for line in lines:
         click.echo(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n", nl=False)
+
+
+@main.command(
+    epilog="""\b
+Examples:
+  dp2ddp explain DDP220     what DDP220 finds, why it matters, what to write instead
+  dp2ddp explain --all      every code, one line each
+"""
+)
+@click.argument("code", required=False)
+@click.option("--all", "list_all", is_flag=True, help="List every code with its severity and name.")
+def explain(code: str | None, list_all: bool) -> None:
+    """Explain a finding's code: what it finds, why it matters, and what convert does about it."""
+    if list_all or code is None:
+        for rule in RULES.values():
+            click.echo(f"{rule.code}  {rule.severity:<7}  {rule.name}")
+        return
+    rule = RULES.get(code.upper())
+    if rule is None:
+        raise click.UsageError(f"unknown code {code!r}; `dp2ddp explain --all` lists them")
+    click.echo(f"# {rule.code} ({rule.name}, {rule.severity})\n")
+    click.echo(f"Message: {rule.message}\n")
+    click.echo(rule.doc.rstrip())
 
 
 @main.command(

@@ -40,6 +40,13 @@ RULES: dict[str, Rule] = {
             "already-distributed",
             "note",
             "already uses torch.distributed ({what}); left unchanged",
+            doc=_doc(
+                "Finds a script that already calls `init_process_group` or builds `DistributedDataParallel` itself.",
+                "Such a script manages its own processes. Adding a second setup, samplers or guards on top of the script's own would initialise the process group twice or split the data twice.",
+                'dist.init_process_group("nccl")\nmodel = DistributedDataParallel(model, device_ids=[local_rank])',
+                "# nothing to convert: check it with the other findings instead",
+                "No fix: the file is left as it was.",
+            ),
         ),
         Rule(
             "DDP101",
@@ -48,6 +55,13 @@ RULES: dict[str, Rule] = {
             "no `if __name__ == \"__main__\":` entry or top-level training code, so no process-group "
             "setup was added here: the script that imports this one must start the process group first "
             "(convert it too, or call torch.distributed.init_process_group() there)",
+            doc=_doc(
+                'Finds a file with a DataParallel wrap but no `if __name__ == "__main__":` block and no top-level training code, such as a trainer module.',
+                "DDP needs a process group before the model is wrapped. A module that is imported has no place where convert can start one for every way the program is launched.",
+                "class Trainer:\n    def __init__(self, model):\n        self.model = nn.DataParallel(model)",
+                "# in the script that runs the trainer, first thing:\nsetup_distributed()  # or torch.distributed.init_process_group(...)",
+                "Safe: the module is converted; its importer must start the process group.",
+            ),
         ),
         Rule(
             "DDP102",
@@ -70,6 +84,13 @@ RULES: dict[str, Rule] = {
             "warning",
             "DataParallel wraps a sub-module; left unchanged: wrap the whole model "
             "in DistributedDataParallel instead",
+            doc=_doc(
+                "Finds `nn.DataParallel` around a part of a model (`self.backbone = nn.DataParallel(...)`).",
+                "DDP wraps the module whose parameters it synchronises and whose forward it calls; a wrapped sub-module inside an unwrapped model would synchronise part of the gradients and not the rest.",
+                "self.features = nn.DataParallel(self.features)",
+                "model = DistributedDataParallel(model)  # the whole model, once",
+                "No fix: the wrap is left as it was.",
+            ),
         ),
         Rule(
             "DDP202",
@@ -77,12 +98,26 @@ RULES: dict[str, Rule] = {
             "warning",
             "functional nn.parallel.data_parallel cannot be converted; left unchanged: "
             "call the module directly and wrap the model in DistributedDataParallel",
+            doc=_doc(
+                "Finds the functional `nn.parallel.data_parallel(module, inputs)`.",
+                "It scatters one call over GPUs inside one process; there is no module object for DDP to wrap.",
+                "output = nn.parallel.data_parallel(model, inputs, device_ids)",
+                "model = DistributedDataParallel(model)\noutput = model(inputs)",
+                "No fix: the call is left as it was.",
+            ),
         ),
         Rule(
             "DDP203",
             "data-parallel-subclass",
             "warning",
             "subclass of DataParallel `{name}` cannot be converted; left unchanged",
+            doc=_doc(
+                "Finds a class of the script that subclasses DataParallel (a balanced or custom scatter).",
+                "Its overrides (`scatter`, `forward`) only make sense inside one process with many GPUs; DDP has no equivalent of them.",
+                "class BalancedDataParallel(nn.DataParallel):\n    def scatter(self, inputs, kwargs, device_ids): ...",
+                "model = DistributedDataParallel(model)  # one process per GPU: no scatter to balance",
+                "No fix: the class and its uses are left as they were.",
+            ),
         ),
         Rule(
             "DDP204",
@@ -107,6 +142,13 @@ RULES: dict[str, Rule] = {
             "first-gpu-literal",
             "note",
             "`{literal}` would put every process on GPU 0; now `{replacement}`, this process's GPU",
+            doc=_doc(
+                'Finds `.cuda(0)`, `"cuda:0"` and `torch.device("cuda:0")` in a script being converted.',
+                "Under DDP each process owns one GPU. A hard-coded GPU 0 puts every process's tensors on the first GPU, which runs out of memory and serialises the processes.",
+                'x = x.to("cuda:0")',
+                'x = x.to("cuda")  # the current device, which setup_distributed() set to this process\'s GPU',
+                "Safe: `cuda` means the current device, which is this process's.",
+            ),
         ),
         Rule(
             "DDP206",
@@ -114,6 +156,13 @@ RULES: dict[str, Rule] = {
             "warning",
             "the script sets CUDA_VISIBLE_DEVICES: every process sees the same GPUs, so start "
             "no more processes than it lists, or set it in the shell instead",
+            doc=_doc(
+                'Finds `os.environ["CUDA_VISIBLE_DEVICES"] = ...` in the script.',
+                "Set inside the script, it gives every process the same list of GPUs. Started with more processes than it lists, several processes share a GPU or ask for one that is not visible.",
+                'os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus',
+                "CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node=2 train.py",
+                "No fix: the assignment is kept; setup_distributed() runs after it.",
+            ),
         ),
         Rule(
             "DDP207",
@@ -341,6 +390,13 @@ RULES: dict[str, Rule] = {
             "warning",
             "DataLoader already has `{argument}=`; left unchanged: shard it across "
             "processes yourself (e.g. wrap it for DistributedSampler)",
+            doc=_doc(
+                "Finds a training DataLoader that already has a `sampler=` or `batch_sampler=`.",
+                "A DistributedSampler cannot be added next to another sampler; the script's sampler has to be made aware of the processes. Unsplit, every process trains on all the data.",
+                "loader = DataLoader(ds, batch_size=32, sampler=WeightedRandomSampler(w, len(w)))",
+                "# a sampler that yields only this process's share, e.g. a distributed weighted sampler",
+                "No fix: the loader is left as it was.",
+            ),
         ),
         Rule(
             "DDP302",
@@ -348,6 +404,13 @@ RULES: dict[str, Rule] = {
             "warning",
             "DataLoader over an IterableDataset cannot take a sampler; left unchanged: "
             "shard the stream by rank inside the dataset",
+            doc=_doc(
+                "Finds a training DataLoader over an `IterableDataset`.",
+                "An iterable dataset takes no sampler; it must itself yield a different share on each process, or every process trains on the same stream.",
+                "loader = DataLoader(TokenStream(path), batch_size=32)",
+                "# inside __iter__: skip items so that rank r yields every world_size-th one",
+                "No fix: the loader is left as it was.",
+            ),
         ),
         Rule(
             "DDP303",
@@ -355,6 +418,13 @@ RULES: dict[str, Rule] = {
             "warning",
             "DataLoader with {count} positional arguments; left unchanged: pass "
             "arguments after `shuffle` by keyword",
+            doc=_doc(
+                "Finds a DataLoader called with more positional arguments than `dataset, batch_size, shuffle`.",
+                "The fourth positional argument is the sampler; convert cannot add one by keyword next to it without reading which parameter each value binds.",
+                "DataLoader(ds, 32, True, None, None, 4)",
+                "DataLoader(ds, batch_size=32, shuffle=True, num_workers=4)",
+                "No fix: the loader is left as it was.",
+            ),
         ),
         Rule(
             "DDP304",
@@ -362,6 +432,13 @@ RULES: dict[str, Rule] = {
             "warning",
             "the dataset is built inside the DataLoader call of a non-assignment; "
             "left unchanged: bind the dataset to a name first",
+            doc=_doc(
+                "Finds a training DataLoader whose dataset is built inside the call, in a statement other than an assignment.",
+                "The DistributedSampler needs the same dataset object as the loader, so the dataset must have a name convert can bind before the statement.",
+                "for x, y in DataLoader(MNIST(root), batch_size=64, shuffle=True):",
+                "dataset = MNIST(root)\nfor x, y in DataLoader(dataset, batch_size=64, shuffle=True):",
+                "No fix: the loader is left as it was.",
+            ),
         ),
         Rule(
             "DDP305",
@@ -369,6 +446,13 @@ RULES: dict[str, Rule] = {
             "warning",
             "no epoch loop found for `{loader}`: call `{loader}.sampler.set_epoch(epoch)` "
             "at the start of every epoch, or every epoch repeats one order",
+            doc=_doc(
+                "Finds a sharded training loader with no loop over epochs convert can call `set_epoch` in.",
+                "A DistributedSampler shuffles by its epoch number. Without `set_epoch`, every epoch visits the data in the same order.",
+                "for step in range(steps):\n    x, y = next(batches)",
+                "for epoch in range(epochs):\n    loader.sampler.set_epoch(epoch)\n    for x, y in loader: ...",
+                "No fix: nothing is inserted.",
+            ),
         ),
         Rule(
             "DDP306",
@@ -376,6 +460,13 @@ RULES: dict[str, Rule] = {
             "warning",
             "no DataLoader in this file: give the training loader a DistributedSampler "
             "where it is built, and call set_epoch every epoch",
+            doc=_doc(
+                "Finds a file that wraps a model but builds no DataLoader and has no training loop of its own.",
+                "The training data is built somewhere else, where convert cannot add the DistributedSampler that splits it between processes.",
+                "model = nn.DataParallel(build_model())\ntrainer.fit(model)",
+                "# where the loader is built:\nDataLoader(ds, batch_size=bs // dist.get_world_size(), sampler=DistributedSampler(ds))",
+                "No fix: the data is left as it was.",
+            ),
         ),
         Rule(
             "DDP307",
@@ -383,6 +474,13 @@ RULES: dict[str, Rule] = {
             "note",
             "global batch kept: each process loads `{batch} // world_size` samples; "
             "{divisibility}",
+            doc=_doc(
+                "Notes that a training loader's batch is divided by the world size, which keeps the global batch.",
+                "DataParallel's `batch_size` was the global batch split over GPUs. Dividing it keeps the learning rate right; a batch that does not divide evenly changes it slightly.",
+                "DataLoader(ds, batch_size=128, shuffle=True)",
+                "DataLoader(ds, batch_size=128 // dist.get_world_size(), sampler=DistributedSampler(ds, shuffle=True))",
+                "Safe: the global batch is the same wherever it divides by the process count.",
+            ),
         ),
         Rule(
             "DDP308",
@@ -390,6 +488,13 @@ RULES: dict[str, Rule] = {
             "note",
             "per-process batch kept: the effective batch becomes `{batch} * world_size`; "
             "scale the learning rate to match",
+            doc=_doc(
+                "Notes that a training loader keeps its batch per process (`--keep-per-process-batch`, or a batch of 1).",
+                "Each process loads the full batch, so the effective batch is the world size times larger; a learning rate tuned for the old batch may be too small.",
+                "DataLoader(ds, batch_size=32, shuffle=True)  # 4 processes: 128 per step",
+                "optimizer = SGD(model.parameters(), lr=base_lr * dist.get_world_size())",
+                "Safe: nothing is divided; the report states the new effective batch.",
+            ),
         ),
         Rule(
             "DDP309",
@@ -397,6 +502,13 @@ RULES: dict[str, Rule] = {
             "warning",
             "global batch {size} does not divide by {misses} processes: each process loads "
             "`{size} // world_size` and the global batch shrinks there; pick a multiple of the process count",
+            doc=_doc(
+                "Finds a literal batch that some common process counts do not divide.",
+                "Each process loads `batch // world_size`; the remainder is lost, so the global batch, and the gradient scale with it, shrink on those counts.",
+                "DataLoader(ds, batch_size=100, shuffle=True)  # 8 processes: 12 each, 96 in all",
+                "DataLoader(ds, batch_size=96, shuffle=True)",
+                "Safe: the batch is divided; the report names the counts where it shrinks.",
+            ),
         ),
         Rule(
             "DDP310",
@@ -404,6 +516,13 @@ RULES: dict[str, Rule] = {
             "note",
             "`{loss}` sums over the batch and DDP averages gradients over processes: backward "
             "now runs on `{loss} * world_size`, so the gradient is the whole batch's sum again",
+            doc=_doc(
+                'Notes that a loss that sums over the batch (`reduction="sum"`) is multiplied by the world size before backward.',
+                "DDP averages gradients over processes. For a summed loss the average of per-process sums is 1/world_size of the whole batch's sum that DataParallel computed.",
+                'loss = F.mse_loss(out, y, reduction="sum")\nloss.backward()',
+                "(loss * dist.get_world_size()).backward()",
+                "Safe: the logged loss is unchanged; only backward is scaled.",
+            ),
         ),
         Rule(
             "DDP311",
@@ -549,6 +668,13 @@ RULES: dict[str, Rule] = {
             "this line has a side effect and calls `{call}`, which every process must run, "
             "where it cannot be moved out; left on every process: bind the value first, then "
             "guard the rest with `if is_main_process():`",
+            doc=_doc(
+                "Finds a line that both writes (a print, a log) and calls something every process must run, in a form convert cannot split.",
+                "Guarded whole, the other processes would skip the collective and hang; left whole, every process writes the line.",
+                'print(evaluate(model) if verbose else "")',
+                'result = evaluate(model)\nif is_main_process():\n    print(result if verbose else "")',
+                "No fix: the line runs on every process.",
+            ),
         ),
         Rule(
             "DDP402",
@@ -556,6 +682,13 @@ RULES: dict[str, Rule] = {
             "warning",
             "`{call}` runs under a rank guard, but every process must call it; the processes "
             "that skip it leave the others waiting forever: move it out of the guard",
+            doc=_doc(
+                "Finds a collective (a barrier, an all-reduce, the DDP model's forward, a function that reaches one) under a rank condition such as `if rank == 0:`.",
+                "Every process must enter a collective. The processes that skip it leave the others waiting forever.",
+                "if rank == 0:\n    acc = evaluate(model)\n    dist.barrier()",
+                "acc = evaluate(model)\ndist.barrier()\nif rank == 0:\n    print(acc)",
+                "No fix: the code is left as it was.",
+            ),
         ),
         Rule(
             "DDP403",
@@ -563,6 +696,13 @@ RULES: dict[str, Rule] = {
             "note",
             "this progress line shows this process's running values, not the whole data's: a "
             "collective here could hang, {why}; the values after the loop are gathered from every process",
+            doc=_doc(
+                "Notes a progress line inside a loop that shows this process's running values.",
+                "Reducing there would be a collective at a place convert cannot prove every process reaches at the same step, which could hang. The values after the loop are reduced.",
+                "for step, (x, y) in enumerate(val_loader):\n    print(step, correct / total)",
+                "# the numbers after the loop are gathered from every process",
+                "Safe: the line shows per-process values; nothing is changed.",
+            ),
         ),
         Rule(
             "DDP417",

@@ -246,3 +246,22 @@ def test_a_file_convert_cannot_make_safe_is_left_as_it_was_and_exits_1(tmp_path:
     assert f"{path}:27:5: DDP211 " in err
     assert "left" in err and "as it was" in err and "2 errors above" in err
     assert "1 left as it was" in err.splitlines()[-1]
+
+
+def test_explain_documents_every_code() -> None:
+    from dp2ddp.rules import RULES
+
+    code, out, _ = run("explain", "--all")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == list(RULES)
+    for rule in RULES.values():
+        code, out, _ = run("explain", rule.code.lower())
+        assert code == 0
+        assert out.startswith(f"# {rule.code} ({rule.name}, {rule.severity})")
+        assert "## Why is this bad?" in out
+
+
+def test_explain_names_an_unknown_code() -> None:
+    code, _, err = run("explain", "DDP999")
+    assert code == 2
+    assert "unknown code 'DDP999'" in err

@@ -16,7 +16,7 @@ shared by every codemod that plans against the same tree.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, TypeVar
 
@@ -208,6 +208,35 @@ class Analysis:
         if scope is None or name.value not in scope:
             return []
         return [access.node for assignment in scope.assignments[name.value] for access in assignment.references]
+
+    def reads(self, node: cst.CSTNode) -> set[str]:
+        """The names and dotted attributes ``node`` reads: ``x``, ``self.tokens`` (and ``tokens``)."""
+        from ._base import code_of
+
+        return {n.value for n in self.within(node, cst.Name)} | {code_of(a) for a in self.within(node, cst.Attribute)}
+
+    def flows_from(
+        self, seeds: set[str], assigns: Collection[cst.Assign] | None = None, through: Callable[[cst.Assign], bool] = bool
+    ) -> set[str]:
+        """``seeds`` and every name or attribute assigned, directly or not, from a value that reads one of them.
+
+        Only ``assigns`` (every assignment of the file by default) that ``through`` accepts pass a value on.
+        """
+        from ._base import code_of
+
+        flows = set(seeds)
+        candidates = [a for a in (self.nodes(cst.Assign) if assigns is None else assigns) if through(a)]
+        changed = True
+        while changed:
+            changed = False
+            for assign in candidates:
+                if not self.reads(assign.value) & flows:
+                    continue
+                for target in assign.targets:
+                    if isinstance(target.target, (cst.Name, cst.Attribute)) and code_of(target.target) not in flows:
+                        flows.add(code_of(target.target))
+                        changed = True
+        return flows
 
     def returned_to(self, node: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.Assign]]:
         """Where the caller binds a value a function returns: ``x = f()``, or one name of ``a, x = f()``.

@@ -35,7 +35,13 @@ from . import _names as names
 from ._analysis import Analysis
 from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
 from ._effects import under_rank_guard
-from ._results import LOADER_NAME, at_step_level, in_inner_data_loop, loop_results, owner_of
+from ._results import (
+    LOADER_NAME,
+    at_step_level,
+    in_inner_data_loop,
+    loop_results,
+    owner_of,
+)
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values):
@@ -121,6 +127,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
 
     def _report_per_process_stops(self, analysis: Analysis) -> None:
         """``if np.mean(losses) > best: break`` after a training loop: each process may stop in another epoch."""
+        reduction = m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))
         for loop in analysis.nodes(cst.For):
             if not self._loader_names(loop) or not self._is_training_loop(loop) or under_rank_guard(self, loop):
                 continue
@@ -132,12 +139,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             }  # fmt: skip
             owner = owner_of(analysis, loop)
             after = [a for a in analysis.within(owner, cst.Assign) if analysis.is_after(a, loop)]
-            for _ in range(3):
-                for assign in after:
-                    if self.matches(assign.value, m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))):
-                        continue  # averaged over processes: the same everywhere
-                    if {n.value for n in analysis.within(assign.value, cst.Name)} & flows:
-                        flows |= {t.target.value for t in assign.targets if isinstance(t.target, cst.Name)}
+            # A value averaged over processes is the same everywhere: it passes nothing on.
+            flows = analysis.flows_from(flows, after, through=lambda a: not self.matches(a.value, reduction))
             for test in analysis.within(owner, cst.If):
                 if not analysis.is_after(test, loop) or not analysis.findall_in(test.body, m.Break() | m.Return()):
                     continue
@@ -145,7 +148,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 averaged = {id(n) for r in reductions for n in analysis.within(r, cst.Name)}
                 read = {n.value for n in analysis.within(test.test, cst.Name) if id(n) not in averaged} & flows
                 if read and not under_rank_guard(self, test):
-                    self.report(test.test, "DDP424", value=sorted(read)[0])
+                    self.report(test.test, "DDP424", value=min(read))
 
     def _written_in(self, loop: cst.For) -> set[str]:
         """Names a loop body binds or appends to, each holding this process's share after a sharded loop."""
@@ -223,22 +226,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
 
     def _sets_learning_rate(self, value: str) -> bool:
         """Whether ``value`` flows, through assignments, into a learning rate."""
-        flows, changed = {value}, True
-        while changed:
-            changed = False
-            for assign in self.analysis.nodes(cst.Assign):
-                read = code_of(assign.value)
-                if not any(re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", read) for name in flows):
-                    continue
-                for target in assign.targets:
-                    written = code_of(target.target)
-                    if LEARNING_RATE.search(written):
-                        return True
-                    if written not in flows:
-                        flows.add(written)
-                        changed = True
-        return False
-
+        return any(LEARNING_RATE.search(name) for name in self.analysis.flows_from({value}) - {value})
     def _plan_reports(self, loop: cst.For, training: bool, accumulators: dict[str, str], meters: list[str]) -> None:
         # A backward whose loss gets scaled by the world size no longer names the loss.
         losses = {

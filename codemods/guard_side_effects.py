@@ -82,21 +82,12 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
 
     def _names_a_path(self, values: set[str]) -> str | None:
         """The first path, directory or writer built from ``values``, through assignments."""
-        flows = set(values)
-        for _ in range(3):
-            for assign in self.analysis.nodes(cst.Assign):
-                if self._reads_any(assign.value, flows):
-                    flows |= {code_of(t.target) for t in assign.targets if isinstance(t.target, (cst.Name, cst.Attribute))}
+        flows = self.analysis.flows_from(values)
         for call in self.analysis.nodes(cst.Call):
             writes = self.matches(call, call_to(names.PATH_USERS | names.WRITER_CONSTRUCTORS)) or opens_for_writing(self, call)
-            if writes and any(self._reads_any(a.value, flows) for a in call.args):
+            if writes and any(self.analysis.reads(a.value) & flows for a in call.args):
                 return code_of(call).split("(")[0]
         return None
-
-    def _reads_any(self, node: cst.CSTNode, values: set[str]) -> bool:
-        return any(code_of(n) in values for n in self.analysis.within(node, cst.Name)) or any(
-            code_of(n) in values for n in self.analysis.within(node, cst.Attribute)
-        )
 
     def _report_unknown_writers(self, analysis: Analysis) -> None:
         """A call to another file's function whose name says it writes: convert cannot see whether it is safe to guard."""

@@ -80,9 +80,10 @@ class Wrap:
 class ModelLifecycle:
     """What the analysis knows about every wrapped model of one script."""
 
-    def __init__(self, analysis: Analysis) -> None:
+    def __init__(self, analysis: Analysis, around: list[cst.Call] | None = None) -> None:
+        """The life-cycle around the script's DataParallel wraps, or, for ``check``, ``around`` these DDP wraps."""
         self.analysis = analysis
-        self.wraps = [self._wrap(call) for call in analysis.script_facts.model_wraps]
+        self.wraps = [self._wrap(call) for call in (analysis.script_facts.model_wraps if around is None else around)]
         self.blockers: list[Hazard] = []
         self.findings: list[Hazard] = []
         # Each `if` whose wrap statements all move after it, and the statements.
@@ -99,16 +100,19 @@ class ModelLifecycle:
             if analysis.script_facts.helper_wraps:
                 self._devices()  # Converted already: the devices are still this script's own.
             return
-        self._plan_conditions()
+        if around is None:
+            self._plan_conditions()
         for wrap in self.wraps:
             self._after_the_wrap(wrap)
-            self._find_unused_parameters(wrap)
+            if around is None:
+                self._find_unused_parameters(wrap)
         for returned in self._returned_models():
             self.model_names |= returned.names
             self._after_the_wrap(returned)
         self._training_steps()
         self._optimizers()
-        self._devices()
+        if around is None:
+            self._devices()
 
     @property
     def blocked(self) -> bool:

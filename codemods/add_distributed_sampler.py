@@ -58,6 +58,19 @@ class _LoaderPlan:
     hoisted_dataset: str | None  # name the dataset expression moves to
 
 
+def is_training_loader(call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool) -> bool:
+    """A loader named for training or shuffled, or the script's only loader: ``check`` asks the same."""
+    name = code_of(reference) if reference is not None else ""
+    if "train" in name.lower():
+        return True
+    if EVALUATION_NAME.search(name):
+        return False
+    shuffle = argument(call, SHUFFLE, "shuffle")
+    if shuffle is not None and not m.matches(shuffle, m.Name("False") | m.Name("None")):
+        return True
+    return only_loader
+
+
 class AddDistributedSamplerCommand(Dp2ddpCodemod):
     DESCRIPTION = "Give the training DataLoader a DistributedSampler, keep the global batch, call set_epoch."
     @staticmethod
@@ -123,7 +136,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if self.SHARDS_EVALUATION:
             wanted = self._is_evaluation_loader(module, call, reference, only_loader)
         else:
-            wanted = self._is_training_loader(call, reference, only_loader)
+            wanted = is_training_loader(call, reference, only_loader)
         if not wanted:
             return
         for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
@@ -201,22 +214,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return None, None
         return callers[0][0], callers[0][1].value
 
-    def _is_training_loader(self, call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool) -> bool:
-        name = code_of(reference) if reference is not None else ""
-        if "train" in name.lower():
-            return True
-        if EVALUATION_NAME.search(name):
-            return False
-        shuffle = argument(call, SHUFFLE, "shuffle")
-        if shuffle is not None and not m.matches(shuffle, m.Name("False") | m.Name("None")):
-            return True
-        return only_loader
-
     def _is_evaluation_loader(
         self, module: cst.Module, call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool
     ) -> bool:
         """An unshuffled loader named for evaluation, or iterated under ``torch.no_grad()``."""
-        if self._is_training_loader(call, reference, only_loader):
+        if is_training_loader(call, reference, only_loader):
             return False
         name = code_of(reference) if reference is not None else ""
         dataset = argument(call, 0, "dataset")

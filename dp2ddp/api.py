@@ -75,7 +75,7 @@ def convert_source(source: str, options: ConvertOptions = ConvertOptions()) -> C
     when the source does not parse or the conversion would not be sound.
     """
     codemod_groups = _selected_groups(options)
-    if not needs_analysis(source) or not _wraps_or_imports_data_parallel(module := _parse(source)):
+    if not needs_analysis(source) or not _wraps_or_imports_data_parallel(module := parse_source(source)):
         return ConvertResult(source, source, (), NO_DATA_PARALLEL)
     analysis = Analysis(module)
     output, findings = _convert(analysis, codemod_groups, options)
@@ -157,7 +157,8 @@ def _spelled(expression: cst.BaseExpression) -> bool:
 # -- converting -------------------------------------------------------------------------
 
 
-def _parse(source: str) -> cst.Module:
+def parse_source(source: str) -> cst.Module:
+    """The tree of ``source``; a syntax error raises ``ConversionError`` at CPython's position."""
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:

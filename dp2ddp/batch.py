@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source
+from dp2ddp.config import Config
+from dp2ddp.check import CheckResult, Selection, check_source
 from dp2ddp.files import SourceError, read_source
 
+T = TypeVar("T")
 # Below this many files a pool costs more than it saves.
 PARALLEL_MINIMUM = 4
 
@@ -41,21 +46,48 @@ def convert_file(path: Path, options: ConvertOptions) -> FileResult:
         return FileResult(path, source.encoding, error=f"{path}:{error}")
 
 
+@dataclass(frozen=True)
+class CheckedFile:
+    path: Path
+    result: CheckResult | None = None
+    encoding: str = "utf-8"
+    # Set instead of ``result`` when the file could not be read or parsed.
+    error: str | None = None
+
+
+def check_file(path: Path, selection: Selection, config: Config | None = None) -> CheckedFile:
+    if config is not None:
+        selection = selection.also_ignoring(config.ignored_in(path))
+    try:
+        source = read_source(path)
+    except SourceError as error:
+        return CheckedFile(path, error=str(error))
+    try:
+        return CheckedFile(path, check_source(source.text, selection), source.encoding)
+    except ConversionError as error:
+        return CheckedFile(path, error=f"{path}:{error}")
+
+
 def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def convert_files(paths: Sequence[Path], options: ConvertOptions, jobs: int) -> Iterator[FileResult]:
     """Each file's result, in the order of ``paths``, converted by up to ``jobs`` processes."""
+    return map_files(partial(convert_file, options=options), paths, jobs)
+
+
+def map_files(work: Callable[[Path], T], paths: Sequence[Path], jobs: int) -> Iterator[T]:
+    """``work(path)`` for each path, in the order of ``paths``, in up to ``jobs`` processes."""
     if jobs <= 1 or len(paths) < PARALLEL_MINIMUM:
         for path in paths:
-            yield convert_file(path, options)
+            yield work(path)
         return
     workers = min(jobs, len(paths))
     executor = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
     try:
         chunk = max(1, min(16, len(paths) // (workers * 4)))
-        yield from executor.map(convert_file, paths, [options] * len(paths), chunksize=chunk)
+        yield from executor.map(work, paths, chunksize=chunk)
     finally:
         # On Ctrl-C (or any early exit) drop the work not yet started and stop the workers.
         executor.shutdown(wait=True, cancel_futures=True)

@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import click
@@ -21,9 +22,12 @@ from dp2ddp.api import (
     convert_source,
     select_codemods,
 )
-from dp2ddp.batch import FileResult, convert_files, default_jobs
+from dp2ddp.batch import FileResult, check_file, convert_files, default_jobs, map_files
+from dp2ddp.check import Diagnostic, Selection, fails
+from dp2ddp.config import ConfigError, find_config
 from dp2ddp.codemods import codemods
 from dp2ddp.files import SourceError, discover, read_source, write_atomic
+from dp2ddp.formats import FORMATS, FileDiagnostics, as_json, github, sarif, text
 from dp2ddp.report import EXIT_INTERRUPTED, Report
 from dp2ddp.rules import RULES
 from dp2ddp.verify import checks, render
@@ -62,6 +66,7 @@ Examples:
   dp2ddp convert train.py            rewrite train.py in place
   dp2ddp convert --diff train.py     show the change, write nothing
   dp2ddp convert --check src/        exit 1 if any script would change
+  dp2ddp check src/                  report DDP hazards (a linter, and a pre-commit hook)
   dp2ddp verify train.py -- --epochs 1
                                      prove the converted script trains alike
 """,
@@ -429,3 +434,120 @@ def _finish(runs, comparison, status: str, message: str, json_path: Path | None,
         json_path.write_text(json.dumps(document, indent=2) + "\n")
     click.echo(message if status != "error" else f"error: {message}", err=status == "error")
     sys.exit(exit_code)
+
+
+def _codes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    # `--select DDP5,DDP002` and `--select DDP5 --select DDP002` mean the same.
+    return tuple(code.strip().upper() for value in values for code in value.split(",") if code.strip())
+
+
+@main.command(
+    epilog="""\b
+Examples:
+  dp2ddp check train.py               report DDP hazards, exit 1 if any
+  dp2ddp check --diff src/            show the safe fixes, write nothing
+  dp2ddp check --fix src/             apply the safe fixes
+  dp2ddp check --select DDP5 --ignore DDP508 src/
+  dp2ddp check --format sarif src/ > dp2ddp.sarif
+  dp2ddp explain DDP502               what a code means and what to write instead
+
+\b
+Exit status: 0 no finding at or above --fail-on, 1 findings, 2 errors
+(a file that does not parse, a bad option or configuration).
+Configuration: [tool.dp2ddp] in pyproject.toml (select, ignore,
+per-file-ignores, exclude); `# noqa: DDP501` on a line silences it.
+"""
+)
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--format", "output_format", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text: path:line:col: CODE message ([*] marks a safe fix), with the source line on a "
+                   "terminal; json; sarif (2.1.0, for code scanning); github (workflow annotations).")  # fmt: skip
+@click.option("--fix", is_flag=True, help="Apply the safe fixes in place, then report what is left.")
+@click.option("--diff", is_flag=True, help="Print the safe fixes as a unified diff; write nothing.")
+@click.option("--select", multiple=True, callback=_codes, metavar="CODE,...", help="Report only these codes or prefixes (DDP5).")
+@click.option("--ignore", multiple=True, callback=_codes, metavar="CODE,...", help="Do not report these codes or prefixes.")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files and folders matching these patterns.")
+@click.option("--fail-on", type=click.Choice(["error", "warning", "note"]), default="warning", show_default=True,
+              help="The least severe finding that makes the exit status 1.")  # fmt: skip
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (errors reading files still exit 2).")
+@click.option("--show-source/--no-show-source", default=None,
+              help="Show each finding's line with a caret and help (default: when stdout is a terminal).")  # fmt: skip
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Check files in this many processes (default: the number of CPUs).")
+def check(
+    paths: tuple[Path, ...],
+    output_format: str,
+    fix: bool,
+    diff: bool,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    exclude: tuple[str, ...],
+    fail_on: str,
+    exit_zero: bool,
+    show_source: bool | None,
+    jobs: int | None,
+) -> None:
+    """Report DDP hazards: unguarded side effects, collectives some ranks skip, unsplit data, and DataParallel still in use.
+
+    PATHS are scripts or directories (searched recursively for *.py); the
+    default is the current directory.
+    """
+    if fix and diff:
+        raise click.UsageError("--fix writes the fixes and --diff only shows them: give one")
+    try:
+        config = find_config()
+        selection = Selection(select or config.select or ("DDP",), (*config.ignore, *ignore))
+    except (ConfigError, ValueError) as error:
+        raise click.UsageError(str(error)) from None
+    try:
+        files = [path for path in discover(paths or (Path("."),)) if not config.excludes(path, exclude)]
+    except SourceError as error:
+        raise click.UsageError(str(error)) from None
+    checked: list[FileDiagnostics] = []
+    failed = fixed = 0
+    work = partial(check_file, selection=selection, config=config)
+    try:
+        for outcome in map_files(work, files, jobs or default_jobs()):
+            if outcome.result is None:
+                click.echo(f"error: {outcome.error}", err=True)
+                failed += 1
+                continue
+            result = outcome.result
+            if diff and result.fixable:
+                _print_diff(outcome.path, result.source, result.fixed)
+            if fix and result.fixable:
+                write_atomic(outcome.path, result.fixed, outcome.encoding)
+                fixed += 1
+                left = check_file(outcome.path, selection, config).result
+                result = left if left is not None else result
+            checked.append(FileDiagnostics(outcome.path, result.source, result.diagnostics))
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    diagnostics = [d for file in checked for d in file.diagnostics]
+    if not diff:
+        if output_format == "text":
+            source = sys.stdout.isatty() if show_source is None else show_source
+            click.echo(text(checked, source), nl=False)
+        else:
+            click.echo({"json": as_json, "sarif": sarif, "github": github}[output_format](checked), nl=False)
+    click.echo(_check_summary(len(files), diagnostics, fixed, failed, fix), err=True)
+    if failed:
+        sys.exit(2)
+    sys.exit(0 if exit_zero or not fails(diagnostics, fail_on) else 1)
+
+
+def _check_summary(files: int, diagnostics: list[Diagnostic], fixed: int, failed: int, fixing: bool) -> str:
+    by_severity = ", ".join(
+        _count(n, severity) for severity in ("error", "warning", "note")
+        if (n := sum(d.severity == severity for d in diagnostics))
+    )  # fmt: skip
+    found = f"{_count(len(diagnostics), 'finding')}" + (f" ({by_severity})" if by_severity else "")
+    fixable = sum(d.fixable for d in diagnostics)
+    parts = [f"checked {_count(files, 'file')}: {found}"]
+    if fixing:
+        parts.append(f"fixed {_count(fixed, 'file')}")
+    elif fixable:
+        parts.append(f"{fixable} fixable with --fix [*]")
+    if failed:
+        parts.append(f"{_count(failed, 'file')} could not be checked")
+    return "; ".join(parts)

@@ -32,6 +32,17 @@ def _doc(what: str, why: str, example: str, instead: str, fix: str) -> str:
     )
 
 
+def section(doc: str, heading: str) -> str:
+    """The text under ``## heading`` of a rule's documentation, without its code fences."""
+    marker = f"## {heading}\n"
+    if marker not in doc:
+        return ""
+    text = doc.split(marker, 1)[1].split("\n## ", 1)[0].strip()
+    if text.startswith("```"):
+        text = text.split("\n", 1)[1].rsplit("```", 1)[0].rstrip()
+    return text
+
+
 RULES: dict[str, Rule] = {
     rule.code: rule
     for rule in (
@@ -46,6 +57,24 @@ RULES: dict[str, Rule] = {
                 'dist.init_process_group("nccl")\nmodel = DistributedDataParallel(model, device_ids=[local_rank])',
                 "# nothing to convert: check it with the other findings instead",
                 "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP002",
+            "data-parallel-in-use",
+            "warning",
+            "`{call}` runs one process with a thread per GPU: convert the script to DistributedDataParallel "
+            "with `dp2ddp convert`",
+            doc=_doc(
+                "Finds `nn.DataParallel` (any spelling) wrapping a model.",
+                "DataParallel drives every GPU from threads of one process. It is GIL-bound, copies the model "
+                "to every GPU on each forward, gathers outputs on GPU 0, and PyTorch recommends "
+                "DistributedDataParallel instead, which is typically several times faster.",
+                "model = nn.DataParallel(Net()).cuda()",
+                "model = wrap_ddp(Net())  # what dp2ddp convert writes, with setup_distributed() at the entry",
+                "`check --fix` runs `dp2ddp convert` on the file: the whole migration, which changes how the "
+                "script is launched, the data each process loads and which process prints. Review the diff "
+                "(`check --diff`) first. A file that convert would leave as it was is not fixable.",
             ),
         ),
         Rule(
@@ -838,6 +867,291 @@ RULES: dict[str, Rule] = {
                 "    if np.mean(losses) < target:\n        break",
                 "    if all_reduce_mean(np.mean(losses)) < target:\n        break",
                 "No fix: the condition is left as it was.",
+            ),
+        ),
+
+        # -- dp2ddp check: hazards of a script that runs DDP ----------------------------------------
+        Rule(
+            "DDP501",
+            "unguarded-side-effect",
+            "warning",
+            "`{call}` {what} on every process: run it on the main process only (`if dist.get_rank() == 0:`)",
+            doc=_doc(
+                "In a script that starts a process group, finds a print, a log call, a checkpoint or file "
+                "write, a TensorBoard or wandb write, or a tqdm bar that every process runs. Calls under a "
+                "rank condition, under a test of a value only the main process holds (`if writer is not None:`), "
+                "or in a function only such code calls, are guarded already.",
+                "Every process repeats it: logs hold each line once per GPU, progress bars overwrite each other, "
+                "and processes that write the same checkpoint at once can leave a truncated file.",
+                "torch.save(model.module.state_dict(), \"model.pt\")\nprint(f\"epoch {epoch} loss {loss:.3f}\")",
+                "if dist.get_rank() == 0:\n    torch.save(model.module.state_dict(), \"model.pt\")\n"
+                "    print(f\"epoch {epoch} loss {loss:.3f}\")\nbar = tqdm(loader, disable=dist.get_rank() != 0)",
+                "No fix: a guard must never hold a collective, and only a reader of the code can see what a "
+                "call reaches. Guard the line, and keep collectives (all_reduce, a DDP forward) outside it.",
+            ),
+        ),
+        Rule(
+            "DDP502",
+            "collective-under-rank-condition",
+            "error",
+            "`{call}` runs only where this rank condition holds, but every process must call it: the "
+            "processes that skip it leave the others waiting forever; call it on every process",
+            doc=_doc(
+                "Finds a collective (`barrier`, `all_reduce`, `broadcast`, `backward()` of a DDP model, or a "
+                "function of the script that reaches one) inside an `if` whose condition differs between "
+                "processes: `rank == 0`, `is_main_process()`. A barrier met by a barrier under the opposite "
+                "condition (the main-process-first pattern), and calls both branches make, are not reported.",
+                "A collective completes only when every process of the group calls it. The processes that "
+                "call it wait for the ones that never will: the run hangs until the NCCL timeout kills it.",
+                "if dist.get_rank() == 0:\n    torch.save(model.module.state_dict(), path)\n    dist.barrier()",
+                "if dist.get_rank() == 0:\n    torch.save(model.module.state_dict(), path)\ndist.barrier()",
+                "No fix: where the call goes depends on what the guarded code needs; move it out by hand.",
+            ),
+        ),
+        Rule(
+            "DDP503",
+            "ddp-forward-under-rank-condition",
+            "warning",
+            "the DDP model `{call}` runs only where this rank condition holds: in training mode its forward "
+            "synchronises buffers with every process, which then hangs; call `{call}.module` here instead",
+            doc=_doc(
+                "Finds a forward of a DDP model (or a script function that runs one) under a rank-dependent condition.",
+                "DDP's forward broadcasts buffers and prepares the gradient reduction when gradients are on. "
+                "Run on one process only, that waits for the others forever. Under `torch.no_grad()` in "
+                "eval mode it happens to work, which is why this is a warning.",
+                "if rank == 0:\n    accuracy = evaluate(model, val_loader)",
+                "if rank == 0:\n    accuracy = evaluate(model.module, val_loader)",
+                "No fix: the call is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP504",
+            "loader-without-distributed-sampler",
+            "warning",
+            "the training loader `{loader}` has no DistributedSampler, so every process trains on the whole "
+            "dataset: pass `sampler=DistributedSampler(dataset)` (and drop `shuffle`)",
+            doc=_doc(
+                "In a script that starts a process group, finds a DataLoader that a loop calling `backward()` "
+                "iterates, with no `sampler` or `batch_sampler`.",
+                "Every process then sees every sample in each epoch: an epoch costs world-size times the work, "
+                "the effective batch is world-size times larger, and the processes see the same batches.",
+                "loader = DataLoader(dataset, batch_size=64, shuffle=True)",
+                "loader = DataLoader(dataset, batch_size=64, sampler=DistributedSampler(dataset, shuffle=True))",
+                "No fix here: `dp2ddp convert` adds the sampler to a DataParallel script.",
+            ),
+        ),
+        Rule(
+            "DDP505",
+            "shuffle-with-sampler",
+            "error",
+            "`shuffle=True` beside `sampler=` makes DataLoader raise ValueError at start-up: the sampler "
+            "decides the order, so drop `shuffle` (DistributedSampler shuffles by default)",
+            doc=_doc(
+                "Finds a DataLoader given both a sampler and `shuffle=True`.",
+                "DataLoader refuses the combination (\"sampler option is mutually exclusive with shuffle\"), "
+                "so the script crashes on every process before the first step.",
+                "DataLoader(dataset, batch_size=64, shuffle=True, sampler=DistributedSampler(dataset))",
+                "DataLoader(dataset, batch_size=64, sampler=DistributedSampler(dataset))",
+                "Safe: the keyword is removed; the script crashed with it.",
+            ),
+        ),
+        Rule(
+            "DDP506",
+            "missing-set-epoch",
+            "warning",
+            "`{loader}` is iterated once per epoch on a DistributedSampler that is never told the epoch: every "
+            "epoch sees the same order; call `{loader}.sampler.set_epoch(epoch)` at the top of the epoch loop",
+            doc=_doc(
+                "Finds a loader on a DistributedSampler iterated inside an outer (epoch) loop, in a file that "
+                "never calls `set_epoch` on its sampler.",
+                "DistributedSampler seeds its shuffle with the epoch it was given. Without `set_epoch`, every "
+                "epoch repeats the first epoch's order on every process, which measurably hurts training.",
+                "for epoch in range(epochs):\n    for x, y in loader:\n        ...",
+                "for epoch in range(epochs):\n    loader.sampler.set_epoch(epoch)\n    for x, y in loader:\n        ...",
+                "No fix: which value counts epochs is for a reader to say.",
+            ),
+        ),
+        Rule(
+            "DDP507",
+            "set-epoch-outside-epoch-loop",
+            "warning",
+            "`set_epoch` for `{loader}` is not called in the loop that iterates it once per epoch: call it "
+            "once at the top of that loop, before the pass over the data",
+            doc=_doc(
+                "Finds `set_epoch` on a loader's sampler placed before the epoch loop, or inside the loop over batches.",
+                "Called once before the loop, every epoch uses the same order. Called inside the batch loop, "
+                "it takes effect only at the next `iter()`, and with a per-step value it reseeds every step.",
+                "sampler.set_epoch(0)\nfor epoch in range(epochs):\n    for x, y in loader:\n        ...",
+                "for epoch in range(epochs):\n    sampler.set_epoch(epoch)\n    for x, y in loader:\n        ...",
+                "No fix: the call is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP508",
+            "load-without-map-location",
+            "warning",
+            "`torch.load` without `map_location` restores tensors onto the GPU they were saved from (usually "
+            "GPU 0) in every process: pass `map_location=\"cpu\"` or this process's device",
+            doc=_doc(
+                "In a DDP script, finds `torch.load(...)` with no `map_location`.",
+                "A checkpoint saved on rank 0 holds tensors on `cuda:0`. Every process then loads its copy onto "
+                "GPU 0, which runs out of memory or slows every step, and parts of the model may stay there.",
+                "state = torch.load(\"checkpoint.pt\")",
+                "state = torch.load(\"checkpoint.pt\", map_location=\"cpu\")",
+                "No fix: loading onto the CPU changes where tensors the script uses directly live.",
+            ),
+        ),
+        Rule(
+            "DDP509",
+            "first-gpu-hard-coded",
+            "warning",
+            "`{device}` puts every process on GPU 0: use this process's GPU (`LOCAL_RANK`, or "
+            "`torch.cuda.current_device()` after `set_device(local_rank)`)",
+            doc=_doc(
+                "In a DDP script, finds `\"cuda:0\"`, `set_device(0)` and `.cuda(0)`.",
+                "With one process per GPU, every process picks GPU 0: the others sit idle, GPU 0 runs out of memory, "
+                "and NCCL may refuse two processes on one device.",
+                "device = torch.device(\"cuda:0\")",
+                "local_rank = int(os.environ[\"LOCAL_RANK\"])\ntorch.cuda.set_device(local_rank)\n"
+                "device = torch.device(\"cuda\", local_rank)",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP510",
+            "visible-devices-in-ddp-script",
+            "warning",
+            "the script sets CUDA_VISIBLE_DEVICES itself, so every process sees the same GPUs: set it in the "
+            "shell or the launcher, and let each process pick its own with LOCAL_RANK",
+            doc=_doc(
+                "In a DDP script, finds an assignment to `os.environ[\"CUDA_VISIBLE_DEVICES\"]`.",
+                "The launcher starts one process per GPU and tells each which is its own. A script that rewrites "
+                "the visible devices can put several processes on one GPU, or hide a process's GPU from it.",
+                "os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"0,1\"",
+                "# CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node=2 train.py",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP511",
+            "saves-ddp-wrapper",
+            "warning",
+            "`torch.save({model}, ...)` pickles the DDP wrapper, which cannot be loaded without a process "
+            "group: save `{model}.module.state_dict()` instead",
+            doc=_doc(
+                "Finds `torch.save` of a DDP model object itself.",
+                "The pickle holds the DistributedDataParallel object and its process group; loading it "
+                "elsewhere (a single-GPU evaluation, a notebook) fails or needs the same process group.",
+                "torch.save(model, \"model.pt\")",
+                "torch.save(model.module.state_dict(), \"model.pt\")",
+                "No fix: the file format the readers of the checkpoint expect is the script's choice.",
+            ),
+        ),
+        Rule(
+            "DDP520",
+            "cast-after-ddp-wrap",
+            "error",
+            "`{call}` casts the parameters after the DDP wrap: DDP hooks the parameters it was given, so "
+            "gradients of the new ones are never averaged; cast before the wrap",
+            doc=_doc(
+                "Finds `.half()`, `.double()` or `.to(dtype)` on a model after it is wrapped in DDP.",
+                "A cast makes new parameter tensors. DDP registered its hooks on the old ones, so the processes "
+                "train the new parameters independently and drift apart.",
+                "model = DDP(model, device_ids=[local_rank])\nmodel.half()",
+                "model.half()\nmodel = DDP(model, device_ids=[local_rank])",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP521",
+            "reinitialised-after-ddp-wrap",
+            "error",
+            "`{call}` writes the model's weights after the DDP wrap: each process draws its own, and DDP "
+            "copied rank 0's only when it was built; initialise before the wrap",
+            doc=_doc(
+                "Finds `torch.nn.init.*`, `reset_parameters()` or `apply(init_fn)` on a model after the DDP wrap.",
+                "DDP broadcasts rank 0's weights once, in its constructor. Weights written after that differ "
+                "per process, and the replicas never agree again.",
+                "model = DDP(model)\nmodel.apply(init_weights)",
+                "model.apply(init_weights)\nmodel = DDP(model)",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP522",
+            "device-move-after-ddp-wrap",
+            "error",
+            "the DDP model moves to `{device}` after the wrap, which may not be this process's GPU: move it "
+            "before the wrap, to this process's device",
+            doc=_doc(
+                "Finds `.to(device)` or `.cuda(device)` on a DDP model after the wrap, with a device that is not "
+                "the process's own.",
+                "DDP binds to the device the parameters were on when it was built; moving them afterwards "
+                "breaks the gradient reduction or puts several processes on one GPU.",
+                "model = DDP(model)\nmodel.to(\"cuda:1\")",
+                "model.to(local_rank)\nmodel = DDP(model, device_ids=[local_rank])",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP523",
+            "backward-skippable",
+            "error",
+            "a backward pass of the DDP model can be skipped here: {how}; DDP's backward is a collective, so "
+            "a process that skips it leaves the others waiting forever",
+            doc=_doc(
+                "Finds a `continue` on a per-batch condition before `backward()`, a `break` on one, or a "
+                "`try` that swallows an error around the backward.",
+                "Each backward all-reduces gradients with every process. A process that skips a step, or "
+                "leaves the loop early, leaves the others waiting in that all-reduce.",
+                "for x, y in loader:\n    if torch.isnan(loss):\n        continue\n    loss.backward()",
+                "for x, y in loader:\n    loss = torch.nan_to_num(loss)  # or decide with an all_reduce\n    loss.backward()",
+                "No fix: the loop is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP524",
+            "several-backward-per-ddp-forward",
+            "error",
+            "{backwards} backward passes for {forwards} forward passes of the DDP model in this loop: DDP "
+            "reduces gradients once per forward, so sum the losses into one backward",
+            doc=_doc(
+                "Finds a loop that calls `backward()` more often than it runs the DDP model's forward.",
+                "DDP prepares one gradient reduction per forward. A second backward through the same forward "
+                "fails (\"Expected to mark a variable ready only once\") or reduces stale gradients.",
+                "out = model(x)\nloss_a.backward(retain_graph=True)\nloss_b.backward()",
+                "out = model(x)\n(loss_a + loss_b).backward()",
+                "No fix: the loop is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP525",
+            "double-backward-through-ddp",
+            "error",
+            "torch.autograd.grad(create_graph=True) does not work through DDP: compute it on `model.module`, "
+            "or use the no_sync() context and reduce by hand",
+            doc=_doc(
+                "Finds `torch.autograd.grad(..., create_graph=True)` in a script that wraps a model in DDP.",
+                "DDP's reducer does not support double backward: a gradient penalty through the wrapper fails "
+                "or silently skips the reduction of the penalty's gradients.",
+                "grads = torch.autograd.grad(out.sum(), x, create_graph=True)",
+                "out = model.module(x)\ngrads = torch.autograd.grad(out.sum(), x, create_graph=True)",
+                "No fix: the call is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP526",
+            "trainable-module-not-wrapped",
+            "error",
+            "the optimizer trains `{module}`, which no DDP wrap holds: its gradients are never averaged and the "
+            "processes' copies drift apart; wrap it in DDP too",
+            doc=_doc(
+                "Finds an optimizer built over the parameters of a module the script creates but never wraps in DDP.",
+                "Only wrapped parameters have their gradients averaged. The unwrapped module trains on each "
+                "process's data alone, and the processes end with different models.",
+                "model = DDP(backbone)\nhead = nn.Linear(512, 10)\noptimizer = SGD(list(model.parameters()) + list(head.parameters()))",
+                "model = DDP(nn.Sequential(backbone, nn.Linear(512, 10)))",
+                "No fix: the optimizer is left as it was.",
             ),
         ),
     )

@@ -1,0 +1,412 @@
+"""DDP hazards in a script that already runs DistributedDataParallel, for ``dp2ddp check``.
+
+A converted script and a hand-written DDP script face the same hazards, and
+the analysis that lets ``convert`` avoid them finds them here: side effects
+every process repeats (``ProcessEffects``), collectives some processes skip
+(``ProcessEffects.collectives_in``), training loaders without a
+``DistributedSampler`` (the sampler codemod's ``is_training_loader``) and the
+model's life-cycle around the DDP wrap (``ModelLifecycle``). Each hazard is a
+rule code with its node; ``dp2ddp.check`` turns them into diagnostics.
+
+Facts the analysis cannot establish produce no finding: a linter that cries
+wolf on real code is switched off, and then it protects nobody.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import libcst as cst
+import libcst.matchers as m
+
+from . import _names as names
+from ._base import VISIBLE_DEVICES, argument, call_to, code_of, entry_point, parameter_for, script_functions
+from ._effects import is_rank_guard, opens_for_writing
+from ._lifecycle import Hazard, ModelLifecycle
+
+if TYPE_CHECKING:
+    from ._analysis import Analysis
+
+# Point-to-point calls are rank-dependent by design: `if rank == 0: dist.send(...)` is how they are used.
+POINT_TO_POINT = frozenset(
+    f"torch.distributed.{name}" for name in ("send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp")
+)
+# Calls that change nothing: asking for a group or a store, or leaving the process group.
+NOT_COLLECTIVE = frozenset(
+    f"torch.distributed.{name}"
+    for name in ("init_process_group", "new_group", "get_process_group_ranks", "is_mpi_available", "Backend")
+)
+# The one literal a rank is compared with that every process answers alike: "not launched distributed".
+NOT_DISTRIBUTED = "-1"
+MAIN_WORDS = re.compile(r"main_process|is_main|is_master|master_process|rank_zero|is_rank_0|is_primary", re.IGNORECASE)
+RANK_WORD = re.compile(r"rank", re.IGNORECASE)
+FIRST_GPU = re.compile(r"^cuda:0$")
+# The life-cycle's hazards, which convert reports against a DataParallel wrap, under their check codes.
+LIFECYCLE_CODES = {
+    "DDP210": "DDP520",
+    "DDP211": "DDP521",
+    "DDP212": "DDP522",
+    "DDP220": "DDP523",
+    "DDP221": "DDP524",
+    "DDP222": "DDP525",
+    "DDP223": "DDP526",
+}
+
+
+def rank_dependent(test: cst.BaseExpression) -> bool:
+    """Whether processes answer ``test`` differently: ``rank == 0``, ``is_main_process()``, ``local_rank in [-1, 0]``.
+
+    ``local_rank != -1`` and ``args.local_rank == -1`` ask whether the run is
+    distributed at all, which every process answers alike.
+    """
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return rank_dependent(test.expression)
+    if isinstance(test, cst.BooleanOperation):
+        return rank_dependent(test.left) or rank_dependent(test.right)
+    if isinstance(test, cst.Comparison):
+        sides = [test.left, *(c.comparator for c in test.comparisons)]
+        if not any(RANK_WORD.search(code_of(side)) for side in sides):
+            return False
+        others = [code_of(side) for side in sides if not RANK_WORD.search(code_of(side))]
+        return not others or any(other != NOT_DISTRIBUTED for other in others)
+    return bool(MAIN_WORDS.search(code_of(test)))
+
+
+class DistributedHazards:
+    """The hazards of one DDP script, each a rule code at a node."""
+
+    def __init__(self, analysis: Analysis) -> None:
+        self.analysis = analysis
+        self.effects = analysis.effects
+        self.hazards: list[Hazard] = []
+        # Nodes with a safe fix, and the replacement: `shuffle=True` dropped beside a sampler.
+        self.fixes: dict[cst.CSTNode, cst.CSTNode] = {}
+        calls = analysis.nodes(cst.Call)
+        self.initialises = any(analysis.matches(c, call_to(names.INIT_PROCESS_GROUP)) for c in calls)
+        self.wraps = [c for c in calls if analysis.matches(c, call_to(names.DISTRIBUTED_DATA_PARALLEL)) and not self._in_helper(c)]
+        self.helper_wraps = [c for c in calls if m.matches(c.func, m.Name(names.WRAP_HELPER))]
+        if not (self.initialises or self.wraps):
+            return
+        self._models()
+        self._collectives_under_rank_conditions()
+        self._shuffle_with_sampler()
+        self._devices()
+        if self.wraps or self.helper_wraps:
+            self._lifecycle()
+        if self.initialises and entry_point(analysis) is not None:
+            # Side effects and data splitting are a script's business; a library that starts a
+            # process group in a function prints for whoever calls it.
+            self._unguarded_side_effects()
+            self._loaders()
+
+    def _report(self, node: cst.CSTNode, code: str, **values: str) -> None:
+        self.hazards.append(Hazard(node, code, tuple(values.items())))
+
+    def _models(self) -> None:
+        """Names bound to a DDP model: ``model = DDP(net, device_ids=[rank])`` makes ``model`` run collectives."""
+        for call in self.wraps:
+            parent = self.analysis.parents.get(call)
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+                target = code_of(parent.targets[0].target)
+                self.effects.models |= {target, target.rsplit(".", 1)[-1]}
+        self.effects.collective_functions = self.effects._functions_reaching_collectives()
+
+    @cached_property
+    def _functions(self) -> dict[str, cst.FunctionDef]:
+        return script_functions(self.analysis.module)
+
+    def _in_helper(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in self.analysis.ancestors(node))
+
+    # -- collectives some processes skip ----------------------------------------------------
+
+    def _collectives_under_rank_conditions(self) -> None:
+        for statement in self.analysis.nodes(cst.If):
+            if not rank_dependent(statement.test) or self._in_helper(statement):
+                continue
+            body = self._collectives(statement.body)
+            other = self._collectives(statement.orelse) if statement.orelse is not None else []
+            # Both branches make the same calls: `if rank == 0: dist.broadcast(t, 0) else: dist.broadcast(t, 0)`.
+            common = {code_of(c.func) for c in body} & {code_of(c.func) for c in other}
+            for call in body + other:
+                if code_of(call.func) in common or self._paired_barrier(call, statement):
+                    continue
+                if self._is_model_forward(call):
+                    self._report(call, "DDP503", call=code_of(call.func))
+                else:
+                    self._report(call, "DDP502", call=code_of(call.func))
+
+    def _collectives(self, node: cst.CSTNode) -> list[cst.Call]:
+        found = []
+        for call in self.effects.collectives_in(node):
+            qualified = {q.name for q in self.analysis.qualified_names(call.func)}
+            if qualified & (POINT_TO_POINT | NOT_COLLECTIVE):
+                continue
+            found.append(call)
+        return found
+
+    def _is_model_forward(self, call: cst.Call, seen: frozenset[str] = frozenset()) -> bool:
+        """A DDP model's forward, or a function of the script whose only collectives are such forwards."""
+        func = code_of(call.func)
+        if func.removeprefix("self.") in self.effects.models:
+            return True
+        function = self._functions.get(func)
+        if function is None or func in seen:
+            return function is not None
+        reached = self.effects.collectives_in(function.body)
+        return bool(reached) and all(self._is_model_forward(c, seen | {func}) for c in reached)
+
+    def _paired_barrier(self, call: cst.Call, statement: cst.If) -> bool:
+        """``if rank != 0: barrier()`` ... ``if rank == 0: barrier()``: every process meets the other's barrier."""
+        if not self.analysis.matches(call, call_to({"torch.distributed.barrier"})):
+            return False
+        scope = next((a for a in self.analysis.ancestors(statement) if isinstance(a, cst.FunctionDef)), self.analysis.module)
+        for other in self.analysis.within(scope, cst.If):
+            if other is statement or not rank_dependent(other.test) or code_of(other.test) == code_of(statement.test):
+                continue
+            if any(self.analysis.matches(c, call_to({"torch.distributed.barrier"})) for c in self._collectives(other.body)):
+                return True
+        return False
+
+    # -- side effects every process repeats ---------------------------------------------------
+
+    def _unguarded_side_effects(self) -> None:
+        guarded_functions = self._functions_called_only_when_guarded()
+        devnull_writers = self._writers_off_the_main_process()
+        for call in self.analysis.nodes(cst.Call):
+            if self._in_helper(call) or self._guarded(call, guarded_functions):
+                continue
+            if self.analysis.matches(call, call_to(names.TQDM)):
+                if argument(call, 99, "disable") is None:
+                    self._report(call, "DDP501", call=code_of(call.func), what="draws a progress bar")
+                continue
+            if not self.effects.is_side_effect(call):
+                continue
+            if isinstance(call.func, cst.Attribute) and code_of(call.func.value) in devnull_writers:
+                continue
+            if self.analysis.matches(call, call_to(names.MAKE_DIRECTORY)):
+                continue  # with exist_ok, every process may make it; without, DDP417's fix applies
+            self._report(call, "DDP501", call=code_of(call.func), what=self._what(call))
+
+    def _what(self, call: cst.Call) -> str:
+        if self.analysis.matches(call, call_to(names.TORCH_SAVE)) or (
+            isinstance(call.func, cst.Attribute) and call.func.attr.value in names.MODEL_SAVE_METHODS
+        ):
+            return "writes the checkpoint"
+        if self.analysis.matches(call, call_to({"builtins.print", "pprint.pprint", "sys.stdout.write", "sys.stderr.write"})):
+            return "prints"
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in names.LOGGER_METHODS | names.SUMMARY_WRITER_METHODS:
+            return "logs"
+        return "writes"
+
+    def _guarded(self, node: cst.CSTNode, guarded_functions: set[str]) -> bool:
+        """Under a rank condition, under a test of a value only the main process holds, or in a function only such code calls."""
+        child = node
+        for ancestor in self.analysis.ancestors(node):
+            if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
+                if is_rank_guard(ancestor.test) or self.analysis.reads(ancestor.test) & self._main_only_values:
+                    return True
+            if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+                if is_rank_guard(ancestor.left):
+                    return True
+            if isinstance(ancestor, cst.FunctionDef) and ancestor.name.value in guarded_functions:
+                return True
+            child = ancestor
+        return False
+
+    @cached_property
+    def _main_only_values(self) -> set[str]:
+        """Names assigned under a rank condition, or from a value that tests one: ``writer = SummaryWriter() if is_main else None``."""
+        seeds: set[str] = set()
+        for assign in self.analysis.nodes(cst.Assign):
+            if self._assigned_by_rank(assign):
+                seeds |= {code_of(t.target) for t in assign.targets if isinstance(t.target, (cst.Name, cst.Attribute))}
+        seeds |= {"is_main", "main_process", "master_process", "is_master"}
+        return seeds
+
+    def _assigned_by_rank(self, assign: cst.Assign) -> bool:
+        if any(is_rank_guard(n.test) for n in self.analysis.within(assign.value, cst.IfExp)):
+            return True
+        return bool(isinstance(assign.value, (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation)) and is_rank_guard(assign.value))
+
+    def _functions_called_only_when_guarded(self) -> set[str]:
+        """Functions of the script every call of which runs under a rank condition."""
+        calls_of: dict[str, list[cst.Call]] = {}
+        for call in self.analysis.nodes(cst.Call):
+            name = code_of(call.func)
+            if name in self._functions:
+                calls_of.setdefault(self._functions[name].name.value, []).append(call)
+        guarded: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, calls in calls_of.items():
+                if name not in guarded and all(self._guarded(c, guarded) for c in calls):
+                    guarded.add(name)
+                    changed = True
+        return guarded
+
+    def _writers_off_the_main_process(self) -> set[str]:
+        """Files opened on ``os.devnull`` off the main process: writing to them writes nothing there."""
+        found = set()
+        for assign in self.analysis.nodes(cst.Assign):
+            if opens_for_writing(self.analysis, assign.value) and "devnull" in code_of(assign.value):
+                found |= {code_of(t.target) for t in assign.targets}
+        for item in self.analysis.nodes(cst.WithItem):
+            if opens_for_writing(self.analysis, item.item) and "devnull" in code_of(item.item) and item.asname is not None:
+                found.add(code_of(item.asname.name))
+        return found
+
+    # -- loaders and samplers ----------------------------------------------------------------
+
+    def _loaders(self) -> None:
+        from .add_distributed_sampler import is_training_loader
+
+        loaders = [c for c in self.analysis.nodes(cst.Call) if self.analysis.matches(c, call_to(names.DATA_LOADER))]
+        for call in loaders:
+            reference = self._bound_to(call)
+            sampler = argument(call, 3, "sampler")
+            batch_sampler = argument(call, 4, "batch_sampler")
+            if sampler is None and batch_sampler is None and not any(a.star for a in call.args):
+                if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(reference):
+                    self._report(call, "DDP504", loader=code_of(reference) if reference is not None else "this loader")
+                continue
+            distributed = self._distributed_sampler(sampler)
+            if distributed is not None and reference is not None:
+                self._set_epoch(call, reference, distributed)
+
+    def _bound_to(self, call: cst.Call) -> cst.BaseExpression | None:
+        parent = self.analysis.parents.get(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, (cst.Name, cst.Attribute)):
+            return parent.targets[0].target
+        return None
+
+    def _distributed_sampler(self, sampler: cst.BaseExpression | None) -> str | None:
+        """How the script names the sampler when it is a DistributedSampler: ``sampler`` or ``loader.sampler``."""
+        if sampler is None:
+            return None
+        if self.analysis.matches(sampler, call_to(names.DISTRIBUTED_SAMPLER)):
+            return ""
+        if isinstance(sampler, (cst.Name, cst.Attribute)):
+            values = [
+                a.value for a in self.analysis.nodes(cst.Assign)
+                if any(code_of(t.target) == code_of(sampler) for t in a.targets)
+            ]  # fmt: skip
+            if values and all(self.analysis.matches(v, call_to(names.DISTRIBUTED_SAMPLER)) for v in values):
+                return code_of(sampler)
+        return None
+
+    def _iterations(self, reference: cst.BaseExpression) -> list[tuple[cst.For, cst.CSTNode]]:
+        """Each loop over the loader, with the node it is reached from: the loop itself, or a call that hands the loader over."""
+        found: list[tuple[cst.For, cst.CSTNode]] = []
+        spelled = code_of(reference)
+        for loop in self.analysis.nodes(cst.For):
+            if spelled in self.analysis.reads(loop.iter):
+                found.append((loop, loop))
+        for call in self.analysis.nodes(cst.Call):
+            function = self._functions.get(code_of(call.func))
+            if function is None:
+                continue
+            for arg in call.args:
+                if code_of(arg.value) != spelled:
+                    continue
+                parameter = parameter_for(function, call, arg)
+                if parameter is None:
+                    continue
+                for loop in self.analysis.within(function.body, cst.For):
+                    if parameter in self.analysis.reads(loop.iter):
+                        found.append((loop, call))
+        return found
+
+    def _trains_on(self, reference: cst.BaseExpression | None) -> bool:
+        """Whether some loop over the loader calls ``backward()``: only then does an unsplit loader repeat the work."""
+        if reference is None:
+            return False
+        for loop, _ in self._iterations(reference):
+            if any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in self.analysis.within(loop.body, cst.Call)):
+                return True
+        return False
+
+    def _set_epoch(self, call: cst.Call, reference: cst.BaseExpression, sampler: str) -> None:
+        """A DistributedSampler iterated once per epoch needs ``set_epoch(epoch)`` in that epoch loop."""
+        spelled = code_of(reference)
+        owners = {spelled, f"{spelled}.sampler", f"{spelled}.batch_sampler"} | ({sampler} if sampler else set())
+        set_epochs = [
+            c for c in self.analysis.nodes(cst.Call)
+            if m.matches(c.func, m.Attribute(attr=m.Name("set_epoch"))) and code_of(c.func.value) in owners  # type: ignore[attr-defined]
+        ]  # fmt: skip
+        for loop, reached_from in self._iterations(reference):
+            epoch_loop = self._enclosing_loop(reached_from)
+            if epoch_loop is None:
+                continue  # one pass over the data: the seed of epoch 0 is right
+            if not set_epochs:
+                self._report(loop.iter, "DDP506", loader=spelled)
+                return
+            if not any(self._inside(s, epoch_loop) and not self._inside(s, loop) for s in set_epochs):
+                self._report(set_epochs[0], "DDP507", loader=spelled)
+                return
+
+    def _enclosing_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
+        for ancestor in self.analysis.ancestors(node):
+            if isinstance(ancestor, (cst.For, cst.While)):
+                return ancestor
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                return None
+        return None
+
+    def _inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        return self.analysis.index[container] < self.analysis.index[node] <= self.analysis.last[container]
+
+    def _shuffle_with_sampler(self) -> None:
+        """``DataLoader(..., sampler=s, shuffle=True)`` raises: the sampler decides the order."""
+        for call in self.analysis.nodes(cst.Call):
+            if not self.analysis.matches(call, call_to(names.DATA_LOADER)) or argument(call, 3, "sampler") is None:
+                continue
+            shuffle = next((a for a in call.args if a.keyword is not None and a.keyword.value == "shuffle"), None)
+            if shuffle is not None and m.matches(shuffle.value, m.Name("True")):
+                self._report(shuffle, "DDP505")
+                self.fixes[call] = call.with_changes(args=_without(call.args, shuffle))
+
+    # -- devices ------------------------------------------------------------------------------
+
+    def _devices(self) -> None:
+        for string in self.analysis.nodes(cst.SimpleString):
+            if FIRST_GPU.match(str(string.evaluated_value)) and not self._in_helper(string):
+                self._report(string, "DDP509", device=code_of(string))
+        for call in self.analysis.nodes(cst.Call):
+            if self._in_helper(call):
+                continue
+            if self.analysis.matches(call, call_to({"torch.cuda.set_device"})) and m.matches(argument(call, 0, "device"), m.Integer("0")):
+                self._report(call, "DDP509", device=code_of(call))
+            elif m.matches(call, m.Call(func=m.Attribute(attr=m.Name("cuda")), args=[m.Arg(m.Integer("0"))])):
+                self._report(call, "DDP509", device=code_of(call))
+            elif self.analysis.matches(call, call_to(names.TORCH_LOAD)) and argument(call, 1, "map_location") is None:
+                self._report(call, "DDP508")
+            elif self.analysis.matches(call, call_to(names.TORCH_SAVE)) and call.args:
+                saved = code_of(call.args[0].value)
+                if saved in self.effects.models:
+                    self._report(call, "DDP511", model=saved)
+        for target in self.analysis.nodes(cst.AssignTarget):
+            if m.matches(target.target, VISIBLE_DEVICES) and not self._in_helper(target):
+                self._report(target, "DDP510")
+        for call in self.analysis.nodes(cst.Call):
+            if m.matches(call.func, m.Attribute(value=m.Attribute(value=m.Name("os"), attr=m.Name("environ")), attr=m.Name("setdefault") | m.Name("update"))):
+                if "CUDA_VISIBLE_DEVICES" in code_of(call):
+                    self._report(call, "DDP510")
+
+    # -- the model's life-cycle ------------------------------------------------------------------
+
+    def _lifecycle(self) -> None:
+        lifecycle = ModelLifecycle(self.analysis, around=self.wraps + self.helper_wraps)
+        for hazard in lifecycle.blockers:
+            if hazard.code in LIFECYCLE_CODES:
+                self.hazards.append(Hazard(hazard.node, LIFECYCLE_CODES[hazard.code], hazard.values))
+
+
+def _without(args: tuple[cst.Arg, ...] | list[cst.Arg], dropped: cst.Arg) -> list[cst.Arg]:
+    kept = [a for a in args if a is not dropped]
+    if kept and args[-1] is dropped:
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return kept

@@ -1,0 +1,223 @@
+"""Source text in, diagnostics and the safely fixed text out, for ``dp2ddp check``. No printing, no file I/O.
+
+``check`` reads the same analysis ``convert`` plans against, so a fix convert
+applies and a finding check reports cannot disagree:
+
+- a script that still wraps a model in ``nn.DataParallel`` gets ``DDP002``
+  at each wrap, fixed by converting the file, and convert's own errors, the
+  hazards that stop a conversion;
+- a script that starts a process group or builds DDP (converted or written
+  by hand) gets the hazards ``codemods/_hazards.py`` finds.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from dp2ddp.api import ConversionError, convert_source, parse_source
+from dp2ddp.codemods._analysis import Analysis
+from dp2ddp.codemods._hazards import DistributedHazards
+from dp2ddp.rules import RULES, Severity
+
+SEVERITY_ORDER: dict[str, int] = {"note": 0, "warning": 1, "error": 2}
+# A file none of whose tokens is one of these has nothing check looks at.
+_CANDIDATE_WORDS = frozenset({"DataParallel", "data_parallel", "wrap_ddp", "DistributedDataParallel", "init_process_group"})
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One finding of ``check``; lines and columns are 1-based, the end is exclusive."""
+
+    code: str
+    message: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    severity: Severity
+    fixable: bool = False
+
+    @property
+    def name(self) -> str:
+        return RULES[self.code].name
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    source: str
+    diagnostics: tuple[Diagnostic, ...]
+    # The source with the safe fixes of the reported, fixable diagnostics applied.
+    fixed: str
+
+    @property
+    def fixable(self) -> bool:
+        return self.fixed != self.source
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which codes to report: ``select``/``ignore`` are code prefixes; the more specific prefix wins."""
+
+    select: tuple[str, ...] = ("DDP",)
+    ignore: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for prefix in (*self.select, *self.ignore):
+            if prefix != "ALL" and not any(code.startswith(prefix) for code in RULES):
+                raise ValueError(f"unknown code or prefix {prefix!r}; `dp2ddp explain --all` lists the codes")
+
+    def wants(self, code: str) -> bool:
+        chosen = max((_length(p) for p in self.select if _covers(p, code)), default=-1)
+        dropped = max((_length(p) for p in self.ignore if _covers(p, code)), default=-1)
+        return chosen >= 0 and chosen > dropped
+
+    def also_ignoring(self, codes: Iterable[str]) -> Selection:
+        return Selection(self.select, (*self.ignore, *codes))
+
+
+def _covers(prefix: str, code: str) -> bool:
+    return prefix == "ALL" or code.startswith(prefix)
+
+
+def _length(prefix: str) -> int:
+    return 0 if prefix == "ALL" else len(prefix)
+
+
+def needs_check(source: str) -> bool:
+    """Whether a name check looks for appears as code: a file of neither DDP nor DataParallel has no findings."""
+    if not any(word in source for word in _CANDIDATE_WORDS):
+        return False
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.NAME and token.string in _CANDIDATE_WORDS:
+                return True
+    except (tokenize.TokenError, SyntaxError):
+        return True  # Let the parser name the error.
+    return False
+
+
+def check_source(source: str, selection: Selection = Selection()) -> CheckResult:
+    """The diagnostics of one script; raises ``ConversionError`` when it does not parse."""
+    if not needs_check(source):
+        return CheckResult(source, (), source)
+    analysis = Analysis(parse_source(source))
+    found: dict[Diagnostic, cst.CSTNode | None] = {}
+    facts = analysis.script_facts
+    converted: str | None = None
+    if facts.mentions_data_parallel and facts.existing_distributed is None:
+        converted = _data_parallel(analysis, source, found)
+    else:
+        hazards = DistributedHazards(analysis)
+        for hazard in hazards.hazards:
+            rule = RULES[hazard.code]
+            where = analysis.position(hazard.node)
+            fix = next((node for node in hazards.fixes if _within(analysis, hazard.node, node)), None)
+            diagnostic = Diagnostic(
+                hazard.code, rule.message.format(**dict(hazard.values)), where.start.line, where.start.column + 1,
+                where.end.line, where.end.column + 1, rule.severity, fix is not None,
+            )  # fmt: skip
+            found.setdefault(diagnostic, fix)
+        fixes = hazards.fixes
+    suppressed = _noqa(source)
+    kept = sorted(
+        (d for d in found if selection.wants(d.code) and not _suppressed(d, suppressed)),
+        key=lambda d: (d.line, d.column, d.code),
+    )
+    fixed = source
+    if any(d.fixable for d in kept):
+        if converted is not None:
+            fixed = converted
+        else:
+            wanted = {found[d]: fixes[found[d]] for d in kept if found[d] is not None}  # type: ignore[index]
+            fixed = analysis.module.visit(_Replace(wanted)).code
+    return CheckResult(source, tuple(kept), fixed)
+
+
+def _within(analysis: Analysis, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return analysis.index[container] <= analysis.index[node] <= analysis.last[container]
+
+
+def _data_parallel(analysis: Analysis, source: str, found: dict[Diagnostic, cst.CSTNode | None]) -> str | None:
+    """``DDP002`` at each DataParallel wrap, fixable when convert changes the file, and convert's errors."""
+    try:
+        result = convert_source(source)
+    except ConversionError:
+        result = None  # convert cannot: the wraps are still reported, with no fix
+    fixable = result is not None and result.changed
+    facts = analysis.script_facts
+    rule = RULES["DDP002"]
+    for call in sorted({*facts.model_wraps, *facts.submodule_wraps}, key=lambda c: analysis.index[c]):
+        where = analysis.position(call)
+        diagnostic = Diagnostic(
+            "DDP002", rule.message.format(call=_spelled(call)), where.start.line, where.start.column + 1,
+            where.end.line, where.end.column + 1, rule.severity, fixable,
+        )  # fmt: skip
+        found[diagnostic] = None
+    for finding in result.findings if result is not None else ():
+        if finding.severity == "error":
+            diagnostic = Diagnostic(finding.code, finding.message, finding.line, finding.column, finding.line,
+                                    finding.column, finding.severity)  # fmt: skip
+            found[diagnostic] = None
+    return result.output if fixable and result is not None else None
+
+
+def _spelled(call: cst.Call) -> str:
+    return cst.Module([]).code_for_node(call.func)
+
+
+def _noqa(source: str) -> dict[int, frozenset[str] | None]:
+    """Line -> the codes its ``# noqa: CODE`` comment suppresses; ``None`` for a bare ``# noqa`` (every code)."""
+    found: dict[int, frozenset[str] | None] = {}
+    if "noqa" not in source:
+        return found
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type != tokenize.COMMENT:
+                continue
+            match = _NOQA.search(token.string)
+            if match is not None:
+                codes = match.group("codes")
+                found[token.start[0]] = None if codes is None else frozenset(re.split(r"[\s,]+", codes.upper()))
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return found
+
+
+def _suppressed(diagnostic: Diagnostic, suppressed: dict[int, frozenset[str] | None]) -> bool:
+    """A ``# noqa`` on any line the flagged node spans, as flake8 reads one on a multi-line statement's lines."""
+    for line in range(diagnostic.line, diagnostic.end_line + 1):
+        if line in suppressed:
+            codes = suppressed[line]
+            if codes is None or diagnostic.code in codes:
+                return True
+    return False
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replacements: dict[cst.CSTNode, cst.CSTNode]) -> None:
+        self.replacements = replacements
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+        return self.replacements.get(original_node, updated_node)
+
+
+def fails(diagnostics: Collection[Diagnostic], fail_on: str) -> bool:
+    """Whether any diagnostic is at least as severe as ``fail_on``."""
+    return any(SEVERITY_ORDER[d.severity] >= SEVERITY_ORDER[fail_on] for d in diagnostics)
+
+
+@dataclass
+class CheckReport:
+    """Counts what check found over many files, and alone decides the exit code."""
+
+    files: int = 0
+    failed: int = 0
+    fixed: int = 0
+    diagnostics: list[Diagnostic] = field(default_factory=list)

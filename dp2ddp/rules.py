@@ -32,6 +32,11 @@ def _doc(what: str, why: str, example: str, instead: str, fix: str) -> str:
     )
 
 
+def is_check_rule(code: str) -> bool:
+    """DDP5xx: hazards ``check`` finds in a script that runs DDP; the other codes are convert's findings."""
+    return code.startswith("DDP5")
+
+
 def section(doc: str, heading: str) -> str:
     """The text under ``## heading`` of a rule's documentation, without its code fences."""
     marker = f"## {heading}\n"

@@ -582,10 +582,13 @@ def test_every_rule_is_documented_under_ruffs_headings() -> None:
 
 
 def test_every_error_leaves_the_file_as_it_was() -> None:
-    """An error is the promise that nothing was converted; each says so."""
-    from dp2ddp.rules import RULES
+    """An error of convert is the promise that nothing was converted; each says so.
 
-    errors = [rule for rule in RULES.values() if rule.severity == "error"]
+    ``check``'s own rules (DDP5xx) report hazards in code nothing converts.
+    """
+    from dp2ddp.rules import RULES, is_check_rule
+
+    errors = [rule for rule in RULES.values() if rule.severity == "error" and not is_check_rule(rule.code)]
     assert errors and all("the file is left as it was" in rule.message for rule in errors)
 
 

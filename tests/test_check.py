@@ -1,0 +1,205 @@
+"""``dp2ddp check``: one fixture per rule, converted goldens that check clean, and the CLI a user drives.
+
+Each ``fixtures/check/<CODE>/`` holds ``case.py`` with ``case.txt`` (the
+``line:col CODE message`` lines check must report) and ``valid.py``, the
+same script written safely, which must report nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dp2ddp.api import convert_source
+from dp2ddp.check import Selection, check_source
+from dp2ddp.cli import main
+from dp2ddp.rules import RULES, is_check_rule
+from tests.conftest import FIXTURES, fixture_cases
+
+CHECK_CASES = sorted(path for path in (FIXTURES / "check").iterdir() if (path / "case.py").is_file())
+# Hazards convert leaves in a script and says so at conversion time, as check names them in the result.
+CONVERT_WARNED = {"DDP402": {"DDP502", "DDP503"}, "DDP216": {"DDP501"}, "DDP206": {"DDP510"}}
+
+
+def _lines(source: str) -> str:
+    return "".join(f"{d.line}:{d.column} {d.code} {d.message}\n" for d in check_source(source).diagnostics)
+
+
+@pytest.mark.parametrize("case", CHECK_CASES, ids=lambda case: case.name)
+def test_each_rule_reports_its_case_exactly(case: Path, update_goldens: bool) -> None:
+    found = _lines((case / "case.py").read_text(encoding="utf-8"))
+    if update_goldens:
+        (case / "case.txt").write_text(found, encoding="utf-8")
+    assert found == (case / "case.txt").read_text(encoding="utf-8")
+    assert case.name in found, "a case must show its own rule"
+
+
+@pytest.mark.parametrize("case", CHECK_CASES, ids=lambda case: case.name)
+def test_the_safe_version_of_each_case_reports_nothing(case: Path) -> None:
+    source = (case / "valid.py").read_text(encoding="utf-8")
+    compile(source, str(case / "valid.py"), "exec")
+    assert _lines(source) == ""
+
+
+def test_every_check_rule_has_a_case() -> None:
+    check_codes = {code for code in RULES if is_check_rule(code)} | {"DDP002"}
+    assert check_codes == {case.name for case in CHECK_CASES}
+
+
+@pytest.mark.parametrize("case", fixture_cases(), ids=lambda case: case.name)
+def test_converted_golden_checks_clean(case: Path) -> None:
+    """A converted script has no finding but the hazards convert named when it converted it."""
+    after = case / "after.py"
+    if not after.exists():
+        pytest.skip("convert leaves this case as it was")
+    warned = {line.split(" ")[1] for line in (case / "report.txt").read_text(encoding="utf-8").splitlines()}
+    allowed = set().union(*(CONVERT_WARNED.get(code, set()) for code in warned))
+    found = {d.code for d in check_source(after.read_text(encoding="utf-8")).diagnostics}
+    assert found <= allowed
+
+
+def test_the_fixes_remove_what_they_fix_and_nothing_else() -> None:
+    source = (FIXTURES / "check" / "DDP505" / "case.py").read_text(encoding="utf-8")
+    result = check_source(source)
+    assert [d.code for d in result.diagnostics if d.fixable] == ["DDP505"]
+    assert result.fixed.replace(", sampler=DistributedSampler(dataset))", ", sampler=DistributedSampler(dataset), shuffle=True)") == source
+    assert check_source(result.fixed).diagnostics == ()
+
+
+def test_converting_is_the_fix_for_data_parallel() -> None:
+    source = (FIXTURES / "mnist_argparse" / "before.py").read_text(encoding="utf-8")
+    result = check_source(source)
+    assert [d.code for d in result.diagnostics] == ["DDP002"]
+    assert result.fixed == convert_source(source).output
+    assert check_source(result.fixed).diagnostics == ()
+
+
+def test_a_data_parallel_script_convert_refuses_gets_no_fix_and_the_reason() -> None:
+    source = (FIXTURES / "half_after_wrap" / "before.py").read_text(encoding="utf-8")
+    result = check_source(source)
+    assert {d.code for d in result.diagnostics} == {"DDP002", "DDP210"}
+    assert not any(d.fixable for d in result.diagnostics) and result.fixed == source
+
+
+def test_files_of_neither_ddp_nor_data_parallel_have_no_findings() -> None:
+    source = "import torch\nprint(torch.zeros(1))\ntorch.save(torch.zeros(1), 'x.pt')\n"
+    assert check_source(source).diagnostics == ()
+
+
+def test_a_library_function_that_starts_a_process_group_is_not_a_script() -> None:
+    """Side effects and samplers are a script's business: a library that prints does so for its caller."""
+    source = "import torch.distributed as dist\n\ndef setup():\n    dist.init_process_group('gloo')\n    print('ready')\n"
+    assert check_source(source).diagnostics == ()
+
+
+@pytest.mark.parametrize(
+    "select, ignore, wanted",
+    [
+        pytest.param(("DDP5",), (), {"DDP501", "DDP502", "DDP505"}, id="a prefix selects a family"),
+        pytest.param(("DDP",), ("DDP50",), set(), id="a prefix ignores a family"),
+        pytest.param(("DDP502",), ("DDP5",), {"DDP502"}, id="the more specific prefix wins"),
+        pytest.param(("ALL",), ("DDP501",), {"DDP502", "DDP505"}, id="ALL selects everything"),
+    ],
+)
+def test_selection_expands_prefixes(select: tuple[str, ...], ignore: tuple[str, ...], wanted: set[str]) -> None:
+    source = (FIXTURES / "check" / "DDP505" / "case.py").read_text(encoding="utf-8")
+    source = source.replace("    for epoch in range(2):", "    print('start')\n    if dist.get_rank() == 0:\n        dist.barrier()\n    for epoch in range(2):")
+    found = {d.code for d in check_source(source, Selection(select, ignore)).diagnostics}
+    assert found == wanted
+
+
+def test_an_unknown_code_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown code or prefix 'DDP9'"):
+        Selection(("DDP9",))
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+def run(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
+    previous = Path.cwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(main, list(args))
+    finally:
+        os.chdir(previous)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A folder with one hazardous DDP script and one clean one."""
+    (tmp_path / "train.py").write_text((FIXTURES / "check" / "DDP502" / "case.py").read_text(encoding="utf-8"))
+    (tmp_path / "clean.py").write_text((FIXTURES / "check" / "DDP502" / "valid.py").read_text(encoding="utf-8"))
+    return tmp_path
+
+
+def test_check_reports_path_line_column_and_exits_1(project: Path) -> None:
+    code, out, err = run("check", ".", cwd=project)
+    assert code == 1
+    assert out.splitlines() == [line.replace(" ", ": ", 1).join(["train.py:", ""]) for line in
+                                (FIXTURES / "check" / "DDP502" / "case.txt").read_text().splitlines()]  # fmt: skip
+    assert "checked 2 files: 1 finding (1 error)" in err
+
+
+def test_fail_on_and_exit_zero_decide_the_exit_status(project: Path) -> None:
+    (project / "train.py").write_text((FIXTURES / "check" / "DDP501" / "case.py").read_text(encoding="utf-8"))
+    assert run("check", "train.py", cwd=project)[0] == 1
+    assert run("check", "--fail-on", "error", "train.py", cwd=project)[0] == 0
+    assert run("check", "--exit-zero", "train.py", cwd=project)[0] == 0
+
+
+def test_noqa_silences_a_line_for_its_codes_only(project: Path) -> None:
+    source = (project / "train.py").read_text()
+    (project / "train.py").write_text(source.replace("dist.barrier()", "dist.barrier()  # noqa: DDP501"))
+    assert run("check", "train.py", cwd=project)[0] == 1
+    (project / "train.py").write_text(source.replace("dist.barrier()", "dist.barrier()  # noqa: DDP502"))
+    assert run("check", "train.py", cwd=project)[0] == 0
+    (project / "train.py").write_text(source.replace("dist.barrier()", "dist.barrier()  # noqa"))
+    assert run("check", "train.py", cwd=project)[0] == 0
+
+
+def test_pyproject_configures_selection_per_file_ignores_and_exclude(project: Path) -> None:
+    (project / "legacy").mkdir()
+    (project / "legacy" / "old.py").write_text((project / "train.py").read_text())
+    (project / "pyproject.toml").write_text(
+        '[tool.dp2ddp]\nignore = ["DDP508"]\nexclude = ["legacy"]\n[tool.dp2ddp.per-file-ignores]\n"train.py" = ["DDP502"]\n'
+    )
+    code, out, err = run("check", ".", cwd=project)
+    assert (code, out) == (0, "")
+    assert "checked 2 files" in err  # legacy/old.py is excluded
+
+
+def test_a_bad_configuration_is_an_error_without_traceback(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.dp2ddp]\nselekt = ["DDP5"]\n')
+    code, _, err = run("check", ".", cwd=project)
+    assert code == 2 and "unknown key 'selekt'" in err and "Traceback" not in err
+
+
+def test_an_unknown_select_code_is_a_usage_error(project: Path) -> None:
+    code, _, err = run("check", "--select", "DDP9", ".", cwd=project)
+    assert code == 2 and "unknown code or prefix 'DDP9'" in err
+
+
+def test_a_file_that_does_not_parse_is_reported_and_exits_2(project: Path) -> None:
+    (project / "broken.py").write_text("import torch.distributed as dist\ndist.init_process_group(\n")
+    code, out, err = run("check", ".", cwd=project)
+    assert code == 2
+    assert "broken.py:" in err and "syntax error" in err and "Traceback" not in err
+    assert "train.py:" in out  # the other files are still checked
+
+
+def test_diff_shows_the_fix_and_writes_nothing_and_fix_writes_it(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    source = (FIXTURES / "check" / "DDP505" / "case.py").read_text(encoding="utf-8")
+    script.write_text(source)
+    code, out, _ = run("check", "--diff", str(script))
+    assert code == 1 and "-    loader = DataLoader(" in out and "shuffle=True)" in out
+    assert script.read_text() == source
+    code, out, err = run("check", "--fix", str(script))
+    assert code == 0 and out == "" and "fixed 1 file" in err
+    assert "shuffle=True" not in script.read_text()

@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from dp2ddp import __version__
 from dp2ddp.check import Diagnostic
@@ -56,6 +57,7 @@ def help_line(code: str) -> str:
 
 
 def as_json(files: Sequence[FileDiagnostics]) -> str:
+    """dp2ddp's own document, described by the JSON Schema ``dp2ddp/schemas/check-output.schema.json``."""
     document = {
         "tool": "dp2ddp",
         "version": __version__,
@@ -102,7 +104,7 @@ def sarif(files: Sequence[FileDiagnostics]) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": file.path.as_posix()},
+                        "artifactLocation": {"uri": artifact_uri(file.path)},
                         "region": {
                             "startLine": d.line,
                             "startColumn": d.column,
@@ -122,11 +124,27 @@ def sarif(files: Sequence[FileDiagnostics]) -> str:
         "runs": [
             {
                 "tool": {"driver": {"name": "dp2ddp", "version": __version__, "informationUri": INFORMATION_URI, "rules": rules}},
+                # Columns count characters, as Python's str and LibCST do; SARIF's
+                # default is UTF-16 code units, which differ after a non-BMP
+                # character such as an emoji.
+                "columnKind": "unicodeCodePoints",
                 "results": results,
             }
         ],
     }
     return json.dumps(document, indent=2) + "\n"
+
+
+def artifact_uri(path: Path) -> str:
+    """A SARIF ``uri`` for a path: a relative reference, or a ``file:`` URI when absolute, percent-encoded either way.
+
+    SARIF requires a valid URI reference, so a space, ``%`` or ``#`` in a file
+    name must be escaped, and a relative path whose first segment holds a ``:``
+    must not read as a scheme.
+    """
+    if path.is_absolute():
+        return path.as_uri()
+    return quote(path.as_posix(), safe="/")
 
 
 def github(files: Sequence[FileDiagnostics]) -> str:

@@ -36,6 +36,11 @@ def test_wheel_puts_codemods_under_dp2ddp(wheel: Path) -> None:
     assert not any(name.startswith("codemods/") for name in names)
 
 
+def test_wheel_ships_the_check_output_schema(wheel: Path) -> None:
+    """The JSON Schema of `check --format json` is package data, so installed users can validate against it."""
+    assert "dp2ddp/schemas/check-output.schema.json" in zipfile.ZipFile(wheel).namelist()
+
+
 def test_installed_wheel_imports_and_converts(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
     subprocess.run(

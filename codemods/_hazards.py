@@ -43,6 +43,10 @@ NOT_DISTRIBUTED = "-1"
 MAIN_WORDS = re.compile(r"main_process|is_main|is_master|master_process|rank_zero|is_rank_0|is_primary", re.IGNORECASE)
 RANK_WORD = re.compile(r"rank", re.IGNORECASE)
 FIRST_GPU = re.compile(r"^cuda:0$")
+# `self.gpu_id == 0`, `args.gpu == 0`: in a script with one process per GPU, the first process.
+FIRST_DEVICE_TEST = re.compile(r"\b(gpu|gpu_id|device_id)\s*==\s*0\b")
+# Names that say which process is talking: rank, local_rank, gpu_id.
+PROCESS_WORDS = re.compile(r"rank|gpu_id|\bgpu\b|device_id", re.IGNORECASE)
 # The life-cycle's hazards, which convert reports against a DataParallel wrap, under their check codes.
 LIFECYCLE_CODES = {
     "DDP210": "DDP520",
@@ -53,6 +57,11 @@ LIFECYCLE_CODES = {
     "DDP222": "DDP525",
     "DDP223": "DDP526",
 }
+
+
+def _one_process(test: cst.BaseExpression) -> bool:
+    """A test only some processes pass: convert's rank guards, and ``gpu_id == 0`` where a GPU id is the local rank."""
+    return is_rank_guard(test) or rank_dependent(test) or bool(FIRST_DEVICE_TEST.search(code_of(test)))
 
 
 def rank_dependent(test: cst.BaseExpression) -> bool:
@@ -182,13 +191,19 @@ class DistributedHazards:
                 if argument(call, 99, "disable") is None:
                     self._report(call, "DDP501", call=code_of(call.func), what="draws a progress bar")
                 continue
-            if not self.effects.is_side_effect(call):
+            if not self.effects.is_side_effect(call) or self._names_its_process(call):
                 continue
             if isinstance(call.func, cst.Attribute) and code_of(call.func.value) in devnull_writers:
                 continue
             if self.analysis.matches(call, call_to(names.MAKE_DIRECTORY)):
                 continue  # with exist_ok, every process may make it; without, DDP417's fix applies
             self._report(call, "DDP501", call=code_of(call.func), what=self._what(call))
+
+    def _names_its_process(self, call: cst.Call) -> bool:
+        """``print(f"[GPU{gpu_id}] epoch {epoch}")``: a line that says which process wrote it is meant for each."""
+        if self._what(call) not in ("prints", "logs"):
+            return False
+        return any(PROCESS_WORDS.search(name) for arg in call.args for name in self.analysis.reads(arg.value))
 
     def _what(self, call: cst.Call) -> str:
         if self.analysis.matches(call, call_to(names.TORCH_SAVE)) or (
@@ -206,10 +221,10 @@ class DistributedHazards:
         child = node
         for ancestor in self.analysis.ancestors(node):
             if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
-                if is_rank_guard(ancestor.test) or self.analysis.reads(ancestor.test) & self._main_only_values:
+                if _one_process(ancestor.test) or self.analysis.reads(ancestor.test) & self._main_only_values:
                     return True
             if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
-                if is_rank_guard(ancestor.left):
+                if _one_process(ancestor.left):
                     return True
             if isinstance(ancestor, cst.FunctionDef) and ancestor.name.value in guarded_functions:
                 return True
@@ -401,8 +416,14 @@ class DistributedHazards:
     def _lifecycle(self) -> None:
         lifecycle = ModelLifecycle(self.analysis, around=self.wraps + self.helper_wraps)
         for hazard in lifecycle.blockers:
+            if hazard.code == "DDP223" and not self._beside_a_wrap(hazard.node):
+                continue  # an optimizer built where no wrap is: the module may be wrapped after it is handed on
             if hazard.code in LIFECYCLE_CODES:
                 self.hazards.append(Hazard(hazard.node, LIFECYCLE_CODES[hazard.code], hazard.values))
+
+    def _beside_a_wrap(self, node: cst.CSTNode) -> bool:
+        scope = next((a for a in self.analysis.ancestors(node) if isinstance(a, cst.FunctionDef)), self.analysis.module)
+        return any(self._inside(wrap, scope) for wrap in self.wraps + self.helper_wraps)
 
 
 def _without(args: tuple[cst.Arg, ...] | list[cst.Arg], dropped: cst.Arg) -> list[cst.Arg]:

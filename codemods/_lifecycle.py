@@ -347,6 +347,8 @@ class ModelLifecycle:
 
     def _after_the_wrap(self, wrap: Wrap) -> None:
         for call in self._after(wrap):
+            if self._exclusive(call, wrap.call):
+                continue  # `if distributed: model = DDP(model) else: model.to(device)`: never after the wrap
             if any(q.name.startswith("torch.nn.init.") for q in self.analysis.qualified_names(call.func)):
                 if call.args and self._is_model(call.args[0].value, wrap.names):
                     self.blockers.append(Hazard(call, "DDP211", (("call", code_of(call)),)))

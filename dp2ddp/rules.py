@@ -917,8 +917,8 @@ RULES: dict[str, Rule] = {
             "DDP503",
             "ddp-forward-under-rank-condition",
             "warning",
-            "the DDP model `{call}` runs only where this rank condition holds: in training mode its forward "
-            "synchronises buffers with every process, which then hangs; call `{call}.module` here instead",
+            "`{call}` runs a forward of the DDP model only where this rank condition holds: a forward may "
+            "synchronise buffers with every process, which then hangs; run the module inside (`model.module`) here",
             doc=_doc(
                 "Finds a forward of a DDP model (or a script function that runs one) under a rank-dependent condition.",
                 "DDP's forward broadcasts buffers and prepares the gradient reduction when gradients are on. "

@@ -33,6 +33,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_puts_codemods_under_dp2ddp(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "dp2ddp/codemods/replace_data_parallel.py" in names
+    # The CLI imports dp2ddp.verify: a wheel without it installs a dp2ddp command that cannot start.
+    assert "dp2ddp/verify/runner.py" in names
     assert not any(name.startswith("codemods/") for name in names)
 
 
@@ -54,6 +56,7 @@ def test_installed_wheel_imports_and_converts(wheel: Path, tmp_path: Path) -> No
     check = f"""
 import importlib.util, pathlib
 import dp2ddp.codemods
+import dp2ddp.cli  # every module the command imports is in the wheel
 from dp2ddp.api import convert_source
 assert pathlib.Path(dp2ddp.codemods.__file__).is_relative_to({str(target)!r}), dp2ddp.codemods.__file__
 assert importlib.util.find_spec("codemods") is None

@@ -842,3 +842,25 @@ RULES: dict[str, Rule] = {
         ),
     )
 }
+
+
+def section(doc: str, heading: str) -> str | None:
+    """The text under ``## heading`` in a rule's ``doc``, stripped; ``None`` when there is no such section.
+
+    A fenced block is kept whole even if a line in it starts with ``## `` (a
+    Python comment can), so only headings outside fences end a section.
+    """
+    found: list[str] | None = None
+    fenced = False
+    for line in doc.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("## "):
+            if found is not None:
+                break
+            if line[3:].strip() == heading:
+                found = []
+            continue
+        if found is not None:
+            found.append(line)
+    return None if found is None else "\n".join(found).strip()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from dp2ddp import __version__
+from dp2ddp import __version__, migration
 from dp2ddp.api import (
     NO_DATA_PARALLEL,
     ConversionError,
@@ -28,7 +28,7 @@ from dp2ddp.config import ConfigError, find_config
 from dp2ddp.codemods import codemods
 from dp2ddp.files import SourceError, discover, read_source, write_atomic
 from dp2ddp.formats import FORMATS, FileDiagnostics, as_json, github, sarif, text
-from dp2ddp.report import EXIT_INTERRUPTED, Report
+from dp2ddp.report import EXIT_ERROR, EXIT_INTERRUPTED, Report
 from dp2ddp.rules import RULES
 from dp2ddp.verify import checks, render
 from dp2ddp.verify.compare import Tolerance, compare, compare_band
@@ -83,6 +83,7 @@ Examples:
   dp2ddp convert --diff train.py | less
   dp2ddp convert train.py -o train_ddp.py
   dp2ddp convert --skip add_distributed_sampler src/
+  dp2ddp convert --diff --report migration.md train.py
   torchrun --standalone --nproc_per_node=2 -- train.py
 
 \b
@@ -107,6 +108,13 @@ Codemods, in the order they run:
     help="Keep batch_size per process (effective batch x world size) instead of splitting the global batch.",
 )
 @click.option(
+    "--report",
+    "report_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write a migration report for a pull request: what each codemod changed, what needs a human, "
+    "batch-size consequences. Markdown for *.md, JSON for *.json.",
+)
+@click.option(
     "-j",
     "--jobs",
     type=click.IntRange(min=1),
@@ -120,6 +128,7 @@ def convert(
     only: tuple[str, ...],
     skip: tuple[str, ...],
     keep_per_process_batch: bool,
+    report_path: Path | None,
     jobs: int | None,
 ) -> None:
     """Rewrite DataParallel training scripts to use DistributedDataParallel.
@@ -129,6 +138,7 @@ def convert(
     """
     if output is not None and (len(paths) != 1 or paths[0].is_dir()):
         raise click.UsageError("--output takes exactly one input file")
+    report_format = _report_format(report_path) if report_path is not None else None
     options = ConvertOptions(only=only, skip=skip, keep_per_process_batch=keep_per_process_batch)
     report = Report(dry_run=diff or check, check=check)
     try:
@@ -142,9 +152,13 @@ def convert(
         # Clear the progress line first, so the message does not run into it.
         click.echo(("\r\x1b[K" if progress is not None else "") + message, err=True)
 
+    # Kept only for the report: each holds a file's source and output.
+    outcomes: list[FileResult] = []
     try:
         for outcome in convert_files(files, options, jobs or default_jobs()):
             _finish_file(outcome, report, say, diff=diff, check=check, output=output, alone=len(files) == 1)
+            if report_path is not None:
+                outcomes.append(outcome)
             if progress is not None:
                 progress.update(1)
     except KeyboardInterrupt:
@@ -154,7 +168,30 @@ def convert(
         if progress is not None:
             progress.render_finish()
     click.echo(report.summary(), err=True)
+    if report_path is not None and report_format is not None:
+        _write_report(report_path, report_format, outcomes, options, written=not (diff or check))
     sys.exit(report.exit_code)
+
+
+def _report_format(path: Path) -> str:
+    """The report's format; refuses a path it could not write before any file is converted."""
+    try:
+        found = migration.format_of(path)
+    except ValueError as error:
+        raise click.UsageError(f"--report: {error}") from None
+    if not path.parent.is_dir():
+        raise click.UsageError(f"--report: no such directory: {path.parent}")
+    return found
+
+
+def _write_report(path: Path, kind: str, outcomes: list[FileResult], options: ConvertOptions, written: bool) -> None:
+    document = migration.build(outcomes, options, written)
+    try:
+        write_atomic(path, migration.render(document, kind), "utf-8")
+    except OSError as error:
+        click.echo(f"error: cannot write the report {path}: {error.strerror}", err=True)
+        sys.exit(EXIT_ERROR)
+    click.echo(f"wrote the migration report {path}", err=True)
 
 
 def _count(number: int, noun: str) -> str:

@@ -52,7 +52,7 @@ def text(files: Sequence[FileDiagnostics], show_source: bool) -> str:
 
 def help_line(code: str) -> str:
     """The rule's first sentence of *Why is this bad?*, and where to read more."""
-    why = section(RULES[code].doc, "Why is this bad?").split(". ")[0].rstrip(".")
+    why = (section(RULES[code].doc, "Why is this bad?") or RULES[code].message).split(". ")[0].rstrip(".")
     return f"{why}. See `dp2ddp explain {code}`."
 
 

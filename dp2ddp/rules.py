@@ -37,17 +37,6 @@ def is_check_rule(code: str) -> bool:
     return code.startswith("DDP5")
 
 
-def section(doc: str, heading: str) -> str:
-    """The text under ``## heading`` of a rule's documentation, without its code fences."""
-    marker = f"## {heading}\n"
-    if marker not in doc:
-        return ""
-    text = doc.split(marker, 1)[1].split("\n## ", 1)[0].strip()
-    if text.startswith("```"):
-        text = text.split("\n", 1)[1].rsplit("```", 1)[0].rstrip()
-    return text
-
-
 RULES: dict[str, Rule] = {
     rule.code: rule
     for rule in (
@@ -1161,3 +1150,25 @@ RULES: dict[str, Rule] = {
         ),
     )
 }
+
+
+def section(doc: str, heading: str) -> str | None:
+    """The text under ``## heading`` in a rule's ``doc``, stripped; ``None`` when there is no such section.
+
+    A fenced block is kept whole even if a line in it starts with ``## `` (a
+    Python comment can), so only headings outside fences end a section.
+    """
+    found: list[str] | None = None
+    fenced = False
+    for line in doc.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("## "):
+            if found is not None:
+                break
+            if line[3:].strip() == heading:
+                found = []
+            continue
+        if found is not None:
+            found.append(line)
+    return None if found is None else "\n".join(found).strip()

@@ -38,6 +38,8 @@ NOT_COLLECTIVE = frozenset(
     f"torch.distributed.{name}"
     for name in ("init_process_group", "new_group", "get_process_group_ranks", "is_mpi_available", "Backend")
 )
+# torch.distributed calls that combine values over processes.
+REDUCTIONS = frozenset({"all_reduce", "reduce", "all_gather", "all_gather_object", "gather", "gather_object", "all_gather_into_tensor", "reduce_scatter"})
 # The one literal a rank is compared with that every process answers alike: "not launched distributed".
 NOT_DISTRIBUTED = "-1"
 MAIN_WORDS = re.compile(r"main_process|is_main|is_master|master_process|rank_zero|is_rank_0|is_primary", re.IGNORECASE)
@@ -290,7 +292,69 @@ class DistributedHazards:
                 continue
             distributed = self._distributed_sampler(sampler)
             if distributed is not None and reference is not None:
-                self._set_epoch(call, reference, distributed)
+                if self._shuffles(sampler) and self._trains_on(reference):  # type: ignore[arg-type]
+                    self._set_epoch(call, reference, distributed)
+                self._evaluation_metrics(reference, sampler)  # type: ignore[arg-type]
+        if self._sharded_training and not self._reduces:
+            self._plateau_steps()
+
+    @cached_property
+    def _reduces(self) -> bool:
+        """Whether the script combines anything over processes: without that, every metric is one process's."""
+        for call in self.analysis.nodes(cst.Call):
+            if m.matches(call.func, m.Name(m.MatchIfTrue(lambda n: n in names.COLLECTIVE_HELPERS))):
+                return True
+            qualified = {q.name for q in self.analysis.qualified_names(call.func)}
+            if any(q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in REDUCTIONS for q in qualified):
+                return True
+        return False
+
+    @cached_property
+    def _sharded_training(self) -> bool:
+        return any(self.analysis.matches(c, call_to(names.DISTRIBUTED_SAMPLER)) for c in self.analysis.nodes(cst.Call))
+
+    def _evaluation_metrics(self, reference: cst.BaseExpression, sampler: cst.BaseExpression) -> None:
+        """An evaluation over a DistributedSampler: its padding counts samples twice, and ungathered sums cover one shard."""
+        from ._results import loop_results
+
+        for loop, _ in self._iterations(reference):
+            if any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in self.analysis.within(loop.body, cst.Call)):
+                continue
+            results = loop_results(self.analysis, loop, training=False)
+            metrics = [*results.sums, *results.means, *results.meters]
+            if not metrics:
+                continue
+            if not self._reduces:
+                self._report(loop.iter, "DDP513", metric=metrics[0], loader=code_of(reference))
+            elif not self._drops_last(sampler):
+                self._report(loop.iter, "DDP512", metric=metrics[0], loader=code_of(reference))
+            return
+
+    def _sampler_argument(self, sampler: cst.BaseExpression, position: int, keyword: str) -> cst.BaseExpression | None:
+        built = sampler if isinstance(sampler, cst.Call) else next(
+            (a.value for a in self.analysis.nodes(cst.Assign) if any(code_of(t.target) == code_of(sampler) for t in a.targets)),
+            None,
+        )  # fmt: skip
+        return argument(built, position, keyword) if isinstance(built, cst.Call) else None
+
+    def _drops_last(self, sampler: cst.BaseExpression) -> bool:
+        drop = self._sampler_argument(sampler, 5, "drop_last")
+        return drop is not None and m.matches(drop, m.Name("True"))
+
+    def _shuffles(self, sampler: cst.BaseExpression) -> bool:
+        """DistributedSampler shuffles unless told ``shuffle=False``; an unshuffled order needs no epoch."""
+        shuffle = self._sampler_argument(sampler, 3, "shuffle")
+        return shuffle is None or not m.matches(shuffle, m.Name("False"))
+
+    def _plateau_steps(self) -> None:
+        """``ReduceLROnPlateau.step(v)`` on a value no process ever combines: each process lowers its rate alone."""
+        schedulers = {
+            code_of(t.target) for a in self.analysis.nodes(cst.Assign) if self.analysis.matches(a.value, call_to(names.REDUCE_LR_ON_PLATEAU))
+            for t in a.targets
+        }  # fmt: skip
+        for call in self.analysis.nodes(cst.Call):
+            if m.matches(call.func, m.Attribute(attr=m.Name("step"))) and call.args and code_of(call.func.value) in schedulers:  # type: ignore[attr-defined]
+                self._report(call, "DDP514", value=code_of(call.args[0].value))
 
     def _bound_to(self, call: cst.Call) -> cst.BaseExpression | None:
         parent = self.analysis.parents.get(call)

@@ -1042,6 +1042,57 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP512",
+            "padded-evaluation",
+            "warning",
+            "`{loader}` evaluates on a DistributedSampler, which repeats samples to give every process as many: "
+            "the gathered `{metric}` counts them twice; shard without padding, or evaluate whole on one process",
+            doc=_doc(
+                "Finds an evaluation loop (no `backward()`) over a loader on a DistributedSampler without "
+                "`drop_last=True`, whose results (sums, means, meters) the script gathers.",
+                "DistributedSampler pads the dataset with repeated samples until it divides by the number of "
+                "processes. Sums and counts gathered from every process then include the repeats, so accuracy "
+                "over 10,001 samples on 8 processes is computed over 10,008.",
+                "val_loader = DataLoader(val_set, sampler=DistributedSampler(val_set, shuffle=False))",
+                "indices = range(dist.get_rank(), len(val_set), dist.get_world_size())\n"
+                "val_loader = DataLoader(val_set, sampler=indices)  # every sample exactly once",
+                "No fix: the sampler is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP513",
+            "metric-from-one-shard",
+            "warning",
+            "`{metric}` sums the evaluation of `{loader}`, whose DistributedSampler gives this process only its "
+            "share, and the script never combines values over processes: the reported number covers one shard; "
+            "all_reduce the sums and counts first",
+            doc=_doc(
+                "Finds an evaluation loop over a loader on a DistributedSampler that accumulates results (sums, "
+                "means, meters) in a script that never calls a reduction (`all_reduce`, `all_gather`, ...).",
+                "Each process saw 1/world-size of the evaluation data. The number rank 0 prints, compares with "
+                "the best so far, or saves is that shard's, not the model's accuracy.",
+                "for x, y in val_loader:\n    correct += (model(x).argmax(1) == y).sum().item()\nprint(correct / total)",
+                "stats = torch.tensor([correct, total], dtype=torch.float64)\ndist.all_reduce(stats)\nprint(stats[0] / stats[1])",
+                "No fix: the loop is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP514",
+            "plateau-on-one-process",
+            "warning",
+            "ReduceLROnPlateau steps on `{value}`, which each process computes from its own share of the data "
+            "in a script that never combines values over processes: the processes lower their learning rates "
+            "at different epochs; average it with all_reduce first",
+            doc=_doc(
+                "Finds `ReduceLROnPlateau.step(value)` in a DDP script that shards its data and never reduces a value over processes.",
+                "The scheduler decides on each process's own number. When they disagree, the processes train "
+                "with different learning rates and their replicas drift apart.",
+                "scheduler.step(val_loss)",
+                "loss = torch.tensor(val_loss)\ndist.all_reduce(loss)\nscheduler.step(loss.item() / dist.get_world_size())",
+                "No fix: the call is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP520",
             "cast-after-ddp-wrap",
             "error",

@@ -15,6 +15,7 @@ wolf on real code is switched off, and then it protects nobody.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -29,15 +30,15 @@ from ._lifecycle import Hazard, ModelLifecycle
 if TYPE_CHECKING:
     from ._analysis import Analysis
 
-# Point-to-point calls are rank-dependent by design: `if rank == 0: dist.send(...)` is how they are used.
-POINT_TO_POINT = frozenset(
-    f"torch.distributed.{name}" for name in ("send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp")
-)
-# Calls that change nothing: asking for a group or a store, or leaving the process group.
-NOT_COLLECTIVE = frozenset(
-    f"torch.distributed.{name}"
-    for name in ("init_process_group", "new_group", "get_process_group_ranks", "is_mpi_available", "Backend")
-)
+# torch.distributed calls every process of the group must make; queries, point-to-point calls
+# (`if rank == 0: dist.send(...)` is how those are used) and RPC, which talks to one named worker, are not.
+COLLECTIVES = frozenset(
+    {
+        "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
+        "all_to_all_single", "broadcast", "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+        "scatter", "scatter_object_list", "gather", "gather_object", "barrier", "monitored_barrier", "new_group",
+    }
+)  # fmt: skip
 # torch.distributed calls that combine values over processes.
 REDUCTIONS = frozenset({"all_reduce", "reduce", "all_gather", "all_gather_object", "gather", "gather_object", "all_gather_into_tensor", "reduce_scatter"})
 # The one literal a rank is compared with that every process answers alike: "not launched distributed".
@@ -66,23 +67,44 @@ def _one_process(test: cst.BaseExpression) -> bool:
     return is_rank_guard(test) or rank_dependent(test) or bool(FIRST_DEVICE_TEST.search(code_of(test)))
 
 
-def rank_dependent(test: cst.BaseExpression) -> bool:
+def rank_dependent(test: cst.BaseExpression, constants: Mapping[str, str] | None = None) -> bool:
     """Whether processes answer ``test`` differently: ``rank == 0``, ``is_main_process()``, ``local_rank in [-1, 0]``.
 
     ``local_rank != -1`` and ``args.local_rank == -1`` ask whether the run is
-    distributed at all, which every process answers alike.
+    distributed at all, which every process answers alike. A rank compared with
+    a constant the file does not define (``self.MAIN_PROCESS_RANK``) is unknown,
+    and unknown is not reported.
     """
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return rank_dependent(test.expression)
+        return rank_dependent(test.expression, constants)
     if isinstance(test, cst.BooleanOperation):
-        return rank_dependent(test.left) or rank_dependent(test.right)
+        return rank_dependent(test.left, constants) or rank_dependent(test.right, constants)
     if isinstance(test, cst.Comparison):
         sides = [test.left, *(c.comparator for c in test.comparisons)]
-        if not any(RANK_WORD.search(code_of(side)) for side in sides):
+        ranks = [side for side in sides if RANK_WORD.search(code_of(side)) and not _constant_name(side)]
+        if len(ranks) != 1:
             return False
-        others = [code_of(side) for side in sides if not RANK_WORD.search(code_of(side))]
-        return not others or any(other != NOT_DISTRIBUTED for other in others)
+        values = [_value(side, constants or {}) for side in sides if side is not ranks[0]]
+        return bool(values) and all(v is not None for v in values) and any(v != NOT_DISTRIBUTED for v in values)
     return bool(MAIN_WORDS.search(code_of(test)))
+
+
+def _constant_name(node: cst.BaseExpression) -> bool:
+    last = node.attr.value if isinstance(node, cst.Attribute) else node.value if isinstance(node, cst.Name) else ""
+    return bool(last) and last.isupper()
+
+
+def _value(node: cst.BaseExpression, constants: Mapping[str, str]) -> str | None:
+    """A literal's spelling, or that of the literal a file constant (``MASTER_RANK = 0``) holds."""
+    if m.matches(node, LITERAL | m.List() | m.Tuple() | m.Set()):
+        return code_of(node)
+    if _constant_name(node):
+        last = node.attr.value if isinstance(node, cst.Attribute) else node.value  # type: ignore[union-attr]
+        return constants.get(last)
+    return None
+
+
+LITERAL = m.Integer() | m.SimpleString() | m.UnaryOperation(expression=m.Integer()) | m.Name("None")
 
 
 class DistributedHazards:
@@ -95,8 +117,11 @@ class DistributedHazards:
         # Nodes with a safe fix, and the replacement: `shuffle=True` dropped beside a sampler.
         self.fixes: dict[cst.CSTNode, cst.CSTNode] = {}
         calls = analysis.nodes(cst.Call)
-        self.initialises = any(analysis.matches(c, call_to(names.INIT_PROCESS_GROUP)) for c in calls)
+        inits = [c for c in calls if analysis.matches(c, call_to(names.INIT_PROCESS_GROUP))]
+        self.initialises = bool(inits)
         self.wraps = [c for c in calls if analysis.matches(c, call_to(names.DISTRIBUTED_DATA_PARALLEL)) and not self._in_helper(c)]
+        if inits and not self.wraps and all(_single_process(c) for c in inits):
+            return  # the "fake" backend, or world_size=1: one process, so nothing repeats or waits
         self.helper_wraps = [c for c in calls if m.matches(c.func, m.Name(names.WRAP_HELPER))]
         if not (self.initialises or self.wraps):
             return
@@ -134,40 +159,132 @@ class DistributedHazards:
     # -- collectives some processes skip ----------------------------------------------------
 
     def _collectives_under_rank_conditions(self) -> None:
-        for statement in self.analysis.nodes(cst.If):
-            if not rank_dependent(statement.test) or self._in_helper(statement):
+        """Collectives in a branch of a rank-dependent ``if``/``elif`` chain that another branch does not reach."""
+        for head in self.analysis.nodes(cst.If):
+            if self._in_helper(head) or isinstance(self.analysis.parents.get(head), cst.If):
+                continue  # an `elif` is judged with its chain
+            branches, exhaustive = self._chain(head)
+            if not any(rank_dependent(test, self._constants) for test, _ in branches if test is not None):
                 continue
-            body = self._collectives(statement.body)
-            other = self._collectives(statement.orelse) if statement.orelse is not None else []
-            # Both branches make the same calls: `if rank == 0: dist.broadcast(t, 0) else: dist.broadcast(t, 0)`.
-            common = {code_of(c.func) for c in body} & {code_of(c.func) for c in other}
-            for call in body + other:
-                if code_of(call.func) in common or self._paired_barrier(call, statement):
-                    continue
-                if self._is_model_forward(call):
-                    self._report(call, "DDP503", call=code_of(call.func))
-                else:
-                    self._report(call, "DDP502", call=code_of(call.func))
+            reached = [self._collectives(body) for _, body in branches if not _raises(body)]
+            keys = [set().union(*(self._primitives(c) for c in calls)) for calls in reached]
+            shared = set.intersection(*keys) if exhaustive and len(keys) > 1 else set()
+            for calls in reached:
+                for call in calls:
+                    missing = self._primitives(call) - shared
+                    if not missing or self._paired_barrier(call, head):
+                        continue
+                    forward_only = all(key.startswith("forward:") for key in missing)
+                    self._report(call, "DDP503" if forward_only else "DDP502", call=code_of(call.func))
+
+    def _chain(self, head: cst.If) -> tuple[list[tuple[cst.BaseExpression | None, cst.BaseSuite]], bool]:
+        """The branches of ``if``/``elif``/``else`` with their tests (``None`` for ``else``), and whether one always runs."""
+        branches: list[tuple[cst.BaseExpression | None, cst.BaseSuite]] = []
+        node: cst.If | cst.Else | None = head
+        while isinstance(node, cst.If):
+            branches.append((node.test, node.body))
+            node = node.orelse
+        if isinstance(node, cst.Else):
+            branches.append((None, node.body))
+        return branches, isinstance(node, cst.Else)
 
     def _collectives(self, node: cst.CSTNode) -> list[cst.Call]:
-        found = []
-        for call in self.effects.collectives_in(node):
-            qualified = {q.name for q in self.analysis.qualified_names(call.func)}
-            if qualified & (POINT_TO_POINT | NOT_COLLECTIVE):
-                continue
-            found.append(call)
-        return found
+        return [call for call in self.effects.collectives_in(node) if self._primitives(call)]
 
-    def _is_model_forward(self, call: cst.Call, seen: frozenset[str] = frozenset()) -> bool:
-        """A DDP model's forward, or a function of the script whose only collectives are such forwards."""
+    def _primitives(self, call: cst.Call, seen: frozenset[str] = frozenset()) -> set[str]:
+        """What a call makes every process wait on: ``torch.distributed.barrier``, ``forward:model``, ``backward``.
+
+        Only torch.distributed's collectives count, not its queries, point-to-point calls or RPC;
+        a function of the script counts for what it reaches.
+        """
         func = code_of(call.func)
         if func.removeprefix("self.") in self.effects.models:
-            return True
+            return {f"forward:{func.removeprefix('self.')}"}
+        if func in names.COLLECTIVE_HELPERS:
+            return {"torch.distributed.all_reduce"}
+        if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
+            return set() if self._backward_of_a_plain_model(call) else {"backward"}
+        qualified = {q.name for q in self.analysis.qualified_names(call.func)}
+        found = {q for q in qualified if q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in COLLECTIVES}
+        if found:
+            return found
         function = self._functions.get(func)
         if function is None or func in seen:
-            return function is not None
-        reached = self.effects.collectives_in(function.body)
-        return bool(reached) and all(self._is_model_forward(c, seen | {func}) for c in reached)
+            return set()
+        return set().union(*(self._primitives(c, seen | {func}) for c in self.effects.collectives_in(function.body)))
+
+    def _backward_of_a_plain_model(self, backward: cst.Call) -> bool:
+        """``loss.backward()`` where every model call the loss comes from is ``model.module`` or a copy: no all-reduce."""
+        roots = self._model_calls(backward.func.value, backward, 0)  # type: ignore[attr-defined]
+        return roots is not None and bool(roots) and not any(root in self.effects.models for root in roots)
+
+    def _model_calls(self, node: cst.BaseExpression, before: cst.CSTNode, depth: int) -> set[str] | None:
+        """The callees that produced ``node``, through the nearest assignments before ``before``; ``None`` when unknown."""
+        if depth > 6:
+            return None
+        if isinstance(node, cst.Call):
+            func = code_of(node.func)
+            if func.removeprefix("self.") in self.effects.models:
+                return {func.removeprefix("self.")}
+            if func.endswith(".module") or func in self._plain_models:
+                return {func}
+            parts: list[cst.BaseExpression] = [a.value for a in node.args]
+            if isinstance(node.func, cst.Attribute):
+                parts.append(node.func.value)  # `out.sum()`
+            return self._combine(parts, before, depth)
+        if isinstance(node, cst.BinaryOperation):
+            return self._combine([node.left, node.right], before, depth)
+        if isinstance(node, (cst.Tuple, cst.List)):
+            return self._combine([e.value for e in node.elements], before, depth)
+        if isinstance(node, cst.Subscript):
+            return self._model_calls(node.value, before, depth + 1)
+        if isinstance(node, cst.Name):
+            value = self._assigned_before(node.value, before)
+            return None if value is None else self._model_calls(value, value, depth + 1)
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return set()
+        return None
+
+    def _combine(self, parts: list[cst.BaseExpression], before: cst.CSTNode, depth: int) -> set[str] | None:
+        found: set[str] = set()
+        for part in parts:
+            roots = self._model_calls(part, before, depth + 1)
+            if roots is None:
+                return None
+            found |= roots
+        return found
+
+    def _assigned_before(self, name: str, node: cst.CSTNode) -> cst.BaseExpression | None:
+        """The value of the last assignment to ``name`` before ``node`` in its function, tuple targets included."""
+        scope = next((a for a in self.analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Module))), self.analysis.module)
+        value = None
+        for assign in self.analysis.within(scope, cst.Assign):
+            if not self.analysis.is_before(assign, node):
+                break
+            for target in assign.targets:
+                if name in {n.value for n in self.analysis.within(target, cst.Name)}:
+                    value = assign.value
+        return value
+
+    @cached_property
+    def _constants(self) -> dict[str, str]:
+        """``MASTER_RANK = 0`` at module or class level: the literal each constant holds."""
+        found: dict[str, str] = {}
+        for assign in self.analysis.nodes(cst.Assign):
+            if m.matches(assign.value, LITERAL):
+                for target in assign.targets:
+                    if _constant_name(target.target):
+                        found[code_of(target.target).rsplit(".", 1)[-1]] = code_of(assign.value)
+        return found
+
+    @cached_property
+    def _plain_models(self) -> set[str]:
+        """Names bound to a model no DDP holds: ``model.module``, ``copy.deepcopy(...)``."""
+        found = set()
+        for assign in self.analysis.nodes(cst.Assign):
+            if code_of(assign.value).endswith(".module") or self.analysis.matches(assign.value, call_to({"copy.deepcopy"})):
+                found |= {code_of(t.target) for t in assign.targets}
+        return found
 
     def _paired_barrier(self, call: cst.Call, statement: cst.If) -> bool:
         """``if rank != 0: barrier()`` ... ``if rank == 0: barrier()``: every process meets the other's barrier."""
@@ -175,7 +292,7 @@ class DistributedHazards:
             return False
         scope = next((a for a in self.analysis.ancestors(statement) if isinstance(a, cst.FunctionDef)), self.analysis.module)
         for other in self.analysis.within(scope, cst.If):
-            if other is statement or not rank_dependent(other.test) or code_of(other.test) == code_of(statement.test):
+            if other is statement or not rank_dependent(other.test, self._constants) or code_of(other.test) == code_of(statement.test):
                 continue
             if any(self.analysis.matches(c, call_to({"torch.distributed.barrier"})) for c in self._collectives(other.body)):
                 return True
@@ -452,28 +569,73 @@ class DistributedHazards:
 
     def _devices(self) -> None:
         for string in self.analysis.nodes(cst.SimpleString):
-            if FIRST_GPU.match(str(string.evaluated_value)) and not self._in_helper(string):
+            if FIRST_GPU.match(str(string.evaluated_value)) and self._device_scope(string) and not self._mapped_from(string):
                 self._report(string, "DDP509", device=code_of(string))
         for call in self.analysis.nodes(cst.Call):
-            if self._in_helper(call):
+            if not self._device_scope(call):
                 continue
             if self.analysis.matches(call, call_to({"torch.cuda.set_device"})) and m.matches(argument(call, 0, "device"), m.Integer("0")):
                 self._report(call, "DDP509", device=code_of(call))
             elif m.matches(call, m.Call(func=m.Attribute(attr=m.Name("cuda")), args=[m.Arg(m.Integer("0"))])):
                 self._report(call, "DDP509", device=code_of(call))
             elif self.analysis.matches(call, call_to(names.TORCH_LOAD)) and argument(call, 1, "map_location") is None:
-                self._report(call, "DDP508")
+                if not self._loads_its_own_file(call):
+                    self._report(call, "DDP508")
             elif self.analysis.matches(call, call_to(names.TORCH_SAVE)) and call.args:
                 saved = code_of(call.args[0].value)
                 if saved in self.effects.models:
                     self._report(call, "DDP511", model=saved)
         for target in self.analysis.nodes(cst.AssignTarget):
-            if m.matches(target.target, VISIBLE_DEVICES) and not self._in_helper(target):
+            if m.matches(target.target, VISIBLE_DEVICES) and self._device_scope(target):
                 self._report(target, "DDP510")
         for call in self.analysis.nodes(cst.Call):
             if m.matches(call.func, m.Attribute(value=m.Attribute(value=m.Name("os"), attr=m.Name("environ")), attr=m.Name("setdefault") | m.Name("update"))):
-                if "CUDA_VISIBLE_DEVICES" in code_of(call):
+                if "CUDA_VISIBLE_DEVICES" in code_of(call) and self._device_scope(call):
                     self._report(call, "DDP510")
+
+    def _device_scope(self, node: cst.CSTNode) -> bool:
+        """Where device choices are this DDP run's: all of a script, or in a library the class or function that starts DDP."""
+        if self._in_helper(node):
+            return False
+        if entry_point(self.analysis) is not None:
+            return True
+        outermost = [a for a in self.analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.ClassDef))]
+        if not outermost:
+            return True
+        return any(self._inside(start, outermost[-1]) for start in self._starts)
+
+    @cached_property
+    def _starts(self) -> list[cst.Call]:
+        calls = self.analysis.nodes(cst.Call)
+        return [c for c in calls if self.analysis.matches(c, call_to(names.INIT_PROCESS_GROUP))] + self.wraps
+
+    def _mapped_from(self, string: cst.SimpleString) -> bool:
+        """``{"cuda:0": f"cuda:{rank}"}``: the key names where a checkpoint was saved, the remedy for DDP508."""
+        parent = self.analysis.parents.get(string)
+        return isinstance(parent, cst.DictElement) and parent.key is string
+
+    def _loads_its_own_file(self, load: cst.Call) -> bool:
+        """``torch.load`` of a buffer or temporary file this function wrote: it comes back to this process's device."""
+        source = argument(load, 0, "f")
+        if source is None:
+            return False
+        spelled = code_of(source)
+        root = spelled.split(".")[0]
+        scope = next((a for a in self.analysis.ancestors(load) if isinstance(a, (cst.FunctionDef, cst.Module))), self.analysis.module)
+        for call in self.analysis.within(scope, cst.Call):
+            if not self.analysis.is_before(call, load):
+                break
+            if self.analysis.matches(call, call_to(names.TORCH_SAVE)) and len(call.args) > 1:
+                if code_of(call.args[1].value).split(".")[0] == root:
+                    return True
+        value = self._assigned_before(root, load)
+        if value is not None and self.analysis.matches(value, call_to({"io.BytesIO"})):
+            return True
+        for item in self.analysis.within(scope, cst.WithItem):
+            if item.asname is not None and code_of(item.asname.name) == root:
+                if any(q.name.startswith("tempfile.") for q in self.analysis.qualified_names(item.item.func)) if isinstance(item.item, cst.Call) else False:  # fmt: skip
+                    return True
+        return False
 
     # -- the model's life-cycle ------------------------------------------------------------------
 
@@ -482,12 +644,41 @@ class DistributedHazards:
         for hazard in lifecycle.blockers:
             if hazard.code == "DDP223" and not self._beside_a_wrap(hazard.node):
                 continue  # an optimizer built where no wrap is: the module may be wrapped after it is handed on
+            if hazard.code == "DDP212" and self._move_to_its_own_device(hazard.node):  # type: ignore[arg-type]
+                continue
+            if hazard.code == "DDP221" and self._backward_of_a_plain_model(hazard.node):  # type: ignore[arg-type]
+                continue  # a second backward through a copy of the model, which DDP does not hold
             if hazard.code in LIFECYCLE_CODES:
                 self.hazards.append(Hazard(hazard.node, LIFECYCLE_CODES[hazard.code], hazard.values))
+
+    def _move_to_its_own_device(self, move: cst.Call) -> bool:
+        """A move inside a later wrap's arguments, which runs before that wrap, or to a device a wrap binds to."""
+        if any(self._inside(move, wrap) for wrap in self.wraps):
+            return True
+        device = code_of(move.args[0].value) if move.args else ""
+        bound = {code_of(e.value) for wrap in self.wraps for ids in [argument(wrap, 1, "device_ids")] if isinstance(ids, cst.List) for e in ids.elements}
+        bound |= {code_of(c.args[0].value) for c in self.analysis.nodes(cst.Call) if c.args and self.analysis.matches(c, call_to({"torch.cuda.set_device"}))}
+        return device in bound
 
     def _beside_a_wrap(self, node: cst.CSTNode) -> bool:
         scope = next((a for a in self.analysis.ancestors(node) if isinstance(a, cst.FunctionDef)), self.analysis.module)
         return any(self._inside(wrap, scope) for wrap in self.wraps + self.helper_wraps)
+
+
+def _single_process(call: cst.Call) -> bool:
+    """``init_process_group("fake", ...)`` simulates every rank in one process; ``world_size=1`` is one process."""
+    backend = argument(call, 0, "backend")
+    if isinstance(backend, cst.SimpleString) and backend.evaluated_value == "fake":
+        return True
+    size = argument(call, 99, "world_size")
+    return m.matches(size, m.Integer("1"))
+
+
+def _raises(body: cst.BaseSuite) -> bool:
+    """A branch that ends in ``raise``: the process stops there, so it waits on nothing."""
+    statements = list(body.body) if isinstance(body, cst.IndentedBlock) else []
+    last = statements[-1] if statements else None
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Raise)
 
 
 def _without(args: tuple[cst.Arg, ...] | list[cst.Arg], dropped: cst.Arg) -> list[cst.Arg]:

@@ -139,8 +139,11 @@ def with_argument(call: cst.Call, arg: cst.Arg) -> cst.Call:
     return call.with_changes(args=[*args, arg])
 
 
-def script_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
-    """Functions and methods of the script, by the name a call would use (``f``, ``self.f``)."""
+def script_functions(module: cst.Module, analysis: Analysis | None = None) -> dict[str, cst.FunctionDef]:
+    """Functions and methods of the script, by the name a call would use (``f``, ``self.f``).
+
+    With the module's ``analysis``, nested functions come from its index instead of a walk per function.
+    """
     functions: dict[str, cst.FunctionDef] = {}
     for statement in module.body:
         if isinstance(statement, cst.FunctionDef):
@@ -151,7 +154,8 @@ def script_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
                     functions.setdefault(f"self.{member.name.value}", member)
     # Functions defined inside another one, such as `run_epoch` inside `train`, are called by name.
     for outer in list(functions.values()):
-        for inner in m.findall(outer.body, m.FunctionDef()):
+        nested = analysis.within(outer.body, cst.FunctionDef) if analysis is not None else m.findall(outer.body, m.FunctionDef())
+        for inner in nested:
             functions.setdefault(inner.name.value, inner)  # type: ignore[attr-defined]
     return functions
 

@@ -86,7 +86,7 @@ class ProcessEffects:
             elif isinstance(value, cst.Call) and (target == "logging" or LOGGER_NAME.search(target)):
                 self.log_functions.add(target)
         self.log_functions = {name for name in self.log_functions if self._called_directly(name)}
-        self.functions = script_functions(analysis.module)
+        self.functions = script_functions(analysis.module, analysis)
         # Calls in each function's body, found once for the fixpoints below.
         self._calls_in = {name: analysis.within(function.body, cst.Call) for name, function in self.functions.items()}
         # `evaluate(net, loader)` makes `evaluate`'s first parameter a DDP model too, and

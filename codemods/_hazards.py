@@ -131,7 +131,7 @@ class DistributedHazards:
         self._devices()
         if self.wraps or self.helper_wraps:
             self._lifecycle()
-        if self.initialises and entry_point(analysis) is not None:
+        if self.initialises and self._is_script:
             # Side effects and data splitting are a script's business; a library that starts a
             # process group in a function prints for whoever calls it.
             self._unguarded_side_effects()
@@ -151,7 +151,7 @@ class DistributedHazards:
 
     @cached_property
     def _functions(self) -> dict[str, cst.FunctionDef]:
-        return script_functions(self.analysis.module)
+        return self.effects.functions
 
     def _in_helper(self, node: cst.CSTNode) -> bool:
         return any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in self.analysis.ancestors(node))
@@ -597,12 +597,16 @@ class DistributedHazards:
         """Where device choices are this DDP run's: all of a script, or in a library the class or function that starts DDP."""
         if self._in_helper(node):
             return False
-        if entry_point(self.analysis) is not None:
+        if self._is_script:
             return True
         outermost = [a for a in self.analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.ClassDef))]
         if not outermost:
             return True
         return any(self._inside(start, outermost[-1]) for start in self._starts)
+
+    @cached_property
+    def _is_script(self) -> bool:
+        return entry_point(self.analysis) is not None
 
     @cached_property
     def _starts(self) -> list[cst.Call]:

@@ -447,7 +447,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 if function is not None:
                     from_loaders.add(function.name.value)
         # Names derived from a loader: `it = iter(loader)`, `batches = enumerate(loader)`, and parameters it is passed as.
-        functions = script_functions(analysis.module)
+        functions = script_functions(analysis.module, analysis)
         for _ in range(3):
             for assign in analysis.nodes(cst.Assign):
                 if self._names_in(assign.value) & from_loaders:

@@ -90,7 +90,7 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
         it hands the loader to: a function of another file, ``iter()``, a comprehension.
         """
         analysis = self.analysis
-        functions = script_functions(analysis.module)
+        functions = script_functions(analysis.module, analysis)
         constructors = {
             c.name.value: member
             for c in analysis.nodes(cst.ClassDef)

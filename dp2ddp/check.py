@@ -91,13 +91,25 @@ def _length(prefix: str) -> int:
 
 
 def needs_check(source: str) -> bool:
-    """Whether a name check looks for appears as code: a file of neither DDP nor DataParallel has no findings."""
+    """Whether the code calls a name check looks for: a file that neither starts DDP nor wraps in DataParallel has no findings.
+
+    Read from tokens, before any parse: ``DistributedDataParallel(``, ``init_process_group(``,
+    or a name an import binds to one of them (``DistributedDataParallel as DDP`` ... ``DDP(``).
+    A mention in a type hint, an ``isinstance`` test or a docstring is no call.
+    """
     if not any(word in source for word in _CANDIDATE_WORDS):
         return False
+    words = set(_CANDIDATE_WORDS)
+    previous: list[str] = ["", ""]
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.NAME and token.string in _CANDIDATE_WORDS:
+            if token.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                continue
+            if token.type == tokenize.NAME and previous[1] == "as" and previous[0] in words:
+                words.add(token.string)
+            elif token.string == "(" and previous[1] in words:
                 return True
+            previous = [previous[1], token.string]
     except (tokenize.TokenError, SyntaxError):
         return True  # Let the parser name the error.
     return False

@@ -316,6 +316,8 @@ class DistributedHazards:
                 continue
             if self.analysis.matches(call, call_to(names.MAKE_DIRECTORY)):
                 continue  # with exist_ok, every process may make it; without, DDP417's fix applies
+            if self.analysis.matches(call, call_to(names.TORCH_SAVE)) and self._in_memory(argument(call, 1, "f"), call):
+                continue  # `torch.save(x, io.BytesIO())` writes nothing outside the process
             self._report(call, "DDP501", call=code_of(call.func), what=self._what(call))
 
     def _names_its_process(self, call: cst.Call) -> bool:
@@ -618,6 +620,15 @@ class DistributedHazards:
         parent = self.analysis.parents.get(string)
         return isinstance(parent, cst.DictElement) and parent.key is string
 
+    def _in_memory(self, target: cst.BaseExpression | None, node: cst.CSTNode) -> bool:
+        """``buffer`` bound to ``io.BytesIO()`` before ``node`` in its function."""
+        if target is None:
+            return False
+        if self.analysis.matches(target, call_to({"io.BytesIO"})):
+            return True
+        value = self._assigned_before(code_of(target).split(".")[0], node)
+        return value is not None and self.analysis.matches(value, call_to({"io.BytesIO"}))
+
     def _loads_its_own_file(self, load: cst.Call) -> bool:
         """``torch.load`` of a buffer or temporary file this function wrote: it comes back to this process's device."""
         source = argument(load, 0, "f")
@@ -632,8 +643,7 @@ class DistributedHazards:
             if self.analysis.matches(call, call_to(names.TORCH_SAVE)) and len(call.args) > 1:
                 if code_of(call.args[1].value).split(".")[0] == root:
                     return True
-        value = self._assigned_before(root, load)
-        if value is not None and self.analysis.matches(value, call_to({"io.BytesIO"})):
+        if self._in_memory(source, load):
             return True
         for item in self.analysis.within(scope, cst.WithItem):
             if item.asname is not None and code_of(item.asname.name) == root:

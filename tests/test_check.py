@@ -203,3 +203,65 @@ def test_diff_shows_the_fix_and_writes_nothing_and_fix_writes_it(tmp_path: Path)
     code, out, err = run("check", "--fix", str(script))
     assert code == 0 and out == "" and "fixed 1 file" in err
     assert "shuffle=True" not in script.read_text()
+
+
+# -- quiet on real code: each a shape seen in torch's own distributed tests, where nothing is wrong ----------
+
+_DDP = """\
+import copy
+import io
+import torch
+import torch.distributed as dist
+import torch.distributed.rpc as rpc
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+MASTER_RANK = 0
+
+
+class Test:
+    def run(self, rank):
+        dist.init_process_group("gloo")
+        model = torch.nn.Linear(2, 2)
+        ddp = DDP(model)
+{body}
+
+if __name__ == "__main__":
+    Test().run(0)
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param("if self.rank != self.MAIN_PROCESS_RANK:\n    dist.barrier()", id="a rank compared with a constant from another file"),
+        pytest.param(
+            "if self.rank == MASTER_RANK:\n    self.master()\nelif self.rank == 1:\n    self.worker()\nelse:\n    raise RuntimeError(rank)",
+            id="every branch of a role dispatch reaches the same barrier",
+        ),
+        pytest.param("if rank == 0:\n    level = dist.get_debug_level()", id="a query is no collective"),
+        pytest.param("if rank == 0:\n    inference = ddp.module\n    loss = inference(torch.ones(2)).sum()\n    loss.backward()", id="backward through the module inside"),
+        pytest.param("local = copy.deepcopy(model)\nif rank == 0:\n    local(torch.ones(2)).sum().backward()", id="backward through a copy"),
+        pytest.param(
+            "if rank == 0:\n    out = ddp(torch.ones(2))\n    out.sum().backward()\nelse:\n    a = ddp(torch.ones(2))\n    (a.sum() * 2).backward()",
+            id="both branches run the DDP forward and backward, spelled differently",
+        ),
+        pytest.param("if rank == 0:\n    rpc.rpc_sync('worker1', torch.add, args=(1, 1))", id="an RPC names its worker"),
+        pytest.param("if rank == 0:\n    dist.send(torch.ones(1), dst=1)\nelse:\n    dist.recv(torch.ones(1), src=0)", id="point-to-point calls"),
+        pytest.param("buffer = io.BytesIO()\ntorch.save(model.state_dict(), buffer)\nbuffer.seek(0)\nstate = torch.load(buffer)", id="a load of the buffer this process wrote"),
+        pytest.param("state = torch.load('c.pt', map_location={'cuda:0': f'cuda:{rank}'})", id="cuda:0 as the key of a map_location"),
+        pytest.param("again = DDP(model.cuda(rank), device_ids=[rank])", id="a move inside a later wrap's arguments"),
+        pytest.param("print(f'rank {rank} ready')", id="a print that names its process"),
+        pytest.param("if rank == 0:\n    dist.barrier()\nif rank != 0:\n    dist.barrier()", id="the main-process-first barrier pair"),
+    ],
+)
+def test_quiet_where_nothing_is_wrong(body: str) -> None:
+    import textwrap
+
+    source = _DDP.format(body=textwrap.indent(body, " " * 8))
+    compile(source, "case.py", "exec")
+    assert [f"{d.line}:{d.code}" for d in check_source(source).diagnostics] == []
+
+
+def test_a_fake_backend_runs_every_rank_in_one_process() -> None:
+    source = "import torch.distributed as dist\n\nif __name__ == '__main__':\n    dist.init_process_group('fake', rank=0, world_size=8)\n    print('one process')\n"
+    assert check_source(source).diagnostics == ()

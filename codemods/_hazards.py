@@ -23,7 +23,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from . import _names as names
-from ._base import VISIBLE_DEVICES, argument, call_to, code_of, entry_point, parameter_for, script_functions
+from ._base import VISIBLE_DEVICES, argument, call_to, code_of, entry_point, parameter_for, resolves_to
 from ._effects import is_rank_guard, opens_for_writing
 from ._lifecycle import Hazard, ModelLifecycle
 
@@ -199,7 +199,8 @@ class DistributedHazards:
         """
         func = code_of(call.func)
         if func.removeprefix("self.") in self.effects.models:
-            return {f"forward:{func.removeprefix('self.')}"}
+            # Without gradients DDP's forward neither syncs buffers nor prepares a reduction.
+            return set() if self._without_grad(call) else {f"forward:{func.removeprefix('self.')}"}
         if func in names.COLLECTIVE_HELPERS:
             return {"torch.distributed.all_reduce"}
         if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
@@ -212,6 +213,18 @@ class DistributedHazards:
         if function is None or func in seen:
             return set()
         return set().union(*(self._primitives(c, seen | {func}) for c in self.effects.collectives_in(function.body)))
+
+    def _without_grad(self, node: cst.CSTNode) -> bool:
+        """Inside ``with torch.no_grad():`` or a function decorated ``@torch.no_grad()``."""
+        for ancestor in self.analysis.ancestors(node):
+            if isinstance(ancestor, cst.With) and any(self.analysis.matches(i.item, call_to(names.NO_GRAD)) for i in ancestor.items):
+                return True
+            if isinstance(ancestor, cst.FunctionDef):
+                for decorator in ancestor.decorators:
+                    spelled = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+                    if self.analysis.matches(spelled, resolves_to(names.NO_GRAD)):
+                        return True
+        return False
 
     def _backward_of_a_plain_model(self, backward: cst.Call) -> bool:
         """``loss.backward()`` where every model call the loss comes from is ``model.module`` or a copy: no all-reduce."""

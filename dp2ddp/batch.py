@@ -43,7 +43,7 @@ def convert_file(path: Path, options: ConvertOptions) -> FileResult:
     try:
         return FileResult(path, source.encoding, convert_source(source.text, options))
     except ConversionError as error:
-        return FileResult(path, source.encoding, error=f"{path}:{error}")
+        return FileResult(path, source.encoding, error=_located(path, error))
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,12 @@ def check_file(path: Path, selection: Selection, config: Config | None = None) -
     try:
         return CheckedFile(path, check_source(source.text, selection), source.encoding)
     except ConversionError as error:
-        return CheckedFile(path, error=f"{path}:{error}")
+        return CheckedFile(path, error=_located(path, error))
+
+
+def _located(path: Path, error: ConversionError) -> str:
+    """``train.py:3:7: syntax error ...``, or ``train.py: internal error ...`` where no line is known."""
+    return f"{path}:{error}" if error.line is not None else f"{path}: {error}"
 
 
 def default_jobs() -> int:

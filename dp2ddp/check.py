@@ -126,7 +126,13 @@ def check_source(source: str, selection: Selection = Selection()) -> CheckResult
     if facts.mentions_data_parallel and facts.existing_distributed is None:
         converted = _data_parallel(analysis, source, found)
     else:
-        hazards = DistributedHazards(analysis)
+        try:
+            hazards = DistributedHazards(analysis)
+        except Exception as error:  # a rule's bug must not cost the user a traceback
+            raise ConversionError(
+                f"internal error in check ({type(error).__name__}: {error}); please report this script, "
+                "or leave it out with --exclude"
+            ) from error
         for hazard in hazards.hazards:
             rule = RULES[hazard.code]
             where = analysis.position(hazard.node)

@@ -909,12 +909,14 @@ RULES: dict[str, Rule] = {
             "`{call}` runs a forward of the DDP model only where this rank condition holds: a forward may "
             "synchronise buffers with every process, which then hangs; run the module inside (`model.module`) here",
             doc=_doc(
-                "Finds a forward of a DDP model (or a script function that runs one) under a rank-dependent condition.",
-                "DDP's forward broadcasts buffers and prepares the gradient reduction when gradients are on. "
-                "Run on one process only, that waits for the others forever. Under `torch.no_grad()` in "
-                "eval mode it happens to work, which is why this is a warning.",
+                "Finds a forward of a DDP model (or a script function that runs one) under a rank-dependent "
+                "condition, with gradients enabled. A forward under `torch.no_grad()` (a `with` block or a "
+                "decorated function) is not reported: DDP does not communicate there.",
+                "With gradients on, DDP's forward broadcasts buffers (`broadcast_buffers=True`, the default) and "
+                "prepares the gradient reduction. Run on one process only, the broadcast waits for the others "
+                "forever, and a later backward on that process alone would too.",
                 "if rank == 0:\n    accuracy = evaluate(model, val_loader)",
-                "if rank == 0:\n    accuracy = evaluate(model.module, val_loader)",
+                "if rank == 0:\n    with torch.no_grad():\n        accuracy = evaluate(model.module, val_loader)",
                 "No fix: the call is left as it was.",
             ),
         ),

@@ -265,3 +265,15 @@ def test_quiet_where_nothing_is_wrong(body: str) -> None:
 def test_a_fake_backend_runs_every_rank_in_one_process() -> None:
     source = "import torch.distributed as dist\n\nif __name__ == '__main__':\n    dist.init_process_group('fake', rank=0, world_size=8)\n    print('one process')\n"
     assert check_source(source).diagnostics == ()
+
+
+def test_a_rule_that_fails_names_the_file_instead_of_a_traceback(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dp2ddp.check
+
+    def broken(analysis: object) -> None:
+        raise AttributeError("a bug")
+
+    monkeypatch.setattr(dp2ddp.check, "DistributedHazards", broken)
+    code, _, err = run("check", "-j", "1", "train.py", cwd=project)
+    assert code == 2
+    assert "train.py: internal error in check (AttributeError: a bug)" in err and "Traceback" not in err

@@ -187,6 +187,9 @@ def bench_preflight(targets: list[str], label: str, cwd: str, dp2ddp_seconds: fl
         said = summary_line(completed.stdout) or summary_line(completed.stderr)
         if completed.returncode not in (0, 1):
             print(f"  `torch-preflight {shown}` exited {completed.returncode}: {said}")
+        counted = re.search(r"([0-9,]+) files?(\(s\))?", said)
+        if counted is not None and int(counted.group(1).replace(",", "")) != len(targets):
+            print(f"  warning: torch-preflight says it read {counted.group(1)} files, not the {len(targets)} given")
         print(f"  `torch-preflight {shown}`: {seconds:.1f} s ({said})")
         ratio = seconds / dp2ddp_seconds
         verdict = "meets" if ratio >= PREFLIGHT_TARGET else "misses"
@@ -209,6 +212,8 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--memory-child", choices=("check", "parse", "imports"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeat < 1 or (args.files is not None and args.files < 1):
+        parser.error("--repeat and --files take a number of at least 1")
     tree = args.tree if args.tree is not None else default_tree()
     if tree is None:
         print("error: torch is not installed here; give a folder of Python sources with --tree PATH", file=sys.stderr)
@@ -244,7 +249,7 @@ def main() -> int:
     candidates = sum(needs_check(text) for text in texts)
     lines = sum(text.count("\n") for text in texts)
     print(f"tree: {tree}")
-    print(f"  {len(files)} files ({lines} lines); {candidates} pass the prefilter (needs_check), {len(files) - candidates} are skipped by it")
+    print(f"  {len(files)} files ({lines} lines); {candidates} pass the prefilter (needs_check), {len(texts) - candidates} are skipped by it")
 
     # Alternate the two, so load on a shared machine hits both alike.
     checked, parsed = [], []
@@ -265,10 +270,12 @@ def main() -> int:
     print(f"  ratio check/parse {ratio:.3f} (target <= {RATIO_TARGET}: {verdict})")
     print(f"  {findings} findings; {failed} files check could not read or parse ({unparsed} that libcst could not)")
 
-    targets = [str(tree)] if args.files is None else [str(path) for path in files]
+    # Both CLIs get the same explicit list of files: torch-preflight skips a folder under site-packages
+    # (it reports "0 file(s)" for the installed torch), and a list leaves neither to its own discovery.
+    targets = [str(path) for path in files]
     with tempfile.TemporaryDirectory(prefix="check_speed-cwd-") as cwd:
         cli_seconds, completed = run_cli(targets, cwd)
-        shown = "TREE" if args.files is None else f"<{len(files)} files>"
+        shown = f"<the {len(files)} files>"
         print("CLI end to end, once:")
         print(f"  `dp2ddp check --exit-zero -j1 {shown}`: {cli_seconds:.2f} s, exit {completed.returncode} ({summary_line(completed.stderr)})")
         if args.no_preflight:

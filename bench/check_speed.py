@@ -176,7 +176,9 @@ def bench_preflight(targets: list[str], label: str, cwd: str, dp2ddp_seconds: fl
         shown = " ".join([*run[1 : -len(targets)], label])
         start = time.perf_counter()
         try:
-            completed = subprocess.run(run, capture_output=True, text=True, check=False, cwd=cwd, timeout=timeout)
+            # A wide terminal, so rich does not wrap the summary line.
+            wide = {**os.environ, "COLUMNS": "200"}
+            completed = subprocess.run(run, capture_output=True, text=True, check=False, cwd=cwd, timeout=timeout, env=wide)
         except subprocess.TimeoutExpired:
             print(f"  `torch-preflight {shown}`: stopped after {timeout:.0f} s, unfinished")
             bound = timeout / dp2ddp_seconds
@@ -184,7 +186,9 @@ def bench_preflight(targets: list[str], label: str, cwd: str, dp2ddp_seconds: fl
             print(f"  dp2ddp check -j1 is more than {bound:.1f}x faster (target >= {PREFLIGHT_TARGET:g}x: {verdict})")
             return
         seconds = time.perf_counter() - start
-        said = summary_line(completed.stdout) or summary_line(completed.stderr)
+        # Its summary is the line that counts the files ("Found 3 errors in 185 file(s)."), not always the last.
+        lines = [line.strip() for line in (completed.stdout + completed.stderr).splitlines() if "file" in line]
+        said = lines[-1] if lines else summary_line(completed.stdout) or summary_line(completed.stderr)
         if completed.returncode not in (0, 1):
             print(f"  `torch-preflight {shown}` exited {completed.returncode}: {said}")
         counted = re.search(r"([0-9,]+) files?(\(s\))?", said)

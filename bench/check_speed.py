@@ -225,7 +225,7 @@ def main() -> int:
     if not tree.is_dir():
         print(f"error: --tree {tree}: not a folder", file=sys.stderr)
         return 2
-    files = discover([tree])
+    files = discover([tree.resolve()])  # absolute: the CLI runs start in another folder
     if args.files is not None:
         files = files[: args.files]
     if not files:

@@ -23,7 +23,15 @@ import libcst as cst
 import libcst.matchers as m
 
 from . import _names as names
-from ._base import VISIBLE_DEVICES, argument, call_to, code_of, entry_point, parameter_for, resolves_to
+from ._base import (
+    VISIBLE_DEVICES,
+    argument,
+    call_to,
+    code_of,
+    entry_point,
+    parameter_for,
+    resolves_to,
+)
 from ._effects import is_rank_guard, opens_for_writing
 from ._lifecycle import Hazard, ModelLifecycle
 

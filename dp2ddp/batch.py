@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source
-from dp2ddp.config import Config
 from dp2ddp.check import CheckResult, Selection, check_source
+from dp2ddp.config import Config
 from dp2ddp.files import SourceError, read_source
 
 T = TypeVar("T")

@@ -16,7 +16,7 @@ import io
 import re
 import tokenize
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -230,12 +230,3 @@ def fails(diagnostics: Collection[Diagnostic], fail_on: str) -> bool:
     """Whether any diagnostic is at least as severe as ``fail_on``."""
     return any(SEVERITY_ORDER[d.severity] >= SEVERITY_ORDER[fail_on] for d in diagnostics)
 
-
-@dataclass
-class CheckReport:
-    """Counts what check found over many files, and alone decides the exit code."""
-
-    files: int = 0
-    failed: int = 0
-    fixed: int = 0
-    diagnostics: list[Diagnostic] = field(default_factory=list)

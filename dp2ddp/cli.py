@@ -24,8 +24,8 @@ from dp2ddp.api import (
 )
 from dp2ddp.batch import FileResult, check_file, convert_files, default_jobs, map_files
 from dp2ddp.check import Diagnostic, Selection, fails
-from dp2ddp.config import ConfigError, find_config
 from dp2ddp.codemods import codemods
+from dp2ddp.config import ConfigError, find_config
 from dp2ddp.files import SourceError, discover, read_source, write_atomic
 from dp2ddp.formats import FORMATS, FileDiagnostics, as_json, github, sarif, text
 from dp2ddp.report import EXIT_ERROR, EXIT_INTERRUPTED, Report

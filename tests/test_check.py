@@ -251,6 +251,10 @@ if __name__ == "__main__":
         pytest.param("state = torch.load('c.pt', map_location={'cuda:0': f'cuda:{rank}'})", id="cuda:0 as the key of a map_location"),
         pytest.param("again = DDP(model.cuda(rank), device_ids=[rank])", id="a move inside a later wrap's arguments"),
         pytest.param("print(f'rank {rank} ready')", id="a print that names its process"),
+        pytest.param(
+            "if rank >= 0:\n    other = DDP(model)\nelse:\n    other = model\n    other.to('cuda:1')",
+            id="a move in the branch that does not wrap",
+        ),
         pytest.param("if rank == 0:\n    dist.barrier()\nif rank != 0:\n    dist.barrier()", id="the main-process-first barrier pair"),
     ],
 )

@@ -197,7 +197,8 @@ class Analysis:
             return None
         found: list[cst.Assign | None] = []
         for assignment in scope[name.value]:
-            target = self.parents.get(assignment.node)
+            # A builtin (`None`, `len`) has no node in this tree: it is not a plain assignment.
+            target = self.parents.get(getattr(assignment, "node", None))
             assign = self.parents.get(target) if isinstance(target, cst.AssignTarget) else None
             found.append(assign if isinstance(assign, cst.Assign) else None)
         return found

@@ -139,6 +139,18 @@ def with_argument(call: cst.Call, arg: cst.Arg) -> cst.Call:
     return call.with_changes(args=[*args, arg])
 
 
+def prepend_statements(suite: cst.BaseSuite, statements: Sequence[cst.BaseStatement]) -> cst.IndentedBlock:
+    """``suite`` with ``statements`` first; a one-line suite (``for e in r: train()``) becomes a block."""
+    if isinstance(suite, cst.IndentedBlock):
+        return suite.with_changes(body=[*statements, *suite.body])
+    assert isinstance(suite, cst.SimpleStatementSuite)
+    small = list(suite.body)
+    # The last small statement of a one-line suite may carry a `;` that a line of its own does not need.
+    small[-1] = small[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+    line = cst.SimpleStatementLine(body=small, trailing_whitespace=suite.trailing_whitespace)
+    return cst.IndentedBlock(body=[*statements, line])
+
+
 def script_functions(module: cst.Module, analysis: Analysis | None = None) -> dict[str, cst.FunctionDef]:
     """Functions and methods of the script, by the name a call would use (``f``, ``self.f``).
 

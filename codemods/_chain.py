@@ -26,6 +26,8 @@ class ChainedTransformer(cst.CSTTransformer):
         # as LibCST promises a single transformer.
         self._suppressed_at: dict[int, cst.CSTNode] = {}
         self.became: dict[cst.CSTNode, object] = {}
+        # The codemod whose method runs now: the one to name if it raises.
+        self.active: Dp2ddpCodemod | None = None
         for codemod in self.codemods:
             codemod.became = self.became
 
@@ -35,6 +37,7 @@ class ChainedTransformer(cst.CSTTransformer):
             if index in self._suppressed_at:
                 continue
             visit = getattr(codemod, f"visit_{kind}", None)
+            self.active = codemod
             if visit is not None and visit(node) is False:
                 self._suppressed_at[index] = node
         return True
@@ -50,11 +53,13 @@ class ChainedTransformer(cst.CSTTransformer):
                 continue
             leave = getattr(codemod, f"leave_{kind}", None)
             if leave is not None:
+                self.active = codemod
                 result = _apply(leave, original_node, result)
             if suppressed_at is original_node:
                 del self._suppressed_at[index]
         if isinstance(original_node, cst.BaseStatement):
             self.became[original_node] = result
+        self.active = None
         return result
 
 

@@ -31,6 +31,7 @@ from ._base import (
     import_torch_distributed,
     keyword_arg,
     parameter_for,
+    prepend_statements,
     resolves_to,
     script_functions,
 )
@@ -144,7 +145,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if given is not None and keyword == "sampler" and self._is_placeholder(given):
                 # `train_sampler = None` ... `sampler=train_sampler`: no sampler at all.
                 self.placeholders[call] = given.value  # type: ignore[attr-defined]
-            elif given is not None:
+            elif given is not None and not m.matches(given, m.Name("None")):
                 self.report(call, "DDP301", argument=keyword)
                 return
         unpacked = next((a for a in call.args if a.star), None)
@@ -152,6 +153,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(call, "DDP314", arguments=f"{unpacked.star}{code_of(unpacked.value)}")
             return
         positional = [a for a in call.args if a.keyword is None]
+        # `DataLoader(data, 8, True, None)`: a sampler or batch sampler of None, by position, is no sampler.
+        if len(positional) > SHUFFLE + 1 and all(m.matches(a.value, m.Name("None")) for a in positional[SHUFFLE + 1 :]):
+            positional = positional[: SHUFFLE + 1]
         if len(positional) > SHUFFLE + 1:
             self.report(call, "DDP303", count=len(positional))
             return
@@ -305,9 +309,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return found
 
     def _is_placeholder(self, value: cst.BaseExpression) -> bool:
-        """A name every binding of which is ``= None``: the DataParallel half of a sampler switch."""
+        """``None``, or a name every binding of which is ``= None``: the DataParallel half of a sampler switch."""
         if not isinstance(value, cst.Name):
             return False
+        if value.value == "None":
+            return True
         assigns = self.analysis.bindings(value)
         return bool(assigns) and all(a is not None and m.matches(a.value, m.Name("None")) for a in assigns)  # type: ignore[union-attr]
 
@@ -596,7 +602,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         args: list[cst.Arg] = []
         placed = False
         for position, arg in enumerate(updated_node.args):
-            keyword = arg.keyword.value if arg.keyword else ("dataset", "batch_size", "shuffle")[position]
+            keyword = arg.keyword.value if arg.keyword else ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler")[position]
+            if keyword in ("sampler", "batch_sampler") and m.matches(arg.value, m.Name("None")):
+                continue  # no sampler at all: the DistributedSampler takes its place
             if keyword == "dataset":
                 args.append(arg.with_changes(value=dataset) if plan.hoisted_dataset else arg)
             elif keyword == "batch_size":
@@ -658,8 +666,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         calls = [
             cst.parse_statement(f"{code_of(reference)}.sampler.set_epoch({epoch})") for reference in references
         ]
-        body = updated_node.body
-        return updated_node.with_changes(body=body.with_changes(body=[*calls, *body.body]))
+        return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
 
     def leave_While(self, original_node: cst.While, updated_node: cst.While) -> cst.While:
         return self._restart(original_node, updated_node)
@@ -670,13 +677,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _restart(self, original_node: RestartT, updated_node: RestartT) -> RestartT:
         """A new pass over the data starts here: advance each loader's sampler by one epoch first."""
         references = self.restarts.get(original_node)
-        if not references or not isinstance(updated_node.body, cst.IndentedBlock):
+        if not references:
             return updated_node
         calls = [
             cst.parse_statement(f"{code_of(r)}.sampler.set_epoch({code_of(r)}.sampler.epoch + 1)") for r in references
         ]
-        body = updated_node.body
-        return updated_node.with_changes(body=body.with_changes(body=[*calls, *body.body]))
+        return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.uses_world_size:

@@ -309,14 +309,12 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         for use in uses:
             parent = self.analysis.parents[use]
             statement = next(a for a in self.analysis.ancestors(use) if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement)))
-            if under_rank_guard(self, use) or (
-                isinstance(statement, cst.SimpleStatementLine)
-                and self._is_effect_line(statement)
-                and not self.effects.collectives_in(statement)
-            ):
+            if under_rank_guard(self, use) or self._guarded_after_split(use, statement):
                 continue  # Runs on the main process only: a write, or a print that reads it.
             if isinstance(parent, (cst.Comparison, cst.If, cst.UnaryOperation, cst.BooleanOperation)):
                 continue  # `if writer is not None:`, `if writer:`
+            if isinstance(parent, cst.AssignTarget):
+                continue  # `self.writer = None`, rebinding it: nothing is read
             caller = self.analysis.parents[parent] if isinstance(parent, cst.Arg) else None
             function = functions.get(code_of(caller.func)) if isinstance(caller, cst.Call) else None
             parameter = parameter_for(function, caller, parent) if function is not None else None  # type: ignore[arg-type]
@@ -327,6 +325,23 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             if escape is not None:
                 return escape
         return None
+
+    def _guarded_after_split(self, use: cst.CSTNode, statement: cst.CSTNode) -> bool:
+        """Whether ``use`` ends up under the main-process guard: on a side-effect line, outside its collectives.
+
+        ``writer.add_scalar("loss", all_reduce_mean(loss.item()), step)`` is
+        split: the reduction moves to a line of its own, before the guarded
+        write. Judging the line as it will be written keeps this plan the same
+        when the converted script is converted again.
+        """
+        if not isinstance(statement, cst.SimpleStatementLine) or not self._is_effect_line(statement):
+            return False
+        collectives = self.effects.collectives_in(statement)
+        if not collectives:
+            return True
+        if len(statement.body) != 1 or any(self.effects.is_conditionally_evaluated(c, statement) for c in collectives):
+            return False  # not split: DDP401 leaves the line on every process
+        return not any(self.analysis.index[c] <= self.analysis.index[use] <= self.analysis.last[c] for c in collectives)
 
     def _create_everywhere(self, original: cst.Assign, statement: cst.BaseStatement, escape: cst.CSTNode) -> cst.BaseStatement:
         """A writer that code outside its writes reads exists on every process; its writes stay guarded.

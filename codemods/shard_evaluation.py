@@ -38,6 +38,7 @@ from ._base import (
     resolves_to,
     script_functions,
 )
+from ._analysis import Analysis
 from ._results import is_bound_here, loop_results, owner_of
 from .add_distributed_sampler import AddDistributedSamplerCommand
 
@@ -53,6 +54,35 @@ def {names.EVALUATION_SHARD_HELPER}(dataset) -> range:
 class ShardEvaluationCommand(AddDistributedSamplerCommand):
     DESCRIPTION = "Shard evaluation DataLoaders so every sample is evaluated exactly once, with no padding."
     SHARDS_EVALUATION: ClassVar[bool] = True
+
+    def plan(self, analysis: Analysis) -> None:
+        super().plan(analysis)
+        self._keep_unsharded_loops_whole(analysis)
+
+    def _keep_unsharded_loops_whole(self, analysis: Analysis) -> None:
+        """Loops over a loader that no codemod shards hold whole-set values: gather_metrics must not sum them.
+
+        A loader convert leaves as it is (arguments from ``**kwargs``, a sampler
+        of its own, a shape it cannot rewrite) loads the whole set on every
+        process. Summing its ``correct`` over W processes would print W times
+        the original's count, so a reduction goes only where values are per shard.
+        """
+        sharded_already = m.Call(
+            args=[
+                m.ZeroOrMore(),
+                m.Arg(call_to(names.DISTRIBUTED_SAMPLER) | m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER)), keyword=m.Name("sampler")),
+                m.ZeroOrMore(),
+            ]
+        )
+        for call in analysis.findall(call_to(names.DATA_LOADER)):
+            assert isinstance(call, cst.Call)
+            if call in self.plans or call in analysis.sharded_loaders or self.matches(call, sharded_already):
+                continue
+            reference, _ = self._binding(analysis.module, call, analysis.parents[call])
+            if reference is None:
+                continue
+            loops, _ = self._loops_over(code_of(reference).rsplit(".", 1)[-1])
+            analysis.whole_loops.update(loops)
 
     def _may_shard(self, call: cst.Call, reference: cst.BaseExpression | None) -> bool:
         if reference is None:

@@ -215,6 +215,7 @@ def _apply_group(
     planned = []
     contexts: list[CodemodContext] = []
     name = ""
+    chain: ChainedTransformer | None = None
     try:
         for codemod in group:
             name = codemod.__module__.rsplit(".", 1)[-1]
@@ -231,13 +232,17 @@ def _apply_group(
             except SkipFile:
                 continue
             planned.append(instance)
-        name = ", ".join(c.__module__.rsplit(".", 1)[-1] for c in group)
-        tree = analysis.module.visit(ChainedTransformer(planned)) if planned else analysis.module
+        chain = ChainedTransformer(planned)
+        tree = analysis.module.visit(chain) if planned else analysis.module
+        name = ""  # past the codemods: the imports they queued
         tree = apply_queued_imports(tree, contexts, added_imports)
     except Exception as error:  # a codemod bug must not cost the user a traceback or a half-written file
+        if chain is not None and chain.active is not None:
+            name = type(chain.active).__module__.rsplit(".", 1)[-1]
+        where, skip = (f"codemod {name}", f", or run with --skip {name}") if name in codemods() else ("adding imports", "")
         raise ConversionError(
-            f"internal error in codemod {name} ({type(error).__name__}); the file is left unchanged: "
-            "please report this script, or run with --skip " + name.split(", ")[0]
+            f"internal error in {where} ({type(error).__name__}); the file is left unchanged: "
+            f"please report this script{skip}"
         ) from error
     return tree.code, [finding for context in contexts for finding in context.scratch.get(FINDINGS_KEY, [])]
 

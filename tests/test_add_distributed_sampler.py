@@ -462,3 +462,89 @@ def main(args):
     result = convert_source(source)
     assert result.output.count("train_loader.sampler.set_epoch(epoch)") == 1
     assert result.output.count("sampler=DistributedSampler(") == 2
+
+
+class NoSamplerSpellingsTest(CodemodTest):
+    TRANSFORM = AddDistributedSamplerCommand
+
+    def test_sampler_none_by_keyword_gives_way_to_the_distributed_sampler(self) -> None:
+        """Should treat `sampler=None` as no sampler at all: shard the loader and drop the None."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            model = wrap_ddp(model)
+            loader = DataLoader(data, batch_size=8, shuffle=True, sampler=None)
+            for epoch in range(2):
+                for x in loader:
+                    model(x).sum().backward()
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            model = wrap_ddp(model)
+            loader = DataLoader(data, batch_size=8 // dist.get_world_size(), sampler=DistributedSampler(data, shuffle=True))
+            for epoch in range(2):
+                loader.sampler.set_epoch(epoch)
+                for x in loader:
+                    model(x).sum().backward()
+        """
+        self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch kept: each process loads `8 // world_size` samples; 8 divides by 2, 4, 8 processes"])
+
+    def test_sampler_none_by_position_gives_way_to_the_distributed_sampler(self) -> None:
+        """Should read `DataLoader(data, 8, True, None)` as no sampler, not as a fourth argument it cannot place."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            model = wrap_ddp(model)
+            loader = DataLoader(data, 8, True, None)
+            for epoch in range(2):
+                for x in loader:
+                    model(x).sum().backward()
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            model = wrap_ddp(model)
+            loader = DataLoader(data, batch_size=8 // dist.get_world_size(), sampler=DistributedSampler(data, shuffle=True))
+            for epoch in range(2):
+                loader.sampler.set_epoch(epoch)
+                for x in loader:
+                    model(x).sum().backward()
+        """
+        self.assertCodemod(before, after, expected_warnings=["4:27: DDP307 global batch kept: each process loads `8 // world_size` samples; 8 divides by 2, 4, 8 processes"])
+
+    def test_one_line_epoch_loop_becomes_a_block_for_set_epoch(self) -> None:
+        """Should turn `for epoch in range(2): train(...)` into a block that calls set_epoch first."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            model = wrap_ddp(model)
+            loader = DataLoader(data, batch_size=8, shuffle=True)
+
+            def train():
+                for x in loader:
+                    model(x).sum().backward()
+
+            for epoch in range(2): train()
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            model = wrap_ddp(model)
+            loader = DataLoader(data, batch_size=8 // dist.get_world_size(), sampler=DistributedSampler(data, shuffle=True))
+
+            def train():
+                for x in loader:
+                    model(x).sum().backward()
+
+            for epoch in range(2):
+                loader.sampler.set_epoch(epoch)
+                train()
+        """
+        self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch kept: each process loads `8 // world_size` samples; 8 divides by 2, 4, 8 processes"])

@@ -25,7 +25,7 @@ TRAINED = [
     "imagenet_meters", "mnist_argparse", "cifar_resnet", "toplevel_script", "conditional_dp", "gan_two_models",
     "detectron_launch", "resume_before_wrap", "use_cuda_branches", "unused_pooler", "summed_criterion_class",
     "batch_sized_criterion", "eval_with_grad", "gpu_argument", "batch_of_one", "sampler_placeholder", "iteration_loop_restart",
-    "eval_kept_whole", "plateau_on_losses",
+    "eval_kept_whole", "plateau_on_losses", "eval_kwargs_kept_whole",
 ]  # fmt: skip
 
 
@@ -101,7 +101,7 @@ def test_converted_fixture_trains_on_two_processes_with_disjoint_data(case: str,
     assert ranks[0]["replicas"] == ranks[1]["replicas"], "the ranks ended with different weights"
 
 
-@pytest.mark.parametrize("case", ["eval_kept_whole"])
+@pytest.mark.parametrize("case", ["eval_kept_whole", "eval_kwargs_kept_whole"])
 def test_evaluation_before_training_reports_the_originals_numbers_once(case: str, tmp_path: Path) -> None:
     """Kept whole or gathered exactly, evaluation of the same weights prints what one process does."""
     before, script = tmp_path / "before.py", tmp_path / "train.py"

@@ -3,6 +3,7 @@ from __future__ import annotations
 import re
 from textwrap import dedent
 
+from dp2ddp.api import convert_source
 from dp2ddp.codemods.guard_side_effects import GuardSideEffectsCommand
 from libcst.codemod import CodemodTest
 
@@ -420,3 +421,72 @@ def test_a_random_run_id_that_names_a_directory_is_reported() -> None:
     )
     assert "    run_id = random.randint(1, 100000)\n" in output
     assert [f for f in findings if f.endswith("DDP423")] == ["9:DDP423"]
+
+
+def test_a_lazily_created_writer_is_created_on_the_main_process_only() -> None:
+    """`self.writer = None`, then created on first use: one writer, on rank 0; every use is safe elsewhere."""
+    source = """\
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+
+class Board:
+    def __init__(self):
+        self.writer = None
+
+    def scalar(self, value, step):
+        if self.writer is None:
+            self.writer = SummaryWriter("runs")
+        self.writer.add_scalar("loss", value, step)
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+
+
+def main():
+    model = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+    board = Board()
+    for step in range(3):
+        loss = model(torch.randn(4, 2)).sum()
+        loss.backward()
+        board.scalar(loss.item(), step)
+    board.close()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source)
+    assert 'self.writer = SummaryWriter("runs") if is_main_process() else None' in result.output
+    assert "if is_main_process():\n            self.writer.add_scalar" in result.output
+    assert "if self.writer is not None and is_main_process():" in result.output
+    assert "DDP418" not in {f.code for f in result.findings}
+
+
+def test_a_writer_written_with_a_reduced_metric_is_judged_as_its_split_line() -> None:
+    """`writer.add_scalar("loss", loss.item(), step)` in the loop: the reduction is hoisted, the writer made on rank 0 (a fixpoint)."""
+    source = """\
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+
+def main():
+    model = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+    loader = torch.utils.data.DataLoader(torch.randn(16, 2), batch_size=4, shuffle=True)
+    writer = SummaryWriter()
+    for epoch in range(2):
+        for step, x in enumerate(loader):
+            loss = model(x).sum()
+            loss.backward()
+            writer.add_scalar("loss", loss.item(), step)
+    writer.close()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source)
+    assert "writer = SummaryWriter() if is_main_process() else None" in result.output
+    assert "global_loss = all_reduce_mean(loss.item())\n            if is_main_process():\n" in result.output
+    assert convert_source(result.output).output == result.output

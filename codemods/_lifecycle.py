@@ -92,6 +92,12 @@ class ModelLifecycle:
         self.collapsed: dict[cst.IfExp, cst.Call] = {}
         # `net.module if use_cuda else net` once the wrap no longer depends on `use_cuda`.
         self.always_wrapped: set[cst.IfExp] = set()
+        # Wrap statements that move later in their block: after this statement, the last that
+        # casts, re-initialises or moves the model; and the uses of the wrapper before it,
+        # which then name the model it wraps (`model.module.head` -> `model.head`).
+        self.moved: dict[cst.SimpleStatementLine, cst.BaseStatement] = {}
+        self.unwrapped: dict[cst.CSTNode, str] = {}
+        self.split: set[cst.SimpleStatementLine] = set()
         # Wraps whose model has parameters its forward never uses.
         self.unused_parameters: dict[cst.Call, str] = {}
         self._assignments: dict[str, list[cst.BaseExpression]] | None = None
@@ -103,8 +109,10 @@ class ModelLifecycle:
         if around is None:
             self._plan_conditions()
         for wrap in self.wraps:
+            before = len(self.blockers)
             self._after_the_wrap(wrap)
             if around is None:
+                self._move_after_mutations(wrap, self.blockers[before:])
                 self._find_unused_parameters(wrap)
         for returned in self._returned_models():
             self.model_names |= returned.names
@@ -149,19 +157,17 @@ class ModelLifecycle:
         return Wrap(call, statement, scope, target, inner, conditions)
 
     def _plan_conditions(self) -> None:
-        """Hoist the wraps of a GPU condition, all of one ``if`` together, or block."""
+        """Hoist the wraps of GPU conditions, nested or not, all of one outermost ``if`` together, or block."""
         by_if: dict[cst.If, list[Wrap]] = {}
         both_branches = self._wrapped_on_both_branches()
         for wrap in self.wraps:
             if not wrap.conditions or wrap.call in both_branches:
                 continue
             innermost = wrap.conditions[0]
-            test = innermost.test
-            if not self.is_gpu_condition(test):
-                self.blockers.append(Hazard(test, "DDP207", (("condition", code_of(test)),)))
-            elif len(wrap.conditions) > 1:
-                self.blockers.append(Hazard(wrap.call, "DDP204"))
-            elif isinstance(innermost, cst.IfExp):
+            not_gpu = next((c.test for c in wrap.conditions if not self.is_gpu_condition(c.test)), None)
+            if not_gpu is not None:
+                self.blockers.append(Hazard(not_gpu, "DDP207", (("condition", code_of(not_gpu)),)))
+            elif isinstance(innermost, cst.IfExp) and len(wrap.conditions) == 1:
                 # `DataParallel(m) if gpu else m`, with or without a device move on the wrap.
                 wrap_is_body = innermost.body is wrap.call or (
                     m.matches(innermost.body, DEVICE_MOVE) and innermost.body.func.value is wrap.call  # type: ignore[attr-defined]
@@ -170,13 +176,19 @@ class ModelLifecycle:
                     self.collapsed[innermost] = wrap.call
                     continue
                 self.blockers.append(Hazard(wrap.call, "DDP204"))
+            elif any(isinstance(c, cst.IfExp) for c in wrap.conditions):
+                self.blockers.append(Hazard(wrap.call, "DDP204"))
             else:
-                by_if.setdefault(innermost, []).append(wrap)
+                # `if cuda: if device_count() > 1: wrap`: every condition is about GPUs, so the
+                # wrap leaves them all, to just after the outermost one.
+                by_if.setdefault(wrap.conditions[-1], []).append(wrap)  # type: ignore[arg-type]
         for condition, wraps in by_if.items():
             statements = [wrap.statement for wrap in wraps]
-            if all(s is not None and self._can_leave_if(s, condition) for s in statements):
+            if all(w.statement is not None and self._can_leave(w.statement, w.conditions) for w in wraps):  # type: ignore[arg-type]
                 self.hoisted[condition] = statements  # type: ignore[assignment]
-                self._old_condition_uses(condition, wraps)
+                for wrap in wraps:
+                    for left in wrap.conditions:
+                        self._old_condition_uses(left, [wrap])  # type: ignore[arg-type]
             else:
                 for wrap in wraps:
                     self.blockers.append(Hazard(wrap.call, "DDP204"))
@@ -199,27 +211,46 @@ class ModelLifecycle:
                 found |= {w.call for side in wraps_on for w in side}
         return found
 
-    @staticmethod
-    def _can_leave_if(statement: cst.SimpleStatementLine, condition: cst.If) -> bool:
-        """Whether ``model = DataParallel(model)`` can move after its plain ``if``.
+    def _can_leave(self, statement: cst.SimpleStatementLine, conditions: list[cst.If]) -> bool:
+        """Whether ``model = DataParallel(model)`` can move after its ``if`` statements (innermost first).
 
-        It can when the ``if`` has no ``else`` and nothing after the wrap in the
-        ``if`` uses the wrapped model, so running the wrap later changes nothing else.
+        It can when no ``if`` on the way out has an ``else``, and the code after
+        the wrap (or after the inner ``if``) in each of them uses the model only
+        to move it to this process's device: ``model = model.cuda()``. Such a
+        move of the unwrapped model, then the wrap, is what the wrap there did.
         """
-        if condition.orelse is not None or not isinstance(condition.body, cst.IndentedBlock):
+        if len(statement.body) != 1 or not m.matches(statement.body[0], m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
             return False
-        block = list(condition.body.body)
-        if statement not in block or len(statement.body) != 1:
-            return False
-        wrap = statement.body[0]
-        if not m.matches(wrap, m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
-            return False
-        assert isinstance(wrap, cst.Assign)
-        target = wrap.targets[0].target
+        target = statement.body[0].targets[0].target  # type: ignore[attr-defined]
         while isinstance(target, cst.Attribute):
             target = target.value
-        later = block[block.index(statement) + 1 :]
-        return not any(m.findall(s, m.Name(target.value)) for s in later)  # type: ignore[attr-defined]
+        name = target.value  # type: ignore[attr-defined]
+        node: cst.CSTNode = statement
+        for condition in conditions:
+            if condition.orelse is not None or not isinstance(condition.body, cst.IndentedBlock):
+                return False
+            block = list(condition.body.body)
+            if node not in block:
+                return False
+            later = block[block.index(node) + 1 :]  # type: ignore[arg-type]
+            if any(m.findall(s, m.Name(name)) and not self._moves_to_own_device(s, name) for s in later):
+                return False
+            node = condition
+        return True
+
+    def _moves_to_own_device(self, statement: cst.BaseStatement, name: str) -> bool:
+        """``model = model.cuda()``, ``model.to(device)`` with a device each process resolves to its own."""
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return False
+        small = statement.body[0]
+        move = m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("cuda") | m.Name("to")))
+        if m.matches(small, m.Assign(targets=[m.AssignTarget(m.Name(name))], value=move)):
+            call = small.value  # type: ignore[attr-defined]
+        elif m.matches(small, m.Expr(move)):
+            call = small.value  # type: ignore[attr-defined]
+        else:
+            return False
+        return not self._casts(call) and all(arg.keyword is not None or self.is_local_device(arg.value) for arg in call.args)
 
     def _old_condition_uses(self, condition: cst.If, wraps: list[Wrap]) -> None:
         """Code that still branches on the condition the wrap left now meets a wrapped model."""
@@ -349,14 +380,16 @@ class ModelLifecycle:
         for call in self._after(wrap):
             if self._exclusive(call, wrap.call):
                 continue  # `if distributed: model = DDP(model) else: model.to(device)`: never after the wrap
+            # A name rebound to a new model before this call no longer holds the wrapped one.
+            held = {name for name in wrap.names if not self._rebound_between(wrap, name, call)}
             if any(q.name.startswith("torch.nn.init.") for q in self.analysis.qualified_names(call.func)):
-                if call.args and self._is_model(call.args[0].value, wrap.names):
+                if call.args and self._is_model(call.args[0].value, held):
                     self.blockers.append(Hazard(call, "DDP211", (("call", code_of(call)),)))
             elif isinstance(call.func, cst.Attribute):
                 receiver = call.func.value
                 while m.matches(receiver, DEVICE_MOVE) and not self._casts(receiver):  # type: ignore[arg-type]
                     receiver = receiver.func.value  # type: ignore[attr-defined]
-                if not self._is_model(receiver, wrap.names):
+                if not self._is_model(receiver, held):
                     continue
                 method = call.func.attr.value
                 if self._casts(call):
@@ -365,6 +398,117 @@ class ModelLifecycle:
                     self.blockers.append(Hazard(call, "DDP211", (("call", code_of(call)),)))
                 elif method in ("to", "cuda") and call.args and not self.is_local_device(call.args[0].value):
                     self.blockers.append(Hazard(call, "DDP212", (("device", code_of(call.args[0].value)),)))
+
+    def _move_after_mutations(self, wrap: Wrap, hazards: list[Hazard]) -> None:
+        """Move ``model = DataParallel(m)`` after the casts, initialisations and moves that follow it.
+
+        Safe when the wrap and each mutation sit in one block, and nothing in
+        between uses the wrapper other than to mutate it or to build an
+        optimizer over its parameters, which are the wrapped model's own.
+        Those uses then name the wrapped model. Otherwise the hazards stay.
+        """
+        if not hazards or wrap.conditions or wrap.statement is None or wrap.target is None:
+            return
+        module = argument(wrap.call, 0, "module")
+        value = wrap.statement.body[0].value if len(wrap.statement.body) == 1 else None  # type: ignore[attr-defined]
+        if module is None or not (value is wrap.call or (m.matches(value, DEVICE_MOVE) and value.func.value is wrap.call)):  # type: ignore[union-attr]
+            return  # `model = DataParallel(net)` or `model = DataParallel(net).cuda()` alone on its line
+        # `model = DataParallel(Net())` has no name for the module: it keeps the wrap's, and the
+        # wrap splits in two, `model = Net()` here and `model = DataParallel(model)` later.
+        inner = wrap.inner if wrap.inner is not None else wrap.target
+        if wrap.target != inner and wrap.target in self.analysis.reads(module):
+            return
+        block = self.analysis.parents.get(wrap.statement)
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []  # type: ignore[union-attr]
+        start = body.index(wrap.statement) if wrap.statement in body else -1
+        if start < 0:
+            return
+        last = start
+        for hazard in hazards:
+            holder = next((s for s in body[start + 1 :] if any(a is s for a in self.analysis.ancestors(hazard.node))), None)
+            if holder is None:
+                return
+            last = max(last, body.index(holder))
+        unwrapped: dict[cst.CSTNode, str] = {}
+        for statement in body[start + 1 : last + 1]:
+            for use in self.analysis.within(statement, cst.Name):
+                if use.value != wrap.target.split(".")[0]:
+                    continue
+                chain = self._outermost_chain(use)
+                spelled = code_of(chain)
+                if not (spelled == wrap.target or spelled.startswith(f"{wrap.target}.")):
+                    continue
+                if not self._mutates_or_lists_parameters(chain):
+                    return
+                rest = spelled[len(wrap.target) :].removeprefix(".module")
+                unwrapped[chain] = inner + rest
+        self.moved[wrap.statement] = body[last]
+        if wrap.inner is None:
+            self.split.add(wrap.statement)
+        self.unwrapped.update({node: name for node, name in unwrapped.items() if name != code_of(node)})
+        for hazard in hazards:
+            self.blockers.remove(hazard)
+            self.findings.append(Hazard(hazard.node, "DDP217", (("call", code_of(hazard.node)),)))
+
+    def _outermost_chain(self, name: cst.Name) -> cst.BaseExpression:
+        """``model.module.head`` for the ``model`` in ``model.module.head.apply(init)``."""
+        node: cst.BaseExpression = name
+        while True:
+            parent = self.analysis.parents.get(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                node = parent
+            else:
+                return node
+
+    def _mutates_or_lists_parameters(self, chain: cst.BaseExpression) -> bool:
+        """``model.half()``, ``model.module.fc.apply(init)``, ``nn.init.zeros_(model.fc.bias)``,
+        ``model = model.to(device)``, or ``model.parameters()`` given to an optimizer."""
+        parent = self.analysis.parents.get(chain)
+        if isinstance(parent, cst.AssignTarget):
+            assign = self.analysis.parents.get(parent)
+            value = assign.value if isinstance(assign, cst.Assign) else None
+            return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and code_of(value.func.value) == code_of(chain)
+        if isinstance(parent, cst.Arg):
+            call = self.analysis.parents.get(parent)
+            return isinstance(call, cst.Call) and any(q.name.startswith("torch.nn.init.") for q in self.analysis.qualified_names(call.func))
+        if not isinstance(parent, cst.Call) or parent.func is not chain or not isinstance(chain, cst.Attribute):
+            return False
+        method = chain.attr.value
+        if method in ("parameters", "named_parameters"):
+            return any(
+                isinstance(a, cst.Call) and any(q.name.startswith("torch.optim.") for q in self.analysis.qualified_names(a.func))
+                for a in self.analysis.ancestors(parent)
+            )
+        return (
+            self._casts(parent)
+            or method in ("apply", "reset_parameters", "cuda", "to", "load_state_dict")
+            or bool(OVERWRITES.match(method))
+        )
+
+    def _rebound_between(self, wrap: Wrap, name: str, call: cst.Call) -> bool:
+        """Whether ``name = <a new value>`` runs after the wrap and before ``call`` on every path to it.
+
+        ``net = DataParallel(a)`` to evaluate, then ``net = Model(); net.apply(init)``:
+        the re-initialisation is of the new model, before its own wrap, not after a wrap.
+        The binding must be in a block that holds the call, before it, so it always runs first.
+        """
+        anchor = wrap.statement if wrap.statement is not None else wrap.call
+        fresh = m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])
+        for line in self.analysis.within(wrap.scope, cst.SimpleStatementLine):
+            if len(line.body) != 1 or not m.matches(line.body[0], fresh) or line is anchor:
+                continue
+            assign = line.body[0]
+            assert isinstance(assign, cst.Assign)
+            if code_of(assign.targets[0].target) != name or name in self.analysis.reads(assign.value):
+                continue
+            block = self.analysis.parents.get(line)
+            if (
+                self.analysis.is_after(line, anchor)
+                and self.analysis.is_after(call, line)
+                and any(ancestor is block for ancestor in self.analysis.ancestors(call))
+            ):
+                return True
+        return False
 
     def _casts(self, call: cst.Call) -> bool:
         if not isinstance(call.func, cst.Attribute):

@@ -9,6 +9,8 @@ which moves the model to this process's GPU and binds DDP to it there
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
@@ -167,21 +169,60 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         wrap_statements = self.lifecycle.hoisted.get(original_node) if self.converting else None
         if not wrap_statements:
             return updated_node
-        # Under DDP every process must wrap the model, so the wraps leave their `if`, together.
-        block = updated_node.body
-        assert isinstance(block, cst.IndentedBlock)
-        original = list(original_node.body.body)
-        indices = {original.index(statement) for statement in wrap_statements}
-        wraps = [s for i, s in enumerate(block.body) if i in indices]
-        rest = [s for i, s in enumerate(block.body) if i not in indices]
-        if not rest:
-            first = wraps[0].with_changes(leading_lines=[*updated_node.leading_lines, *wraps[0].leading_lines])
-            return cst.FlattenSentinel([first, *wraps[1:]])
-        return cst.FlattenSentinel([updated_node.with_changes(body=block.with_changes(body=rest)), *wraps])
+        # Under DDP every process must wrap the model, so the wraps leave their `if` statements,
+        # together, to just after the outermost one.
+        wraps = [self.became[statement] for statement in wrap_statements]
+        rest = updated_node.visit(_Without({id(wrap) for wrap in wraps}))
+        if isinstance(rest, cst.RemovalSentinel):
+            first = wraps[0].with_changes(leading_lines=[*updated_node.leading_lines, *wraps[0].leading_lines])  # type: ignore[attr-defined]
+            return cst.FlattenSentinel([first, *wraps[1:]])  # type: ignore[list-item]
+        return cst.FlattenSentinel([rest, *wraps])  # type: ignore[list-item]
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        return self._unwrapped(original_node, updated_node)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self._unwrapped(original_node, updated_node)
+
+    def _unwrapped(self, original_node: cst.BaseExpression, updated_node: cst.BaseExpression) -> cst.BaseExpression:
+        """A use of the wrapper before the wrap's new place names the model it wraps."""
+        spelled = self.lifecycle.unwrapped.get(original_node) if self.converting else None
+        return updated_node if spelled is None else cst.parse_expression(spelled)
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        return updated_node.with_changes(body=self._moved_wraps(original_node.body, updated_node.body))
+
+    def _moved_wraps(
+        self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]
+    ) -> list[cst.BaseStatement]:
+        """Each wrap the life-cycle moved goes right after the last statement that mutates its model."""
+        body = list(updated)
+        if not self.converting:
+            return body
+        for wrap, anchor in self.lifecycle.moved.items():
+            if wrap not in originals:
+                continue
+            moved = self.became[wrap]
+            became = self.became[anchor]
+            last = list(became.nodes)[-1] if isinstance(became, cst.FlattenSentinel) else became
+            index = next(i for i, statement in enumerate(body) if statement is moved)
+            if wrap in self.lifecycle.split:
+                # `model = wrap_ddp(Net())` -> `model = Net()` here, `model = wrap_ddp(model)` later.
+                assign = moved.body[0]  # type: ignore[attr-defined]
+                call = assign.value
+                body[index] = moved.with_changes(body=[assign.with_changes(value=call.args[0].value)])  # type: ignore[attr-defined]
+                target = assign.targets[0].target
+                moved = moved.with_changes(body=[assign.with_changes(value=call.with_changes(args=[cst.Arg(target), *call.args[1:]]))])  # type: ignore[attr-defined]
+            else:
+                del body[index]
+            position = next(i for i, statement in enumerate(body) if statement is last)
+            body.insert(position + 1, moved.with_changes(leading_lines=[]))  # type: ignore[attr-defined]
+        return body
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self.converting:
             return updated_node
+        updated_node = updated_node.with_changes(body=self._moved_wraps(original_node.body, updated_node.body))
         if self.conversions:
             self.needs_ddp_import = True
             AddImportsVisitor.add_needed_import(self.context, "torch")
@@ -208,3 +249,26 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
                     if get_full_name_for_node(alias.name) == "DataParallel":
                         aliases.append(alias.evaluated_alias)
         return aliases
+
+
+class _Without(cst.CSTTransformer):
+    """A statement without the given statements; an ``if`` left with an empty body goes too.
+
+    The ``if`` statements a wrap leaves test GPUs and nothing else, so dropping
+    one that no longer does anything changes nothing.
+    """
+
+    def __init__(self, removed: set[int]) -> None:
+        super().__init__()
+        self.removed = removed
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
+        return cst.RemovalSentinel.REMOVE if id(original_node) in self.removed else updated_node
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If | cst.RemovalSentinel:
+        body = updated_node.body
+        if isinstance(body, cst.IndentedBlock) and not body.body and updated_node.orelse is None:
+            return cst.RemovalSentinel.REMOVE
+        return updated_node

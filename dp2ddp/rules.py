@@ -391,6 +391,27 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP217",
+            "wrap-moved-after-mutation",
+            "note",
+            "`{call}` changed the model's parameters after the DataParallel wrap; the wrap moved after it, "
+            "so DDP is built on the final parameters: check that nothing in between needed the wrapped model",
+            doc=_doc(
+                "Finds a cast, a weight initialisation or a device move of a wrapped model after the wrap, "
+                "where the wrap can move after it: the two are in one block, and in between the wrapper is "
+                "only mutated or handed to an optimizer as its parameters.",
+                "DDP hooks the parameters it is given and broadcasts rank 0's weights once, when it is built. "
+                "A cast or re-initialisation afterwards leaves gradients unaveraged or replicas different, with "
+                "no error. Under DataParallel the order did not matter; under DDP the wrap must come last.",
+                "model = nn.DataParallel(net)\noptimizer = optim.SGD(model.parameters(), lr=0.1)\n"
+                "model.module.head.apply(weights_init)\nif args.half:\n    model.half()",
+                "optimizer = optim.SGD(net.parameters(), lr=0.1)\nnet.head.apply(weights_init)\n"
+                "if args.half:\n    net.half()\nmodel = wrap_ddp(net)",
+                "Safe: the optimizer holds the same parameter objects either way, and the mutations act on "
+                "the same module; only uses of the wrapper in between are renamed to the module.",
+            ),
+        ),
+        Rule(
             "DDP216",
             "side-effect-at-import",
             "warning",

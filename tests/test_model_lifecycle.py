@@ -33,49 +33,22 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
             """
             import torch
             model = torch.nn.DataParallel(net)
+            print(model(x))
             if args.half:
                 model.half()
             """,
-            ["5:DDP210"],
-            id="a cast after the wrap leaves the file as it was",
-        ),
-        pytest.param(
-            """
-            import torch
-            model = torch.nn.DataParallel(net).cuda()
-            model = model.to(torch.float16)
-            """,
-            ["4:DDP210"],
-            id="a cast with .to(dtype) after the wrap",
+            ["6:DDP210"],
+            id="a cast after a forward through the wrap leaves the file as it was",
         ),
         pytest.param(
             """
             import torch
             net = torch.nn.DataParallel(base)
+            evaluate(net)
             base.extras.apply(weights_init)
             """,
-            ["4:DDP211"],
-            id="re-initialising the inner model after the wrap",
-        ),
-        pytest.param(
-            """
-            import torch
-            from torch import nn
-            model = nn.DataParallel(model)
-            nn.init.normal_(model.module.fc.weight)
-            """,
             ["5:DDP211"],
-            id="nn.init on a wrapped parameter after the wrap",
-        ),
-        pytest.param(
-            """
-            import torch
-            DEVICE = cfg.DEVICE
-            model = torch.nn.DataParallel(model)
-            model = model.to(DEVICE)
-            """,
-            ["5:DDP212"],
-            id="a move to a configured device after the wrap",
+            id="re-initialising after the wrapper was handed to a function",
         ),
         pytest.param(
             """
@@ -612,3 +585,135 @@ def test_a_model_returned_by_the_function_that_wraps_it_is_followed() -> None:
     )
     assert not result.changed
     assert _codes(result) == ["8:DDP210"]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(net)
+            if args.half:
+                model.half()
+            """,
+            "if args.half:\n    net.half()\nmodel = wrap_ddp(net)\n",
+            id="a cast after the wrap moves the wrap after it",
+        ),
+        pytest.param(
+            """
+            import torch
+            net = torch.nn.DataParallel(base)
+            base.extras.apply(weights_init)
+            """,
+            "base.extras.apply(weights_init)\nnet = wrap_ddp(base)\n",
+            id="re-initialising the inner model moves the wrap after it",
+        ),
+        pytest.param(
+            """
+            import torch
+            from torch import nn
+            model = nn.DataParallel(model)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            nn.init.normal_(model.module.fc.weight)
+            """,
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nnn.init.normal_(model.fc.weight)\nmodel = wrap_ddp(model)\n",
+            id="nn.init through model.module, with an optimizer in between, names the module",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(Net())
+            model.module.head.apply(init)
+            """,
+            "model = Net()\nmodel.head.apply(init)\nmodel = wrap_ddp(model)\n",
+            id="a wrap of a new model splits: the model is built in place, wrapped later",
+        ),
+        pytest.param(
+            """
+            import torch
+            DEVICE = cfg.DEVICE
+            model = torch.nn.DataParallel(model)
+            model = model.to(DEVICE)
+            """,
+            "model = model.to(DEVICE)\nmodel = wrap_ddp(model)\n",
+            id="a move to a configured device after the wrap moves the wrap after it",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(net).cuda()
+            model = model.to(torch.float16)
+            """,
+            "net = net.to(torch.float16)\nmodel = wrap_ddp(net)\n",
+            id="a cast with .to(dtype) of a wrapper moved to the GPU renames it to the module",
+        ),
+    ],
+)
+def test_wrap_moves_after_a_mutation_of_its_model(source: str, expected: str) -> None:
+    """Should move the wrap after the cast, initialisation or move, with a note at each."""
+    result = _convert(source)
+    assert expected in result.output
+    assert "DataParallel(" not in result.output.replace("DistributedDataParallel(", "")
+    assert not [f for f in result.findings if f.severity == "error"]
+    assert "DDP217" in {f.code for f in result.findings}
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        pytest.param(
+            """
+            import torch
+            net = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+            print(net(x))
+            net = Model()
+            net.apply(init_weights)
+            net = torch.nn.DataParallel(net)
+            """,
+            "net = Model()\nnet.apply(init_weights)\nnet = wrap_ddp(net)\n",
+            id="a name rebound to a new model is initialised before its own wrap",
+        ),
+        pytest.param(
+            """
+            import torch
+            if torch.cuda.is_available():
+                if torch.cuda.device_count() > 1:
+                    model = torch.nn.DataParallel(model)
+                model = model.cuda()
+            """,
+            "if torch.cuda.is_available():\n    model = model.cuda()\nmodel = wrap_ddp(model)\n",
+            id="a wrap in nested GPU conditions leaves them all",
+        ),
+        pytest.param(
+            """
+            import torch
+            cuda = torch.cuda.is_available()
+            if cuda:
+                model = torch.nn.DataParallel(model)
+                model = model.cuda()
+            """,
+            "if cuda:\n    model = model.cuda()\nmodel = wrap_ddp(model)\n",
+            id="a move after the wrap in its GPU condition stays, the wrap leaves",
+        ),
+    ],
+)
+def test_no_false_refusal(source: str, expected: str) -> None:
+    result = _convert(source)
+    assert expected in result.output
+    assert not [f for f in result.findings if f.severity == "error"]
+
+
+def test_a_rebinding_inside_a_branch_does_not_hide_a_later_cast() -> None:
+    """Should still refuse: the rebinding runs on one branch only, the cast on every path."""
+    source = """
+        import torch
+        model = torch.nn.DataParallel(net)
+        print(model(x))
+        if args.fresh:
+            model = Net()
+        model.half()
+        """
+    result = _convert(source)
+    assert result.output == dedent(source)
+    assert "DDP210" in {f.code for f in result.findings}

@@ -293,18 +293,22 @@ class ReplaceDataParallelTest(CodemodTest):
         self.assertCodemod(after, after)
 
     def test_cast_after_the_wrap_leaves_the_file_as_it_was(self) -> None:
-        """Should convert nothing: DDP would hook the float32 parameters, and the cast replaces them."""
+        """Should convert nothing: DDP would hook the float32 parameters, and the cast replaces them.
+
+        The wrapper runs a forward before the cast, so the wrap cannot move after it.
+        """
         before = """
             import torch
 
             model = torch.nn.DataParallel(net)
+            print(model(x))
             model.half()
         """
         self.assertCodemod(
             before,
             before,
             expected_warnings=[
-                "4:1: DDP210 `model.half()` casts the parameters after the DataParallel wrap; the file is left "
+                "5:1: DDP210 `model.half()` casts the parameters after the DataParallel wrap; the file is left "
                 "as it was: DDP hooks the parameters it is given, so cast before the wrap"
             ],
         )

@@ -448,7 +448,7 @@ class ModelLifecycle:
         self.unwrapped.update({node: name for node, name in unwrapped.items() if name != code_of(node)})
         for hazard in hazards:
             self.blockers.remove(hazard)
-            self.findings.append(Hazard(hazard.node, "DDP217", (("call", code_of(hazard.node)),)))
+            self.findings.append(Hazard(hazard.node, "DDP219", (("call", code_of(hazard.node)),)))
 
     def _outermost_chain(self, name: cst.Name) -> cst.BaseExpression:
         """``model.module.head`` for the ``model`` in ``model.module.head.apply(init)``."""

@@ -304,11 +304,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             return updated_node
         self.helpers_used |= {names.SUM_HELPER, *wraps.values()}
 
-        def reduced(node: cst.CSTNode, _: object) -> cst.CSTNode:
-            return cst.Call(func=cst.Name(wraps[code_of(node)]), args=[cst.Arg(node)])  # type: ignore[arg-type]
-
-        in_wraps = m.MatchIfTrue(lambda node: isinstance(node, (cst.Name, cst.Call)) and code_of(node) in wraps)
-        return m.replace(updated_node, in_wraps, reduced)  # type: ignore[return-value]
+        return updated_node.visit(_ReduceValues(wraps))  # type: ignore[return-value]
 
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
         if original_node.value not in self.plateau_values:
@@ -333,3 +329,33 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 module = add_helper(module, self.facts, name, source)
         return module
 
+
+class _ReduceValues(cst.CSTTransformer):
+    """Wrap each value read in ``wraps`` (``running_loss``, ``loss.item()``) in its reduction.
+
+    Only values are read: a keyword (``log(avg_loss=avg_loss)``) and an
+    attribute name (``meter.avg_loss``) spelled like one stay as they are.
+    """
+
+    def __init__(self, wraps: dict[str, str]) -> None:
+        super().__init__()
+        self.wraps = wraps
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        return code_of(node) not in self.wraps  # `loss.item()` is wrapped whole, not its `loss`
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self._reduced(original_node, updated_node)
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        return self._reduced(original_node, updated_node)
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        return updated_node.with_changes(keyword=original_node.keyword)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        return updated_node.with_changes(attr=original_node.attr)
+
+    def _reduced(self, original_node: cst.BaseExpression, updated_node: cst.BaseExpression) -> cst.BaseExpression:
+        helper = self.wraps.get(code_of(original_node))
+        return updated_node if helper is None else cst.Call(func=cst.Name(helper), args=[cst.Arg(updated_node)])

@@ -391,7 +391,7 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
-            "DDP217",
+            "DDP219",
             "wrap-moved-after-mutation",
             "note",
             "`{call}` changed the model's parameters after the DataParallel wrap; the wrap moved after it, "

@@ -165,3 +165,35 @@ def main(target):
 """
     result = convert_source(source)
     assert any(f.code == "DDP424" for f in result.findings) is reported
+
+
+def test_a_metric_passed_by_a_keyword_of_the_same_name_keeps_its_keyword() -> None:
+    """`log(avg_loss=avg_loss)` reads the reduced value; the keyword stays a keyword (was a parse error)."""
+    source = dedent(
+        """\
+        import torch
+        from torch.utils.data import DataLoader
+
+
+        def main():
+            loader = DataLoader(data, batch_size=8, shuffle=True)
+            model = torch.nn.DataParallel(net)
+            for epoch in range(2):
+                avg_loss = 0.0
+                for i, (x, y) in enumerate(loader):
+                    loss = model(x).sum()
+                    loss.backward()
+                    avg_loss += loss.item()
+                    print("step", i, "avg", avg_loss / (i + 1), "meter", meter.avg_loss)
+                print(epoch, avg_loss=avg_loss)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    output = convert_source(source).output
+    compile(output, "<converted>", "exec")
+    assert "global_avg_loss = all_reduce_mean(avg_loss)" in output
+    assert '"avg", global_avg_loss / (i + 1), "meter", meter.avg_loss)' in output
+    assert "print(epoch, avg_loss=avg_loss)" in output

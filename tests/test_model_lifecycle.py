@@ -656,7 +656,7 @@ def test_wrap_moves_after_a_mutation_of_its_model(source: str, expected: str) ->
     assert expected in result.output
     assert "DataParallel(" not in result.output.replace("DistributedDataParallel(", "")
     assert not [f for f in result.findings if f.severity == "error"]
-    assert "DDP217" in {f.code for f in result.findings}
+    assert "DDP219" in {f.code for f in result.findings}
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import difflib
 import inspect
 import io
 import tokenize
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -176,23 +176,36 @@ def parse_source(source: str) -> cst.Module:
 def _convert(
     analysis: Analysis, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
 ) -> tuple[str, list[Finding]]:
-    """Apply each group of codemods in one traversal; one analysis per group that changes the code.
+    """Apply each group of codemods in one traversal; one analysis per group that changes the code."""
+    facts = analysis.script_facts
+    if facts.existing_distributed is not None or not facts.converts_to_ddp:
+        # Settled by this analysis: the script is left as it is, and the codemods say why.
+        return analysis.module.code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
+    if analysis.lifecycle.blocked:
+        refusal = [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
+        return analysis.module.code, refusal + _findings_past_the_refusal(analysis, codemod_groups, options)
+    code, findings = analysis.module.code, []
+    for code, reported in _groups_applied(analysis, codemod_groups, options):
+        findings += reported
+    return code, findings
+
+
+def _groups_applied(
+    analysis: Analysis, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
+) -> Iterator[tuple[str, list[Finding]]]:
+    """The code after each group, and what the group reported.
 
     Findings are placed in the source as given: each group reports positions
     in the code it analysed, mapped back through the edits of the groups before it.
     """
     code = analysis.module.code
-    facts = analysis.script_facts
-    if facts.existing_distributed is not None or not facts.converts_to_ddp or analysis.lifecycle.blocked:
-        # Settled by this analysis: the script is left as it is, and the codemods say why.
-        return code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
     edits: list[list[tuple[str, int, int, int, int]]] = []
-    findings: list[Finding] = []
     added_imports: set[object] = set()
     for position, group in enumerate(codemod_groups):
         if position and code != analysis.module.code:
             analysis = Analysis(_parse_output(code))
         output, reported = _apply_group(analysis, group, options, added_imports)
+        findings = []
         for finding in reported:
             line = finding.line
             for opcodes in reversed(edits):
@@ -201,7 +214,31 @@ def _convert(
         if output != code:
             edits.append(difflib.SequenceMatcher(None, code.splitlines(), output.splitlines(), autojunk=False).get_opcodes())
             code = output
-    return code, findings
+        yield code, findings
+
+
+def _findings_past_the_refusal(
+    analysis: Analysis, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
+) -> list[Finding]:
+    """The errors and warnings the conversion would also report once the life-cycle's blockers are fixed.
+
+    A refused file is left as it was, but its other hazards should not surface
+    one fix by hand at a time. So every group plans and edits in memory as if
+    the blockers were absent, and the output is thrown away. Notes are dropped:
+    they say what convert changed, and here it changed nothing. These findings
+    are extra, so a codemod that fails on a tree it would never have edited
+    costs only the findings after it, never the refusal itself.
+    """
+    found: list[Finding] = []
+    analysis.lifecycle.blockers_waived = True
+    try:
+        for _, reported in _groups_applied(analysis, codemod_groups, options):
+            found += reported
+    except Exception:  # the refusal's own findings still say why the file was left as it was
+        pass
+    finally:
+        analysis.lifecycle.blockers_waived = False
+    return [finding for finding in found if finding.severity != "note"]
 
 
 def _apply_group(

@@ -248,6 +248,18 @@ def test_a_file_convert_cannot_make_safe_is_left_as_it_was_and_exits_1(tmp_path:
     assert "1 left as it was" in err.splitlines()[-1]
 
 
+def test_a_refused_file_lists_every_hazard_in_one_run(tmp_path: Path) -> None:
+    """Fixing the error by hand should not reveal new findings: the warnings behind it come in the same run."""
+    path = tmp_path / "train.py"
+    source = (FIXTURES / "refused_lists_everything" / "before.py").read_text(encoding="utf-8")
+    path.write_text(source, encoding="utf-8")
+    code, _, err = run("convert", str(path))
+    assert code == 1
+    assert path.read_text(encoding="utf-8") == source
+    assert [line.split(" ")[1] for line in err.splitlines() if line.startswith(f"{path}:")] == ["DDP423", "DDP309", "DDP210"]
+    assert "until the error above is fixed by hand" in err
+
+
 def test_explain_documents_every_code() -> None:
     from dp2ddp.rules import RULES
 

@@ -260,6 +260,42 @@ def test_a_refused_file_lists_every_hazard_in_one_run(tmp_path: Path) -> None:
     assert "until the error above is fixed by hand" in err
 
 
+STAR_IMPORTED = """\
+from models import *
+
+
+def main():
+    model = torch.nn.DataParallel(Net()).cuda()
+    return model
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("flags", [pytest.param((), id="convert"), pytest.param(("--check",), id="convert --check")])
+def test_a_wrap_a_star_import_may_bind_fails_ci_until_torch_is_imported_by_name(tmp_path: Path, flags: tuple[str, ...]) -> None:
+    """Should exit 1 on a file left unconverted because `torch` may come from `import *` (DDP102), so CI does not pass it."""
+    path = tmp_path / "train.py"
+    path.write_text(STAR_IMPORTED, encoding="utf-8")
+    code, _, err = run("convert", *flags, str(path))
+    assert code == 1
+    assert path.read_text(encoding="utf-8") == STAR_IMPORTED
+    assert f"{path}:5:13: DDP102 `torch.nn.DataParallel` cannot be resolved" in err
+    assert f"left {path} as it was" in err and "1 left as it was" in err.splitlines()[-1]
+
+
+def test_a_star_import_beside_torch_imported_by_name_converts(tmp_path: Path) -> None:
+    """Should convert, with no DDP102, once the script imports torch by name after its star import."""
+    path = tmp_path / "train.py"
+    path.write_text(STAR_IMPORTED.replace("from models import *\n", "from models import *\nimport torch\n"), encoding="utf-8")
+    code, _, err = run("convert", str(path))
+    assert code == 0
+    assert "DDP102" not in err
+    assert "wrap_ddp(Net())" in path.read_text(encoding="utf-8")
+
+
 def test_explain_documents_every_code() -> None:
     from dp2ddp.rules import RULES
 

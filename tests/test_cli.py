@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,61 @@ def test_output_writes_elsewhere_and_keeps_the_input(script: Path, tmp_path: Pat
     assert code == 0
     assert script.read_text(encoding="utf-8") == DP_SCRIPT
     assert "wrap_ddp" in target.read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    previous = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def test_output_takes_the_input_files_mode(script: Path, tmp_path: Path, umask_022: None) -> None:
+    """Should make train_ddp.py as executable and as private as train.py, not 0600, less the umask as cp does."""
+    script.chmod(0o754)
+    target = tmp_path / "train_ddp.py"
+    assert run("convert", str(script), "-o", str(target))[0] == 0
+    assert target.stat().st_mode & 0o777 == 0o754
+    script.chmod(0o666)
+    assert run("convert", str(script), "-o", str(target))[0] == 0
+    assert target.stat().st_mode & 0o777 == 0o644
+
+
+def test_output_of_a_refused_file_writes_nothing_and_exits_1(tmp_path: Path) -> None:
+    """Should not write a copy of the unconverted script where the conversion was asked for."""
+    path = tmp_path / "train.py"
+    path.write_text((FIXTURES / "refused_lists_everything" / "before.py").read_text(encoding="utf-8"), encoding="utf-8")
+    target = tmp_path / "train_ddp.py"
+    code, _, err = run("convert", str(path), "-o", str(target))
+    assert code == 1
+    assert not target.exists()
+    assert f"did not write {target}: {path} was left as it was" in err
+    assert "wrote" not in err
+
+
+def test_output_of_a_refused_file_leaves_an_older_output_alone_and_says_so(tmp_path: Path) -> None:
+    """Should neither overwrite nor delete what an earlier run wrote, and should warn that it is stale."""
+    path = tmp_path / "train.py"
+    path.write_text((FIXTURES / "refused_lists_everything" / "before.py").read_text(encoding="utf-8"), encoding="utf-8")
+    target = tmp_path / "train_ddp.py"
+    target.write_text("# an earlier conversion\n", encoding="utf-8")
+    code, _, err = run("convert", str(path), "-o", str(target))
+    assert code == 1
+    assert target.read_text(encoding="utf-8") == "# an earlier conversion\n"
+    assert f"the {target} already there is not from this run" in err
+
+
+def test_output_of_a_file_with_nothing_to_convert_is_a_copy(tmp_path: Path) -> None:
+    """Should still write the output, unchanged, for a file that needs no conversion: nothing was refused."""
+    path = tmp_path / "plain.py"
+    path.write_text("import torch\nmodel = torch.nn.Linear(2, 2)\n", encoding="utf-8")
+    target = tmp_path / "plain_ddp.py"
+    code, _, err = run("convert", str(path), "-o", str(target))
+    assert code == 0
+    assert target.read_text(encoding="utf-8") == path.read_text(encoding="utf-8")
+    assert f"wrote {target}" in err
 
 
 def test_output_refuses_several_inputs(script: Path, tmp_path: Path) -> None:
@@ -143,6 +200,13 @@ def test_file_mode_is_kept(script: Path) -> None:
     script.chmod(0o754)
     run("convert", str(script))
     assert script.stat().st_mode & 0o777 == 0o754
+
+
+def test_a_new_report_file_follows_the_umask_not_0600(script: Path, tmp_path: Path, umask_022: None) -> None:
+    """Should create the migration report as open() would, readable by the team that reviews it."""
+    report = tmp_path / "migration.md"
+    run("convert", "--diff", "--report", str(report), str(script))
+    assert report.stat().st_mode & 0o777 == 0o644
 
 
 def test_directories_are_searched_recursively(tmp_path: Path) -> None:

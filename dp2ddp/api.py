@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import io
+import re
 import tokenize
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ def convert_source(source: str, options: ConvertOptions = ConvertOptions()) -> C
     analysis = Analysis(module)
     output, findings = _convert(analysis, codemod_groups, options)
     if output != source:
-        _check_stable(output, codemod_groups, options)
+        _check_stable(source, output, codemod_groups, options)
     unique = sorted(set(findings), key=lambda f: (f.line, f.column, f.code))
     reason = None if output != source or any(f.severity == "error" for f in unique) else _unchanged(analysis, unique)
     return ConvertResult(source, output, tuple(unique), reason)
@@ -164,13 +165,46 @@ def parse_source(source: str) -> cst.Module:
     except cst.ParserSyntaxError as error:
         # CPython's own message and position are the ones users know; LibCST's
         # stand in only for syntax that CPython accepts and LibCST does not.
-        try:
-            compile(source, "<script>", "exec")
-        except SyntaxError as python_error:
-            raise ConversionError(
-                f"syntax error: {python_error.msg}", python_error.lineno, python_error.offset
-            ) from None
+        _raise_if_python_refuses(source)
         raise ConversionError(f"cannot parse: {error.message}", error.raw_line, error.raw_column + 1) from None
+
+
+def _raise_if_python_refuses(source: str) -> None:
+    """Raise CPython's syntax error in ``source``, if it has one, with advice where the script is older Python."""
+    try:
+        compile(source, "<script>", "exec")
+    except SyntaxError as error:
+        message = error.msg
+        hint = _older_python(source, error)
+        if hint is not None:
+            message = f"{message}{'' if message.endswith(('.', '?')) else '.'} {hint}"
+        raise ConversionError(f"syntax error: {message}", error.lineno, error.offset) from None
+
+
+# Spellings of Python 2, or of Python 3 before 3.7, that old training scripts still carry.
+_ASYNC_ARGUMENT = re.compile(r"(?<=[(,])\s*async\s*=")
+_ASYNC = re.compile(r"\basync\b(?!\s+(?:def|with|for)\b)")
+_EXCEPT_COMMA = re.compile(r"^\s*except\s+[^:]+,\s*\w+\s*:")
+
+
+def _older_python(source: str, error: SyntaxError) -> str | None:
+    """What to do about a syntax error that says the script predates the Python running dp2ddp, if it does."""
+    if error.msg.startswith("Missing parentheses in call to"):
+        return "This is Python 2 source (a print or exec statement): port it to Python 3 first, then run dp2ddp again"
+    lines = source.splitlines()
+    line = lines[error.lineno - 1] if error.lineno is not None and 0 < error.lineno <= len(lines) else ""
+    if _EXCEPT_COMMA.match(line):
+        return "`except E, name:` is Python 2 source: port it to Python 3 first (`except E as name:`), then run dp2ddp again"
+    # Only an `async` at or before the place CPython points at explains the error.
+    column = (error.offset or len(line) + 1) - 1
+    if any(match.start() <= column for match in _ASYNC_ARGUMENT.finditer(line)):
+        return (
+            "`async=` is pre-3.7 (or Python 2) source: `async` has been a keyword since Python 3.7, and "
+            "PyTorch 0.4 renamed the argument, so rename every `async=` to `non_blocking=`"
+        )
+    if any(match.start() <= column for match in _ASYNC.finditer(line)):
+        return "`async` has been a keyword since Python 3.7, so this is older source: rename it"
+    return None
 
 
 def _convert(
@@ -304,7 +338,9 @@ def _parse_output(code: str) -> cst.Module:
         raise ConversionError(f"internal error: the converted script does not parse: {error.message}") from None
 
 
-def _check_stable(output: str, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions) -> None:
+def _check_stable(
+    source: str, output: str, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
+) -> None:
     """black's rule: the result compiles, and converting it again changes nothing.
 
     Converting a stable result changes nothing in any group, so every group
@@ -313,6 +349,8 @@ def _check_stable(output: str, codemod_groups: list[list[type[Codemod]]], option
     try:
         compile(output, "<converted>", "exec")
     except SyntaxError as error:
+        # LibCST parses some Python 2 that CPython refuses (`except E, name:`): then the script is at fault.
+        _raise_if_python_refuses(source)
         raise ConversionError(f"internal error: the converted script does not compile: {error.msg}") from None
     analysis = Analysis(_parse_output(output))
     added_imports: set[object] = set()

@@ -149,6 +149,75 @@ def test_syntax_error_exits_2_names_the_place_and_leaves_the_file(tmp_path: Path
     assert "1 file converted, 0 files unchanged, 1 file failed" in err
 
 
+HEAD = "import torch\nmodel = torch.nn.DataParallel(net)\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "where", "says"),
+    [
+        pytest.param(
+            "x = x.cuda(async=True)\n", "3:12",
+            "syntax error: invalid syntax. `async=` is pre-3.7 (or Python 2) source: `async` has been a keyword "
+            "since Python 3.7, and PyTorch 0.4 renamed the argument, so rename every `async=` to `non_blocking=`",
+            id="async= in a .cuda() call names non_blocking",
+        ),
+        pytest.param(
+            "x = x.to(device, async=True)\n", "3:18", "rename every `async=` to `non_blocking=`",
+            id="async= after another argument names non_blocking",
+        ),
+        pytest.param(
+            "async = True\n", "3:7", "`async` has been a keyword since Python 3.7, so this is older source: rename it",
+            id="async as a name says it is a keyword now",
+        ),
+        pytest.param(
+            'print "epoch", 1\n', "3:1",
+            "syntax error: Missing parentheses in call to 'print'. Did you mean print(...)? This is Python 2 source "
+            "(a print or exec statement): port it to Python 3 first, then run dp2ddp again",
+            id="a print statement says Python 2",
+        ),
+        pytest.param(
+            "try:\n    pass\nexcept ValueError, error:\n    pass\n", "5:8",
+            "`except E, name:` is Python 2 source: port it to Python 3 first (`except E as name:`)",
+            id="except with a comma, which LibCST parses, says Python 2",
+        ),
+    ],
+)
+def test_older_python_says_so_at_cpythons_position(tmp_path: Path, body: str, where: str, says: str) -> None:
+    """Should keep CPython's message and position and add what the old spelling is and what to write instead."""
+    path = tmp_path / "old.py"
+    path.write_text(HEAD + body, encoding="utf-8")
+    code, _, err = run("convert", str(path))
+    assert code == 2
+    assert f"error: {path}:{where}: " in err and says in err
+    assert "internal error" not in err
+    assert path.read_text(encoding="utf-8") == HEAD + body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param("x = f(1 2)\n", id="a missing comma"),
+        pytest.param("async def f():\n    await g(1 2)\n", id="an error in an async def"),
+    ],
+)
+def test_a_modern_syntax_error_gets_no_older_python_advice(tmp_path: Path, body: str) -> None:
+    """Should say only what CPython says when nothing on the line is Python 2 or pre-3.7."""
+    path = tmp_path / "new.py"
+    path.write_text(HEAD + body, encoding="utf-8")
+    code, _, err = run("convert", str(path))
+    assert code == 2
+    assert "syntax error: invalid syntax. Perhaps you forgot a comma?\n" in err
+    assert "Python 2" not in err and "3.7" not in err
+
+
+def test_non_blocking_is_converted(tmp_path: Path) -> None:
+    """Should convert the spelling that replaced async=, with no syntax error."""
+    path = tmp_path / "new.py"
+    path.write_text(HEAD + "x = x.cuda(non_blocking=True)\n", encoding="utf-8")
+    assert run("convert", str(path))[0] == 0
+    assert "x.cuda(non_blocking=True)" in path.read_text(encoding="utf-8")
+
+
 def test_non_utf8_file_gives_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "latin.py"
     data = "# caf\xe9\nimport torch\nmodel = torch.nn.DataParallel(net)\n".encode("latin-1")

@@ -101,6 +101,9 @@ class ModelLifecycle:
         # Wraps whose model has parameters its forward never uses.
         self.unused_parameters: dict[cst.Call, str] = {}
         self._assignments: dict[str, list[cst.BaseExpression]] | None = None
+        # Set only while convert lists what a refused file would also report: the blockers
+        # still stand and are reported, but the codemods plan as if they were fixed.
+        self.blockers_waived = False
         self.model_names: set[str] = set().union(*(wrap.names for wrap in self.wraps))
         if not self.wraps:
             if analysis.script_facts.helper_wraps:
@@ -124,7 +127,7 @@ class ModelLifecycle:
 
     @property
     def blocked(self) -> bool:
-        return bool(self.blockers)
+        return bool(self.blockers) and not self.blockers_waived
 
     # -- the wraps ----------------------------------------------------------------------
 

@@ -444,6 +444,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _report_data_from_elsewhere(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> None:
         """A training loop whose batches come from no DataLoader of this file trains every process on the same data."""
         from_loaders: set[str] = set()
+        functions = script_functions(analysis.module, analysis)
         for loader in loaders:
             parent = analysis.parents.get(loader)
             if isinstance(parent, cst.Assign):
@@ -452,8 +453,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 function = next((a for a in analysis.ancestors(parent) if isinstance(a, cst.FunctionDef)), None)
                 if function is not None:
                     from_loaders.add(function.name.value)
+            elif isinstance(parent, cst.Arg) and isinstance(call := analysis.parents.get(parent), cst.Call):
+                # `train(model, DataLoader(...))`: the loader is built straight into the parameter.
+                function = functions.get(code_of(call.func))
+                if function is not None and (parameter := parameter_for(function, call, parent)):
+                    from_loaders.add(parameter)
         # Names derived from a loader: `it = iter(loader)`, `batches = enumerate(loader)`, and parameters it is passed as.
-        functions = script_functions(analysis.module, analysis)
         for _ in range(3):
             for assign in analysis.nodes(cst.Assign):
                 if self._names_in(assign.value) & from_loaders:

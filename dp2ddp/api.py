@@ -5,8 +5,9 @@ from __future__ import annotations
 import difflib
 import inspect
 import io
+import re
 import tokenize
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -80,7 +81,7 @@ def convert_source(source: str, options: ConvertOptions = ConvertOptions()) -> C
     analysis = Analysis(module)
     output, findings = _convert(analysis, codemod_groups, options)
     if output != source:
-        _check_stable(output, codemod_groups, options)
+        _check_stable(source, output, codemod_groups, options)
     unique = sorted(set(findings), key=lambda f: (f.line, f.column, f.code))
     reason = None if output != source or any(f.severity == "error" for f in unique) else _unchanged(analysis, unique)
     return ConvertResult(source, output, tuple(unique), reason)
@@ -164,35 +165,81 @@ def parse_source(source: str) -> cst.Module:
     except cst.ParserSyntaxError as error:
         # CPython's own message and position are the ones users know; LibCST's
         # stand in only for syntax that CPython accepts and LibCST does not.
-        try:
-            compile(source, "<script>", "exec")
-        except SyntaxError as python_error:
-            raise ConversionError(
-                f"syntax error: {python_error.msg}", python_error.lineno, python_error.offset
-            ) from None
+        _raise_if_python_refuses(source)
         raise ConversionError(f"cannot parse: {error.message}", error.raw_line, error.raw_column + 1) from None
+
+
+def _raise_if_python_refuses(source: str) -> None:
+    """Raise CPython's syntax error in ``source``, if it has one, with advice where the script is older Python."""
+    try:
+        compile(source, "<script>", "exec")
+    except SyntaxError as error:
+        message = error.msg
+        hint = _older_python(source, error)
+        if hint is not None:
+            message = f"{message}{'' if message.endswith(('.', '?')) else '.'} {hint}"
+        raise ConversionError(f"syntax error: {message}", error.lineno, error.offset) from None
+
+
+# Spellings of Python 2, or of Python 3 before 3.7, that old training scripts still carry.
+_ASYNC_ARGUMENT = re.compile(r"(?<=[(,])\s*async\s*=")
+_ASYNC = re.compile(r"\basync\b(?!\s+(?:def|with|for)\b)")
+_EXCEPT_COMMA = re.compile(r"^\s*except\s+[^:]+,\s*\w+\s*:")
+
+
+def _older_python(source: str, error: SyntaxError) -> str | None:
+    """What to do about a syntax error that says the script predates the Python running dp2ddp, if it does."""
+    if error.msg.startswith("Missing parentheses in call to"):
+        return "This is Python 2 source (a print or exec statement): port it to Python 3 first, then run dp2ddp again"
+    lines = source.splitlines()
+    line = lines[error.lineno - 1] if error.lineno is not None and 0 < error.lineno <= len(lines) else ""
+    if _EXCEPT_COMMA.match(line):
+        return "`except E, name:` is Python 2 source: port it to Python 3 first (`except E as name:`), then run dp2ddp again"
+    # Only an `async` at or before the place CPython points at explains the error.
+    column = (error.offset or len(line) + 1) - 1
+    if any(match.start() <= column for match in _ASYNC_ARGUMENT.finditer(line)):
+        return (
+            "`async=` is pre-3.7 (or Python 2) source: `async` has been a keyword since Python 3.7, and "
+            "PyTorch 0.4 renamed the argument, so rename every `async=` to `non_blocking=`"
+        )
+    if any(match.start() <= column for match in _ASYNC.finditer(line)):
+        return "`async` has been a keyword since Python 3.7, so this is older source: rename it"
+    return None
 
 
 def _convert(
     analysis: Analysis, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
 ) -> tuple[str, list[Finding]]:
-    """Apply each group of codemods in one traversal; one analysis per group that changes the code.
+    """Apply each group of codemods in one traversal; one analysis per group that changes the code."""
+    facts = analysis.script_facts
+    if facts.existing_distributed is not None or not facts.converts_to_ddp:
+        # Settled by this analysis: the script is left as it is, and the codemods say why.
+        return analysis.module.code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
+    if analysis.lifecycle.blocked:
+        refusal = [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
+        return analysis.module.code, refusal + _findings_past_the_refusal(analysis, codemod_groups, options)
+    code, findings = analysis.module.code, []
+    for code, reported in _groups_applied(analysis, codemod_groups, options):
+        findings += reported
+    return code, findings
+
+
+def _groups_applied(
+    analysis: Analysis, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
+) -> Iterator[tuple[str, list[Finding]]]:
+    """The code after each group, and what the group reported.
 
     Findings are placed in the source as given: each group reports positions
     in the code it analysed, mapped back through the edits of the groups before it.
     """
     code = analysis.module.code
-    facts = analysis.script_facts
-    if facts.existing_distributed is not None or not facts.converts_to_ddp or analysis.lifecycle.blocked:
-        # Settled by this analysis: the script is left as it is, and the codemods say why.
-        return code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
     edits: list[list[tuple[str, int, int, int, int]]] = []
-    findings: list[Finding] = []
     added_imports: set[object] = set()
     for position, group in enumerate(codemod_groups):
         if position and code != analysis.module.code:
             analysis = Analysis(_parse_output(code))
         output, reported = _apply_group(analysis, group, options, added_imports)
+        findings = []
         for finding in reported:
             line = finding.line
             for opcodes in reversed(edits):
@@ -201,7 +248,31 @@ def _convert(
         if output != code:
             edits.append(difflib.SequenceMatcher(None, code.splitlines(), output.splitlines(), autojunk=False).get_opcodes())
             code = output
-    return code, findings
+        yield code, findings
+
+
+def _findings_past_the_refusal(
+    analysis: Analysis, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
+) -> list[Finding]:
+    """The errors and warnings the conversion would also report once the life-cycle's blockers are fixed.
+
+    A refused file is left as it was, but its other hazards should not surface
+    one fix by hand at a time. So every group plans and edits in memory as if
+    the blockers were absent, and the output is thrown away. Notes are dropped:
+    they say what convert changed, and here it changed nothing. These findings
+    are extra, so a codemod that fails on a tree it would never have edited
+    costs only the findings after it, never the refusal itself.
+    """
+    found: list[Finding] = []
+    analysis.lifecycle.blockers_waived = True
+    try:
+        for _, reported in _groups_applied(analysis, codemod_groups, options):
+            found += reported
+    except Exception:  # the refusal's own findings still say why the file was left as it was
+        pass
+    finally:
+        analysis.lifecycle.blockers_waived = False
+    return [finding for finding in found if finding.severity != "note"]
 
 
 def _apply_group(
@@ -272,7 +343,9 @@ def _parse_output(code: str) -> cst.Module:
         raise ConversionError(f"internal error: the converted script does not parse: {error.message}") from None
 
 
-def _check_stable(output: str, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions) -> None:
+def _check_stable(
+    source: str, output: str, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
+) -> None:
     """black's rule: the result compiles, and converting it again changes nothing.
 
     Converting a stable result changes nothing in any group, so every group
@@ -281,6 +354,8 @@ def _check_stable(output: str, codemod_groups: list[list[type[Codemod]]], option
     try:
         compile(output, "<converted>", "exec")
     except SyntaxError as error:
+        # LibCST parses some Python 2 that CPython refuses (`except E, name:`): then the script is at fault.
+        _raise_if_python_refuses(source)
         raise ConversionError(f"internal error: the converted script does not compile: {error.msg}") from None
     analysis = Analysis(_parse_output(output))
     added_imports: set[object] = set()

@@ -217,7 +217,8 @@ def _finish_file(
         say(f"{path}:{finding}")
     report.done(result.changed)
     errors = [finding for finding in result.findings if finding.severity == "error"]
-    if errors and not result.changed:
+    refused = bool(errors) and not result.changed
+    if refused:
         report.block()
         above = "the error above is" if len(errors) == 1 else f"the {len(errors)} errors above are"
         say(f"left {path} as it was: converting it would not be safe until {above} fixed by hand")
@@ -229,8 +230,12 @@ def _finish_file(
     elif check:
         if result.changed:
             say(f"would convert {path}")
+    elif output is not None and refused:
+        # A copy of the unconverted script would pass for its conversion.
+        stale = f"; the {output} already there is not from this run" if output.exists() else ""
+        say(f"did not write {output}: {path} was left as it was{stale}")
     elif output is not None:
-        write_atomic(output, result.output, outcome.encoding)
+        write_atomic(output, result.output, outcome.encoding, mode_of=path)
         say(f"wrote {output}")
     elif result.changed:
         write_atomic(path, result.output, outcome.encoding)

@@ -66,19 +66,36 @@ def read_source(path: Path) -> SourceFile:
     return SourceFile(path, text, encoding)
 
 
-def write_atomic(path: Path, text: str, encoding: str) -> None:
-    """Replace ``path`` with ``text`` in one step, so a crash never leaves half a file."""
+def write_atomic(path: Path, text: str, encoding: str, mode_of: Path | None = None) -> None:
+    """Replace ``path`` with ``text`` in one step, so a crash never leaves half a file.
+
+    The file keeps the mode of the one it replaces. With ``mode_of`` (the input
+    of ``convert -o``) it takes that file's permission bits instead, less the
+    umask, as ``cp`` does; a new file gets what ``open()`` would give it.
+    """
     data = text.encode(encoding)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    if mode_of is not None:
+        mode = mode_of.stat().st_mode & 0o777 & ~_umask()
+    elif path.exists():
+        mode = path.stat().st_mode & 0o7777
+    else:
+        # mkstemp makes its file 0600, private to the user, where open() would follow the umask.
+        mode = 0o666 & ~_umask()
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".dp2ddp", dir=path.parent or ".")
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(temporary, mode)
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    # The umask can only be read by setting it; put it straight back.
+    current = os.umask(0o022)
+    os.umask(current)
+    return current

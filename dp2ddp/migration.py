@@ -187,7 +187,7 @@ def file_report(outcome: FileResult, options: ConvertOptions) -> FileReport:
         which = "the error below is" if errors == 1 else f"the {errors} errors below are"
         reason = f"converting it would not be safe until {which} fixed by hand"
         return FileReport(path, "blocked", reason, True, (), needs_human, batch, review)
-    # No reason and no error: a finding (DDP001, DDP102) says why.
+    # No reason and no error: a finding (DDP001) says why.
     return FileReport(path, "unchanged", result.reason, True, (), needs_human, batch, review)
 
 

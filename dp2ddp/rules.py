@@ -89,8 +89,8 @@ RULES: dict[str, Rule] = {
         Rule(
             "DDP102",
             "unresolved-data-parallel",
-            "warning",
-            "`{spelled}` cannot be resolved: a star import may bind `torch` here; left unchanged: "
+            "error",
+            "`{spelled}` cannot be resolved: a star import may bind `torch` here; the file is left as it was: "
             "import torch (or DataParallel) by name in this file, then run convert again",
             doc=_doc(
                 "Finds a call spelled like DataParallel in a file whose torch names come from `from x import *`.",

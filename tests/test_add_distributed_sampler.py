@@ -368,6 +368,28 @@ def main(args):
     assert not [f for f in result.findings if f.code in ("DDP305", "DDP306", "DDP317")]
 
 
+def test_training_data_from_a_loader_built_into_the_call_is_not_reported() -> None:
+    """Should not say the batches come from elsewhere when the DataLoader is built in the argument list."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def train(model, loader):
+    for x, y in loader:
+        model(x, y).backward()
+
+
+if __name__ == "__main__":
+    model = torch.nn.DataParallel(Net())
+    train(model, DataLoader(ds, batch_size=8, shuffle=True))
+"""
+    result = convert_source(source)
+    assert "sampler=DistributedSampler(ds, shuffle=True)" in result.output
+    assert not [f for f in result.findings if f.code in ("DDP306", "DDP317")]
+
+
 def test_one_pass_over_the_data_needs_no_epoch_loop() -> None:
     from dp2ddp.api import convert_source
 

@@ -167,3 +167,61 @@ def test_ctrl_c_mid_tree_leaves_every_file_untouched_or_fully_written(
         if path != first:
             assert path.read_text(encoding="utf-8") == originals[path.name], path.name
     assert not [p for p in tree.iterdir() if p.suffix == ".dp2ddp"]
+
+
+# -- refused files --------------------------------------------------------------------
+
+REFUSED = FIXTURES / "refused_lists_everything" / "before.py"
+
+
+def test_a_refused_file_lists_the_hazards_behind_its_error_in_one_run() -> None:
+    """Should name the skippable backward that refuses the file and also what the conversion would report after it is fixed.
+
+    The sampler codemod (first group) warns about the batch, the guard codemod
+    (second group, which plans on the converted tree) about the per-process run
+    directory; both positions are in the file as written, which stays byte-identical.
+    """
+    source = REFUSED.read_text(encoding="utf-8")
+    result = convert_source(source)
+    assert result.output == source
+    assert [(f.line, f.code, f.severity) for f in result.findings] == [
+        (11, "DDP423", "warning"),
+        (14, "DDP309", "warning"),
+        (22, "DDP220", "error"),
+    ]
+
+
+def test_a_refused_file_reports_no_notes_of_changes_it_did_not_make() -> None:
+    """Should not say `os.makedirs` now passes exist_ok=True (DDP417) or the batch is split (DDP307): nothing changed."""
+    result = convert_source(REFUSED.read_text(encoding="utf-8"))
+    assert not [f for f in result.findings if f.severity == "note"]
+
+
+def test_a_refused_file_with_nothing_else_to_report_lists_only_its_error() -> None:
+    """Should add nothing to a refusal whose script has no other hazard."""
+    source = (FIXTURES / "gradient_penalty" / "before.py").read_text(encoding="utf-8")
+    result = convert_source(source)
+    assert result.output == source
+    assert [f.code for f in result.findings] == ["DDP222"]
+
+
+def test_a_codemod_failing_past_the_refusal_keeps_the_refusal_and_what_came_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should still refuse cleanly, with the first group's findings, when the second group raises on the in-memory tree."""
+    real = api._apply_group
+
+    def second_group_fails(analysis: object, group: list[object], *args: object, **kwargs: object) -> object:
+        if any(codemod.__name__ == "GuardSideEffectsCommand" for codemod in group):  # type: ignore[attr-defined]
+            raise api.ConversionError("internal error in codemod guard_side_effects")
+        return real(analysis, group, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "_apply_group", second_group_fails)
+    source = REFUSED.read_text(encoding="utf-8")
+    result = convert_source(source)
+    assert result.output == source
+    assert [f.code for f in result.findings] == ["DDP309", "DDP220"]
+
+
+def test_a_refused_file_costs_two_analyses(analyses: list[object]) -> None:
+    """One of the script, and one of the second group's input, built in memory and thrown away."""
+    convert_source(REFUSED.read_text(encoding="utf-8"))
+    assert len(analyses) == 2

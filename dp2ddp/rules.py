@@ -933,7 +933,8 @@ RULES: dict[str, Rule] = {
             doc=_doc(
                 "Finds a collective (`barrier`, `all_reduce`, `broadcast`, `backward()` of a DDP model, or a "
                 "function of the script that reaches one) inside an `if` whose condition differs between "
-                "processes: `rank == 0`, `is_main_process()`. A barrier met by a barrier under the opposite "
+                "processes: `rank == 0`, `is_main_process()`, or `gpu == 0` where `gpu` is the index the script "
+                "passes to `set_device`, `.cuda()`, `device_ids` or `init_process_group(rank=)`. A barrier met by a barrier under the opposite "
                 "condition (the main-process-first pattern), and calls both branches make, are not reported.",
                 "A collective completes only when every process of the group calls it. The processes that "
                 "call it wait for the ones that never will: the run hangs until the NCCL timeout kills it.",

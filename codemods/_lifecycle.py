@@ -608,10 +608,13 @@ class ModelLifecycle:
         GPU at once. A call whose value convert cannot resolve, or a function handed on
         as a value (``mp.spawn(train, ...)``), blocks: every process would share one GPU.
         """
+        parents = self.analysis.parents
         for binding, use in self.analysis.device_indices.bindings.items():
             parameter = binding.node if isinstance(binding, Assignment) else None
-            function = self.analysis.parents.get(self.analysis.parents.get(parameter))  # type: ignore[arg-type]
-            if not isinstance(parameter, cst.Param) or not isinstance(function, cst.FunctionDef) or parameter in self._decided_parameters:
+            if not isinstance(parameter, cst.Param) or parameter in self._decided_parameters:
+                continue
+            function = parents.get(parents[parameter])  # Param -> Parameters -> FunctionDef or Lambda
+            if not isinstance(function, cst.FunctionDef):
                 continue
             self._decided_parameters.add(parameter)
             name = parameter.name.value
@@ -630,8 +633,8 @@ class ModelLifecycle:
                 self.blockers.append(Hazard(node, "DDP218", values))
 
     def _arguments_for(self, function: cst.FunctionDef, parameter: cst.Param) -> tuple[list[cst.Arg], cst.Arg | str | None]:
-        """What each call of ``function`` passes for ``parameter``, and the first value not known to be GPU 0 or
-        this process's own GPU: an argument, or why the calls cannot be known."""
+        """What each call of ``function`` passes for ``parameter``, and what spoils that, if anything: the first
+        argument that is neither GPU 0 nor this process's own GPU, or why the calls cannot be known."""
         references = self.analysis.references(function.name)
         if not references:
             return [], "nothing in this file calls it"

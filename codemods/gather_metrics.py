@@ -313,12 +313,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 break
         roots = {code.split(".")[0].split("(")[0] for code in wraps}
         tested = {n.value for test in tests for n in self.analysis.within(test, cst.Name)}
-        assigned = {
-            code_of(target).split(".")[0]
-            for node in [*self.analysis.within(guard.body, cst.AssignTarget), *self.analysis.within(guard.body, cst.AugAssign)]
-            if self.analysis.is_before(node, line)
-            for target in [node.target]
-        }  # fmt: skip
+        bindings = [*self.analysis.within(guard.body, cst.AssignTarget), *self.analysis.within(guard.body, cst.AugAssign)]
+        assigned = {code_of(node.target).split(".")[0] for node in bindings if self.analysis.is_before(node, line)}
         if roots & (tested | assigned):
             return False
         scope = self.analysis.scopes.get(line)

@@ -35,7 +35,7 @@ from libcst.metadata import (
 
 if TYPE_CHECKING:
     from ._base import ScriptFacts
-    from ._effects import ProcessEffects
+    from ._effects import DeviceIndices, ProcessEffects
     from ._lifecycle import ModelLifecycle
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
@@ -286,6 +286,12 @@ class Analysis:
         from ._effects import ProcessEffects
 
         return ProcessEffects(self)
+
+    @cached_property
+    def device_indices(self) -> DeviceIndices:
+        from ._effects import find_device_indices
+
+        return find_device_indices(self)
 
     @cached_property
     def lifecycle(self) -> ModelLifecycle:

@@ -12,18 +12,19 @@ hold the second.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ParentNodeProvider
+from libcst.metadata import BaseAssignment, ParentNodeProvider
 
 from . import _names as names
-from ._base import argument, call_to, code_of, parameter_for, script_functions
+from ._base import Dp2ddpCodemod, argument, call_to, code_of, parameter_for, script_functions
 
 if TYPE_CHECKING:
     from ._analysis import Analysis
-    from ._base import Dp2ddpCodemod
 
 # Names people give the objects they log through.
 LOGGER_NAME = re.compile(r"(^|_)(logger|log)$", re.IGNORECASE)
@@ -50,15 +51,91 @@ def opens_for_writing(codemod: Dp2ddpCodemod | Analysis, node: cst.CSTNode) -> b
     return isinstance(mode, cst.SimpleString) and bool(WRITE_MODE.search(mode.evaluated_value))
 
 
-def is_rank_guard(test: cst.BaseExpression) -> bool:
-    return bool(RANK_GUARD.search(code_of(test)))
+@dataclass(frozen=True)
+class DeviceIndices:
+    """The values a script picks a GPU with: ``gpu`` in ``torch.cuda.set_device(gpu)`` or ``.cuda(gpu)``.
+
+    With one process per GPU such a value is the process's local rank, so a test on it
+    (``gpu == 0``) holds on some processes only. A name is one of them by its binding (a
+    parameter, an assignment), so another ``gpu`` elsewhere is not; an attribute
+    (``args.gpu``, ``self.gpu_id``) by its spelling.
+    """
+
+    # Each binding of a name used as a GPU index, with the first call that uses it so.
+    bindings: Mapping[BaseAssignment, cst.Call]
+    attributes: frozenset[str]
+
+    def holds(self, analysis: Analysis, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Attribute):
+            return code_of(value) in self.attributes
+        return isinstance(value, cst.Name) and any(b in self.bindings for b in _bindings(analysis, value))
+
+
+def find_device_indices(analysis: Analysis) -> DeviceIndices:
+    bindings: dict[BaseAssignment, cst.Call] = {}
+    attributes: set[str] = set()
+    for call in analysis.nodes(cst.Call):
+        for value in _gpu_index_arguments(analysis, call):
+            if isinstance(value, cst.Name):
+                for binding in _bindings(analysis, value):
+                    bindings.setdefault(binding, call)
+            elif isinstance(value, cst.Attribute):
+                attributes.add(code_of(value))
+    return DeviceIndices(bindings, frozenset(attributes))
+
+
+def _gpu_index_arguments(analysis: Analysis, call: cst.Call) -> list[cst.BaseExpression]:
+    """What ``call`` takes as a GPU index or a rank: the device of ``set_device``/``.cuda``, ``device_ids``, ``rank=``."""
+    found: list[cst.BaseExpression | None] = []
+    if analysis.matches(call, call_to({"torch.cuda.set_device"})) or m.matches(call.func, m.Attribute(attr=m.Name("cuda"))):
+        found.append(argument(call, 0, "device"))
+    elif analysis.matches(call, call_to({"torch.device"})):
+        found.append(argument(call, 1, "index"))
+    elif analysis.matches(call, call_to(names.DATA_PARALLEL | names.DISTRIBUTED_DATA_PARALLEL)):
+        device_ids = argument(call, 1, "device_ids")
+        if isinstance(device_ids, (cst.List, cst.Tuple)):
+            found += [element.value for element in device_ids.elements]
+        found.append(argument(call, 2, "output_device"))
+    elif analysis.matches(call, call_to(names.INIT_PROCESS_GROUP)):
+        found.append(argument(call, 99, "rank"))
+    return [value for value in found if value is not None]
+
+
+def _bindings(analysis: Analysis, name: cst.Name) -> list[BaseAssignment]:
+    scope = analysis.scopes.get(name)
+    if scope is None or name.value not in scope:
+        return []
+    return list(scope[name.value])
+
+
+def tests_device_index(analysis: Analysis, test: cst.BaseExpression) -> bool:
+    """``gpu == 0``, ``args.gpu != 0``: a GPU index compared with a number, which differs between processes.
+
+    ``args.gpu is not None`` asks whether a GPU was chosen at all, which every process answers alike.
+    """
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return tests_device_index(analysis, test.expression)
+    if isinstance(test, cst.BooleanOperation):
+        return tests_device_index(analysis, test.left) or tests_device_index(analysis, test.right)
+    if not isinstance(test, cst.Comparison):
+        return False
+    sides = [test.left, *(target.comparator for target in test.comparisons)]
+    indices = [side for side in sides if analysis.device_indices.holds(analysis, side)]
+    others = [side for side in sides if side not in indices]
+    return len(indices) == 1 and bool(others) and all(isinstance(side, cst.Integer) for side in others)
+
+
+def is_rank_guard(analysis: Analysis, test: cst.BaseExpression) -> bool:
+    """A test only some processes pass: ``rank == 0``, ``is_main_process()``, or ``gpu == 0`` where ``gpu`` picks the GPU."""
+    return bool(RANK_GUARD.search(code_of(test))) or tests_device_index(analysis, test)
 
 
 def under_rank_guard(codemod: Dp2ddpCodemod | Analysis, node: cst.CSTNode) -> bool:
     """Whether ``node`` only runs on some processes: inside ``if rank == 0:`` and the like."""
+    analysis = codemod.analysis if isinstance(codemod, Dp2ddpCodemod) else codemod
     while not isinstance(node, cst.Module):
         node = codemod.get_metadata(ParentNodeProvider, node)
-        if isinstance(node, cst.If) and is_rank_guard(node.test):
+        if isinstance(node, cst.If) and is_rank_guard(analysis, node.test):
             return True
     return False
 

@@ -32,7 +32,7 @@ from ._base import (
     parameter_for,
     resolves_to,
 )
-from ._effects import is_rank_guard, opens_for_writing
+from ._effects import is_rank_guard, opens_for_writing, tests_device_index
 from ._lifecycle import Hazard, ModelLifecycle
 
 if TYPE_CHECKING:
@@ -70,9 +70,9 @@ LIFECYCLE_CODES = {
 }
 
 
-def _one_process(test: cst.BaseExpression) -> bool:
+def _one_process(analysis: Analysis, test: cst.BaseExpression) -> bool:
     """A test only some processes pass: convert's rank guards, and ``gpu_id == 0`` where a GPU id is the local rank."""
-    return is_rank_guard(test) or rank_dependent(test) or bool(FIRST_DEVICE_TEST.search(code_of(test)))
+    return is_rank_guard(analysis, test) or rank_dependent(test) or bool(FIRST_DEVICE_TEST.search(code_of(test)))
 
 
 def rank_dependent(test: cst.BaseExpression, constants: Mapping[str, str] | None = None) -> bool:
@@ -172,7 +172,7 @@ class DistributedHazards:
             if self._in_helper(head) or isinstance(self.analysis.parents.get(head), cst.If):
                 continue  # an `elif` is judged with its chain
             branches, exhaustive = self._chain(head)
-            if not any(rank_dependent(test, self._constants) for test, _ in branches if test is not None):
+            if not any(self._rank_dependent(test) for test, _ in branches if test is not None):
                 continue
             reached = [self._collectives(body) for _, body in branches if not _raises(body)]
             keys = [set().union(*(self._primitives(c) for c in calls)) for calls in reached]
@@ -184,6 +184,10 @@ class DistributedHazards:
                         continue
                     forward_only = all(key.startswith("forward:") for key in missing)
                     self._report(call, "DDP503" if forward_only else "DDP502", call=code_of(call.func))
+
+    def _rank_dependent(self, test: cst.BaseExpression) -> bool:
+        """``rank == 0`` and the like, or ``gpu == 0`` where ``gpu`` is the index the script picks its GPU with."""
+        return rank_dependent(test, self._constants) or tests_device_index(self.analysis, test)
 
     def _chain(self, head: cst.If) -> tuple[list[tuple[cst.BaseExpression | None, cst.BaseSuite]], bool]:
         """The branches of ``if``/``elif``/``else`` with their tests (``None`` for ``else``), and whether one always runs."""
@@ -313,7 +317,7 @@ class DistributedHazards:
             return False
         scope = next((a for a in self.analysis.ancestors(statement) if isinstance(a, cst.FunctionDef)), self.analysis.module)
         for other in self.analysis.within(scope, cst.If):
-            if other is statement or not rank_dependent(other.test, self._constants) or code_of(other.test) == code_of(statement.test):
+            if other is statement or not self._rank_dependent(other.test) or code_of(other.test) == code_of(statement.test):
                 continue
             if any(self.analysis.matches(c, call_to({"torch.distributed.barrier"})) for c in self._collectives(other.body)):
                 return True
@@ -363,10 +367,10 @@ class DistributedHazards:
         child = node
         for ancestor in self.analysis.ancestors(node):
             if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
-                if _one_process(ancestor.test) or self.analysis.reads(ancestor.test) & self._main_only_values:
+                if _one_process(self.analysis, ancestor.test) or self.analysis.reads(ancestor.test) & self._main_only_values:
                     return True
             if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
-                if _one_process(ancestor.left):
+                if _one_process(self.analysis, ancestor.left):
                     return True
             if isinstance(ancestor, cst.FunctionDef) and ancestor.name.value in guarded_functions:
                 return True
@@ -384,9 +388,9 @@ class DistributedHazards:
         return seeds
 
     def _assigned_by_rank(self, assign: cst.Assign) -> bool:
-        if any(is_rank_guard(n.test) for n in self.analysis.within(assign.value, cst.IfExp)):
+        if any(is_rank_guard(self.analysis, n.test) for n in self.analysis.within(assign.value, cst.IfExp)):
             return True
-        return bool(isinstance(assign.value, (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation)) and is_rank_guard(assign.value))
+        return bool(isinstance(assign.value, (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation)) and is_rank_guard(self.analysis, assign.value))
 
     def _functions_called_only_when_guarded(self) -> set[str]:
         """Functions of the script every call of which runs under a rank condition."""

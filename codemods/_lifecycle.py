@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import Assignment
 
 from . import _names as names
 from ._base import (
@@ -33,6 +34,7 @@ from ._base import (
     argument,
     call_to,
     code_of,
+    parameter_for,
     without_device_move,
 )
 
@@ -104,12 +106,20 @@ class ModelLifecycle:
         # Set only while convert lists what a refused file would also report: the blockers
         # still stand and are reported, but the codemods plan as if they were fixed.
         self.blockers_waived = False
+        # `0` in `train(0, args)` where `train(gpu, args)` picks its GPU with `gpu`: each process passes its local rank.
+        self.local_rank_arguments: dict[cst.Arg, str] = {}
+        # Parameters that pick the GPU and that every call sets to this process's own GPU, or will.
+        self.local_gpu_parameters: set[cst.Param] = set()
+        self._decided_parameters: set[cst.Param] = set()
         self.model_names: set[str] = set().union(*(wrap.names for wrap in self.wraps))
         if not self.wraps:
             if analysis.script_facts.helper_wraps:
-                self._devices()  # Converted already: the devices are still this script's own.
+                # Converted already: the devices are still this script's own.
+                self._gpu_parameters()
+                self._devices()
             return
         if around is None:
+            self._gpu_parameters()
             self._plan_conditions()
         for wrap in self.wraps:
             before = len(self.blockers)
@@ -566,6 +576,8 @@ class ModelLifecycle:
             if "torch.device" in qualified and len(device.args) == 1:
                 return self.is_local_device(device.args[0].value, depth)
             return False
+        if isinstance(device, cst.Name) and self._bound_to(device, self.local_gpu_parameters):
+            return True
         if isinstance(device, (cst.Name, cst.Attribute)):
             values = self.assignments().get(code_of(device), [])
             return bool(values) and all(self.is_local_device(v, depth + 1) for v in values)
@@ -735,6 +747,64 @@ class ModelLifecycle:
 
     # -- devices ----------------------------------------------------------------------------
 
+    def _gpu_parameters(self) -> None:
+        """``def train(gpu, args)`` that picks its GPU with ``gpu``: what every call passes decides it.
+
+        ``train(0, args)`` meant the GPU DataParallel gathers on; under DDP each process
+        passes its local rank instead, which makes every use of ``gpu`` this process's own
+        GPU at once. A call whose value convert cannot resolve, or a function handed on
+        as a value (``mp.spawn(train, ...)``), blocks: every process would share one GPU.
+        """
+        parents = self.analysis.parents
+        for binding, use in self.analysis.device_indices.bindings.items():
+            parameter = binding.node if isinstance(binding, Assignment) else None
+            if not isinstance(parameter, cst.Param) or parameter in self._decided_parameters:
+                continue
+            function = parents.get(parents[parameter])  # Param -> Parameters -> FunctionDef or Lambda
+            if not isinstance(function, cst.FunctionDef):
+                continue
+            self._decided_parameters.add(parameter)
+            name = parameter.name.value
+            arguments, unknown = self._arguments_for(function, parameter)
+            if unknown is None:
+                first_gpu = [arg for arg in arguments if m.matches(arg.value, m.Integer("0"))]
+                self.local_rank_arguments.update((arg, name) for arg in first_gpu)
+                self.local_gpu_parameters.add(parameter)
+                for arg in first_gpu:
+                    values = (("function", function.name.value), ("parameter", name), ("value", code_of(arg.value)))
+                    self.findings.append(Hazard(arg, "DDP217", values))
+            elif not (isinstance(unknown, str) and LOCAL_RANK_WORDS.search(name)):
+                # A `local_rank` parameter of a function called from elsewhere is taken at its word, as before.
+                node, why = (unknown, f"a call passes `{code_of(unknown.value)}`") if isinstance(unknown, cst.Arg) else (use, unknown)
+                values = (("function", function.name.value), ("parameter", name), ("why", why))
+                self.blockers.append(Hazard(node, "DDP218", values))
+
+    def _arguments_for(self, function: cst.FunctionDef, parameter: cst.Param) -> tuple[list[cst.Arg], cst.Arg | str | None]:
+        """What each call of ``function`` passes for ``parameter``, and what spoils that, if anything: the first
+        argument that is neither GPU 0 nor this process's own GPU, or why the calls cannot be known."""
+        references = self.analysis.references(function.name)
+        if not references:
+            return [], "nothing in this file calls it"
+        arguments: list[cst.Arg] = []
+        for reference in references:
+            call = self.analysis.parents.get(reference)
+            if not isinstance(call, cst.Call) or call.func is not reference:
+                return arguments, f"`{function.name.value}` is handed on as a value"
+            bound = [arg for arg in call.args if not arg.star and parameter_for(function, call, arg) == parameter.name.value]
+            if any(arg.star for arg in call.args) or len(bound) != 1:
+                return arguments, f"`{code_of(call)}` passes no value for it that convert can see"
+            value = bound[0].value
+            if not (m.matches(value, m.Integer("0")) or LOCAL_RANK_WORDS.search(code_of(value)) or self.is_local_device(value)):
+                return arguments, bound[0]
+            arguments.append(bound[0])
+        return arguments, None
+
+    def _bound_to(self, name: cst.Name, parameters: set[cst.Param]) -> bool:
+        scope = self.analysis.scopes.get(name)
+        return scope is not None and name.value in scope and any(
+            isinstance(binding, Assignment) and binding.node in parameters for binding in scope[name.value]
+        )
+
     def _devices(self) -> None:
         reported: set[str] = set()
         blocked = {hazard.node for hazard in self.blockers}
@@ -742,6 +812,9 @@ class ModelLifecycle:
         for call in self.analysis.nodes(cst.Call):
             if call in blocked or (isinstance(call.func, cst.Attribute) and call.func.value in wraps):
                 continue  # a hazard already, or the wrap's own move, which the conversion drops
+            device = call.args[0].value if call.args else None
+            if isinstance(device, cst.Name) and self._bound_to(device, self._decided_parameters):
+                continue  # a GPU parameter: made this process's own at its calls, or a blocker
             # `.to(args.device)`: one finding per device value, at its first use.
             if m.matches(call, m.Call(func=m.Attribute(attr=m.Name("to")), args=[m.Arg(m.Name() | m.Attribute(), keyword=None), m.ZeroOrMore()])):
                 device = call.args[0].value

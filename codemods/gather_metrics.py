@@ -13,9 +13,12 @@ reduces them once, after the loop, before anything reads them:
 - meters with ``.sum``/``.count``/``.avg`` get both fields summed and ``avg`` recomputed.
 
 A print or log inside a training loop reads the reduced value there, on
-every process, with the print itself guarded by guard_side_effects. Progress
-inside an evaluation loop is left per process, since shards may differ in
-length there and a collective would hang; that is reported.
+every process, with the print itself guarded by guard_side_effects. A print
+the script already runs on some processes only (``if step % 100 == 0 and
+gpu == 0:``) reads a value reduced just before that ``if``, since a
+collective inside it would hang. Progress inside an evaluation loop is left
+per process, since shards may differ in length there and a collective would
+hang; that is reported.
 
 Decisions such as ``if acc > best_acc:`` then see the same numbers on every
 process and take the same branch.
@@ -34,7 +37,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from . import _names as names
 from ._analysis import Analysis
 from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
-from ._effects import under_rank_guard
+from ._effects import is_rank_guard, under_rank_guard
 from ._results import (
     LOADER_NAME,
     at_step_level,
@@ -100,6 +103,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self.after_loop: dict[cst.For, _LoopPlan] = {}
         # Report statements inside training loops: expressions to reduce there, by code.
         self.in_loop: dict[cst.SimpleStatementLine, dict[str, str]] = {}
+        # Rank-guarded ifs in training loops: what to reduce before each (code -> name, helper),
+        # and the report lines under them, which read the names instead.
+        self.before_guard: dict[cst.If, dict[str, tuple[str, str]]] = {}
+        self.read_reduced: dict[cst.SimpleStatementLine, dict[str, str]] = {}
         self.helpers_used: set[str] = set()
         # `scheduler.step(val_loss)` of a ReduceLROnPlateau: the value to average over processes there.
         self.plateau_values: set[cst.BaseExpression] = set()
@@ -263,12 +270,69 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             shows_meter = any(meter in read for meter in meters)
             if not wraps and not shows_meter:
                 continue
-            if training and wraps and self._uniform_path(loop, line, assigned_in_loop):
+            guard = self._rank_guard(loop, line)
+            if training and wraps and guard is not None:
+                if not self._reduce_before(guard, loop, line, wraps, assigned_in_loop):
+                    why = "as only some processes pass the rank condition around it, and convert cannot reduce before that condition"
+                    self.report(line, "DDP403", why=why)
+            elif training and wraps and self._uniform_path(loop, line, assigned_in_loop):
                 self.in_loop[line] = wraps
             elif training:
                 self.report(line, "DDP403", why="as convert cannot prove every process reaches this line at the same step")
             else:
                 self.report(line, "DDP403", why="as evaluation shards may give processes different numbers of steps")
+
+    def _rank_guard(self, loop: cst.For, line: cst.CSTNode) -> cst.If | None:
+        """The outermost ``if`` between ``loop`` and ``line`` that only some processes pass: ``if i % 100 == 0 and gpu == 0:``."""
+        found = None
+        for ancestor in self.analysis.ancestors(line):
+            if ancestor is loop:
+                break
+            if isinstance(ancestor, cst.If) and is_rank_guard(self.analysis, ancestor.test):
+                found = ancestor
+        return found
+
+    def _reduce_before(
+        self, guard: cst.If, loop: cst.For, line: cst.SimpleStatementLine, wraps: dict[str, str], assigned_in_loop: set[str]
+    ) -> bool:
+        """Plan the reductions ``line`` reports right before ``guard``, where every process reaches them.
+
+        They move only where their value is the one the line would have read: no
+        statement in the guard before the line assigns what they read, and no test on
+        the way guards their evaluation (``if loss is not None and rank == 0:``).
+        """
+        if not isinstance(self.analysis.parents.get(guard), cst.IndentedBlock) or not self._uniform_path(loop, guard, assigned_in_loop):
+            return False
+        tests: list[cst.BaseExpression] = []
+        for ancestor in self.analysis.ancestors(line):
+            if isinstance(ancestor, (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.Lambda)):
+                return False
+            if isinstance(ancestor, cst.If):
+                tests.append(ancestor.test)
+            if ancestor is guard:
+                break
+        roots = {code.split(".")[0].split("(")[0] for code in wraps}
+        tested = {n.value for test in tests for n in self.analysis.within(test, cst.Name)}
+        bindings = [*self.analysis.within(guard.body, cst.AssignTarget), *self.analysis.within(guard.body, cst.AugAssign)]
+        assigned = {code_of(node.target).split(".")[0] for node in bindings if self.analysis.is_before(node, line)}
+        if roots & (tested | assigned):
+            return False
+        scope = self.analysis.scopes.get(line)
+        planned = self.before_guard.setdefault(guard, {})
+        taken = {name for name, _ in planned.values()}
+        reads: dict[str, str] = {}
+        for code, helper in wraps.items():
+            if code not in planned:
+                name = stem = f"global_{code.split('.')[0].split('(')[0]}"
+                suffix = 1
+                while name in taken or (scope is not None and name in scope):
+                    suffix += 1
+                    name = f"{stem}_{suffix}"
+                taken.add(name)
+                planned[code] = (name, helper)
+            reads[code] = planned[code][0]
+        self.read_reduced[line] = reads
+        return True
 
     def _uniform_path(self, loop: cst.For, line: cst.CSTNode, assigned_in_loop: set[str]) -> bool:
         """Whether every process reaches ``line`` together: only ``if``s on step counters lead to it."""
@@ -296,9 +360,23 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             self.helpers_used.add(names.METER_HELPER)
         return cst.FlattenSentinel([updated_node, *plan.statements()])
 
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If | cst.FlattenSentinel[cst.BaseStatement]:
+        planned = self.before_guard.get(original_node)
+        if not planned:
+            return updated_node
+        # Every process reduces here, at the same step; the rank condition then decides only who reports.
+        self.helpers_used |= {names.SUM_HELPER, *(helper for _, helper in planned.values())}
+        lines = [cst.parse_statement(f"{name} = {helper}({code})") for code, (name, helper) in planned.items()]
+        lines[0] = lines[0].with_changes(leading_lines=updated_node.leading_lines)
+        return cst.FlattenSentinel([*lines, updated_node.with_changes(leading_lines=[])])
+
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine:
+        reads = self.read_reduced.get(original_node)
+        if reads:
+            in_reads = m.MatchIfTrue(lambda node: isinstance(node, (cst.Name, cst.Call)) and code_of(node) in reads)
+            return m.replace(updated_node, in_reads, lambda node, _: cst.Name(reads[code_of(node)]))  # type: ignore[return-value]
         wraps = self.in_loop.get(original_node)
         if not wraps:
             return updated_node

@@ -109,7 +109,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return node.name.value not in names.HELPERS
 
     def visit_If(self, node: cst.If) -> bool:
-        if not is_rank_guard(node.test):
+        if not is_rank_guard(self.analysis, node.test):
             return True
         for collective in self.effects.collectives_in(node.body):
             self.report(collective, "DDP402", call=code_of(collective.func))
@@ -177,7 +177,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
 
     def _is_effect_block(self, statement: cst.CSTNode) -> bool:
         """A compound statement that only has side effects: guard it whole."""
-        if isinstance(statement, cst.If) and is_rank_guard(statement.test):
+        if isinstance(statement, cst.If) and is_rank_guard(self.analysis, statement.test):
             return False
         if isinstance(statement, cst.With) and any(opens_for_writing(self, item.item) for item in statement.items):
             return not m.findall(statement, CONTROL_FLOW)

@@ -4,7 +4,10 @@ Every spelling resolves through ``QualifiedNameProvider``: ``torch.nn.DataParall
 ``nn.DataParallel``, ``torch.nn.parallel.DataParallel`` and imported aliases.
 The wrap becomes a call to a small ``wrap_ddp`` helper added to the script,
 which moves the model to this process's GPU and binds DDP to it there
-(``device_ids=[local_rank]``), or leaves ``device_ids`` unset on CPU.
+(``device_ids=[local_rank]``), or leaves ``device_ids`` unset on CPU. Fixed
+GPUs become this process's own: ``.cuda(0)`` becomes ``.cuda()``, and
+``train(0, args)``, where ``train`` picks its GPU with that parameter, passes
+the local rank instead.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ def _cuda_string(node: cst.SimpleString) -> cst.SimpleString:
 
 
 DATA_PARALLEL_IMPORT_MODULES = ("torch.nn", "torch.nn.parallel", "torch.nn.parallel.data_parallel")
+# This process's local rank, as setup_distributed() reads it to select the GPU (DDP217).
+LOCAL_RANK = 'int(os.environ.get("LOCAL_RANK", "0"))'
 
 
 class ReplaceDataParallelCommand(Dp2ddpCodemod):
@@ -105,6 +110,13 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             elif isinstance(node, cst.Subscript):
                 if self.converting and m.matches(node, VISIBLE_DEVICES) and isinstance(analysis.parents.get(node), cst.AssignTarget):
                     self.report(node, "DDP206")
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        if not self.converting or original_node not in self.lifecycle.local_rank_arguments:
+            return updated_node
+        # `train(0, args)` for `def train(gpu, args)`: each process passes the GPU setup_distributed() selected.
+        AddImportsVisitor.add_needed_import(self.context, "os")
+        return updated_node.with_changes(value=cst.parse_expression(LOCAL_RANK))
 
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
         if not self.converting:

@@ -112,7 +112,7 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
                 if not isinstance(parent, (cst.If, cst.Else)):
                     break
                 owner = parent
-            if not isinstance(owner, cst.If) or is_rank_guard(owner.test):
+            if not isinstance(owner, cst.If) or is_rank_guard(self.analysis, owner.test):
                 return statement
             statement = owner
 

@@ -291,12 +291,52 @@ RULES: dict[str, Rule] = {
             "which setup_distributed() selected; make sure `{device}` is this process's local rank, "
             "or drop it",
             doc=_doc(
-                "Finds `torch.cuda.set_device(x)` and `.cuda(x)` where `x` is a variable, an argument or a config value.",
+                "Finds `torch.cuda.set_device(x)`, `.cuda(x)` and `.to(x)` where `x` is a config value, an "
+                "attribute or a variable convert cannot resolve. A function parameter that picks the GPU is "
+                "DDP217's or DDP218's.",
                 "A DataParallel script picks one GPU for everything. Under DDP, a fixed index such as "
-                "`train(0, args)` puts every process on that GPU, and NCCL fails or the GPUs are shared.",
-                "def train(gpu, args):\n    torch.cuda.set_device(gpu)",
-                "def train(args):\n    ...  # setup_distributed() already called set_device(local_rank)",
+                "`cfg.GPU = 0` puts every process on that GPU, and NCCL fails or the GPUs are shared.",
+                "torch.cuda.set_device(cfg.GPU)\nimages = images.to(cfg.DEVICE)",
+                "# setup_distributed() already called set_device(local_rank)\nimages = images.cuda()",
                 "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP217",
+            "gpu-argument-to-local-rank",
+            "note",
+            "`{function}` picks its GPU with `{parameter}`, and this call passes `{value}`, which would put "
+            "every process on one GPU; it now passes `int(os.environ.get(\"LOCAL_RANK\", \"0\"))`, this process's local rank",
+            doc=_doc(
+                "Finds a function of the script that picks its GPU with a parameter (`torch.cuda.set_device(gpu)`, "
+                "`.cuda(gpu)`, `device_ids=[gpu]`) and a call of it that passes `0`.",
+                "Under DataParallel `train(0, args)` meant \"the GPU the model gathers on\". Under DDP every process "
+                "would pick GPU 0: NCCL fails on duplicate GPUs, or the processes share one. Passing the local "
+                "rank makes every use of the parameter this process's GPU at once, tests such as `gpu == 0` "
+                "included, which then hold on one process per node, as `local_rank == 0` would.",
+                "def train(gpu, args):\n    torch.cuda.set_device(gpu)\n    model.cuda(gpu)\n\ntrain(0, args)",
+                "train(int(os.environ.get(\"LOCAL_RANK\", \"0\")), args)  # after setup_distributed()",
+                "Safe: setup_distributed() selected the GPU of the local rank already, and a single process "
+                "without a launcher has local rank 0, as before. Without CUDA the parameter reaches only the "
+                "`.cuda()` calls the script already skips on a CPU.",
+            ),
+        ),
+        Rule(
+            "DDP218",
+            "gpu-parameter-unknown",
+            "error",
+            "`{function}` picks its GPU with `{parameter}`, but convert cannot establish that every call passes "
+            "GPU 0 or this process's own GPU ({why}); the file is left as it was: pass "
+            "`int(os.environ[\"LOCAL_RANK\"])` for `{parameter}` at every call, then run convert again",
+            doc=_doc(
+                "Finds a function of the script that picks its GPU with a parameter, where some call passes a "
+                "value convert cannot resolve, passes nothing for it, or the function is handed on as a value "
+                "(`mp.spawn(train, ...)`, a callback) or never called in the file.",
+                "Converted as it is, every process could pick the same GPU, and NCCL fails on duplicate GPUs or "
+                "the processes share one. Whatever the value is, it must be this process's local rank under DDP.",
+                "def train(gpu, args):\n    torch.cuda.set_device(gpu)\n\ntrain(args.gpu, args)",
+                "train(int(os.environ[\"LOCAL_RANK\"]), args)",
+                "No fix: the file is left as it was.",
             ),
         ),
         Rule(
@@ -914,7 +954,8 @@ RULES: dict[str, Rule] = {
             doc=_doc(
                 "Finds a collective (`barrier`, `all_reduce`, `broadcast`, `backward()` of a DDP model, or a "
                 "function of the script that reaches one) inside an `if` whose condition differs between "
-                "processes: `rank == 0`, `is_main_process()`. A barrier met by a barrier under the opposite "
+                "processes: `rank == 0`, `is_main_process()`, or `gpu == 0` where `gpu` is the index the script "
+                "passes to `set_device`, `.cuda()`, `device_ids` or `init_process_group(rank=)`. A barrier met by a barrier under the opposite "
                 "condition (the main-process-first pattern), and calls both branches make, are not reported.",
                 "A collective completes only when every process of the group calls it. The processes that "
                 "call it wait for the ones that never will: the run hangs until the NCCL timeout kills it.",

@@ -78,9 +78,9 @@ def test_converting_is_the_fix_for_data_parallel() -> None:
 
 
 def test_a_data_parallel_script_convert_refuses_gets_no_fix_and_the_reason() -> None:
-    source = (FIXTURES / "half_after_wrap" / "before.py").read_text(encoding="utf-8")
+    source = (FIXTURES / "composite_gan_losses" / "before.py").read_text(encoding="utf-8")
     result = check_source(source)
-    assert {d.code for d in result.diagnostics} == {"DDP002", "DDP210"}
+    assert {d.code for d in result.diagnostics} == {"DDP002", "DDP221"}
     assert not any(d.fixable for d in result.diagnostics) and result.fixed == source
 
 
@@ -281,3 +281,48 @@ def test_a_rule_that_fails_names_the_file_instead_of_a_traceback(project: Path, 
     code, _, err = run("check", "-j", "1", "train.py", cwd=project)
     assert code == 2
     assert "train.py: internal error in check (AttributeError: a bug)" in err and "Traceback" not in err
+
+
+_GPU_ARGUMENT = """
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(gpu, args):
+    dist.init_process_group("nccl", rank=gpu, world_size=2)
+    torch.cuda.set_device(gpu)
+    model = DDP(Net().cuda(gpu), device_ids=[gpu])
+    for step, (x, y) in enumerate(loader):
+        loss = model(x).sum()
+        loss.backward()
+        if {test}:
+            dist.all_reduce(loss)
+
+
+if __name__ == "__main__":
+    mp.spawn(train, nprocs=2, args=(None,))
+"""
+
+
+@pytest.mark.parametrize(
+    ("test", "reported"),
+    [
+        pytest.param("step % 10 == 0 and gpu == 0", True, id="the GPU the process picks is 0"),
+        pytest.param("not gpu != 0", True, id="negated"),
+        pytest.param("gpu is not None", False, id="whether a GPU was given: the same everywhere"),
+        pytest.param("step % 10 == 0", False, id="a step counter"),
+    ],
+)
+def test_a_collective_under_a_test_of_the_gpu_index_is_reported(test: str, reported: bool) -> None:
+    """With one process per GPU, `gpu` is the local rank: `gpu == 0` holds on one process, which then waits alone."""
+    source = _GPU_ARGUMENT.format(test=test)
+    found = [f"{d.line}:{d.code}" for d in check_source(source).diagnostics if d.code == "DDP502"]
+    assert found == (["16:DDP502"] if reported else [])
+
+
+def test_a_name_like_gpu_that_picks_no_gpu_is_no_rank_condition() -> None:
+    """Should report nothing: this `gpu` counts GPUs; only the parameter `set_device` is given is the index."""
+    source = _GPU_ARGUMENT.format(test="gpus == 0").replace("def train(gpu, args):", "def train(gpu, args):\n    gpus = torch.cuda.device_count()")
+    assert [d.code for d in check_source(source).diagnostics if d.code == "DDP502"] == []

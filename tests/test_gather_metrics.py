@@ -197,3 +197,66 @@ def test_a_metric_passed_by_a_keyword_of_the_same_name_keeps_its_keyword() -> No
     assert "global_avg_loss = all_reduce_mean(avg_loss)" in output
     assert '"avg", global_avg_loss / (i + 1), "meter", meter.avg_loss)' in output
     assert "print(epoch, avg_loss=avg_loss)" in output
+
+
+GUARDED_PRINT = """
+import torch
+from torch.utils.data import DataLoader
+
+
+def train(gpu, args):
+    {device}
+    model = torch.nn.DataParallel(Net())
+    loader = DataLoader(ds, batch_size=32, shuffle=True)
+    for epoch in range(2):
+        for step, (x, y) in enumerate(loader):
+            loss = model(x).sum()
+            loss.backward()
+            if {test}:
+                print(f"step {{step}} loss {{loss.item():.4f}}")
+
+
+train(0, args)
+"""
+
+
+@pytest.mark.parametrize(
+    ("device", "test"),
+    [
+        pytest.param("torch.cuda.set_device(gpu)", "step % 10 == 0 and gpu == 0", id="gpu == 0"),
+        pytest.param("gpu_id = gpu\n    torch.cuda.set_device(gpu_id)", "step % 10 == 0 and gpu_id == 0", id="gpu_id == 0"),
+        pytest.param("torch.cuda.set_device(args.gpu)", "step % 10 == 0 and args.gpu == 0", id="args.gpu == 0"),
+        pytest.param("device = torch.device('cuda', gpu)", "gpu == 0 and step % 10 == 0", id="an index of torch.device"),
+        pytest.param("local_rank = gpu\n    torch.cuda.set_device(local_rank)", "step % 10 == 0 and local_rank == 0", id="local_rank == 0"),
+    ],
+)
+def test_the_reduction_a_print_under_a_gpu_index_test_reads_goes_before_that_test(device: str, test: str) -> None:
+    """Once `gpu` is each process's own GPU only one process passes `gpu == 0`: a reduction inside would hang."""
+    result = convert_source(GUARDED_PRINT.format(device=device, test=test))
+    expected = (
+        "            global_loss = all_reduce_mean(loss.item())\n"
+        f"            if {test}:\n"
+        '                print(f"step {step} loss {global_loss:.4f}")\n'
+    )
+    assert expected in result.output
+    assert not [f for f in result.findings if f.code in ("DDP402", "DDP403")]
+
+
+def test_a_test_on_a_gpu_count_is_the_same_everywhere_and_reduces_inside() -> None:
+    """Should keep the reduction in the `if`: `gpus` counts GPUs and is no process's index."""
+    source = GUARDED_PRINT.format(device="gpus = torch.cuda.device_count()", test="step % 10 == 0 and gpus == 0")
+    result = convert_source(source)
+    assert (
+        "            if step % 10 == 0 and gpus == 0:\n"
+        "                global_loss = all_reduce_mean(loss.item())\n"
+        "                if is_main_process():\n"
+    ) in result.output
+
+
+def test_a_print_whose_test_guards_the_value_is_left_per_process() -> None:
+    """`loss is not None` protects `loss.item()`: reducing before the test could fail, so the line is noted instead."""
+    source = GUARDED_PRINT.format(device="torch.cuda.set_device(gpu)", test="loss is not None and gpu == 0")
+    result = convert_source(source)
+    assert '                print(f"step {step} loss {loss.item():.4f}")\n' in result.output
+    assert "all_reduce_mean" not in result.output
+    assert [f.code for f in result.findings if f.code == "DDP403"] == ["DDP403"]

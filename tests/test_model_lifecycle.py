@@ -344,9 +344,9 @@ def test_unused_submodule_gets_find_unused_parameters() -> None:
     assert "10:DDP215" in _codes(result)
 
 
-def test_device_from_a_variable_is_reported() -> None:
-    result = _convert(
-        """
+def test_a_gpu_parameter_no_call_in_the_file_sets_leaves_the_file_as_it_was() -> None:
+    """Nothing says what `gpu` is, so every process might pick the same GPU: refused, not guessed."""
+    source = """
         import torch
 
 
@@ -354,8 +354,56 @@ def test_device_from_a_variable_is_reported() -> None:
             torch.cuda.set_device(gpu)
             model = torch.nn.DataParallel(Net()).cuda(gpu)
         """
+    result = _convert(source)
+    assert _codes(result) == ["6:DDP218"]
+    assert "(nothing in this file calls it)" in result.findings[0].message
+    assert result.output == dedent(source)
+
+
+@pytest.mark.parametrize(
+    ("call", "why"),
+    [
+        pytest.param("train(args.gpu, args)", "a call passes `args.gpu`", id="a value convert cannot resolve"),
+        pytest.param("mp.spawn(train, args=(args,))", "`train` is handed on as a value", id="handed to a launcher"),
+        pytest.param("train(args=args)", "`train(args=args)` passes no value for it that convert can see", id="no value"),
+    ],
+)
+def test_a_gpu_parameter_set_from_an_unknown_value_leaves_the_file_as_it_was(call: str, why: str) -> None:
+    source = f"""
+import torch
+
+
+def train(gpu, args):
+    torch.cuda.set_device(gpu)
+    model = torch.nn.DataParallel(Net())
+
+
+{call}
+"""
+    result = convert_source(source)
+    assert [f.code for f in result.findings if f.severity == "error"] == ["DDP218"]
+    assert f"({why})" in next(f for f in result.findings if f.code == "DDP218").message
+    assert result.output == source
+
+
+def test_a_gpu_parameter_given_the_local_rank_already_is_left_alone() -> None:
+    """Should do nothing to a call that passes the local rank, and report nothing about the parameter."""
+    result = _convert(
+        """
+        import os
+        import torch
+
+
+        def train(gpu, args):
+            torch.cuda.set_device(gpu)
+            model = torch.nn.DataParallel(Net().cuda(gpu))
+
+
+        train(int(os.environ["LOCAL_RANK"]), args)
+        """
     )
-    assert "6:DDP213" in _codes(result)
+    assert 'train(int(os.environ["LOCAL_RANK"]), args)' in result.output
+    assert not [f for f in result.findings if f.code in ("DDP213", "DDP217", "DDP218")]
 
 
 def test_module_level_effects_before_setup_are_reported_not_guarded() -> None:

@@ -189,6 +189,97 @@ class ReplaceDataParallelTest(CodemodTest):
             ],
         )
 
+    def test_a_gpu_parameter_called_with_0_gets_the_local_rank(self) -> None:
+        """Should pass the local rank where `train(0, args)` pinned every process to GPU 0, with a note."""
+        before = """
+            import torch
+
+
+            def train(gpu, args):
+                torch.cuda.set_device(gpu)
+                model = torch.nn.DataParallel(Net().cuda(gpu))
+
+
+            train(0, args)
+        """
+        after = f"""
+            import torch
+            import os
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            def train(gpu, args):
+                torch.cuda.set_device(gpu)
+                model = wrap_ddp(Net().cuda(gpu))
+
+
+            train(int(os.environ.get("LOCAL_RANK", "0")), args)
+        """
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                "9:7: DDP217 `train` picks its GPU with `gpu`, and this call passes `0`, which would put every "
+                'process on one GPU; it now passes `int(os.environ.get("LOCAL_RANK", "0"))`, this process\'s local rank',
+            ],
+        )
+
+    def test_a_gpu_parameter_set_from_an_unknown_value_leaves_the_file_as_it_was(self) -> None:
+        """Should convert nothing: `args.gpu` is the same on every process, which would share one GPU."""
+        before = """
+            import torch
+
+
+            def train(gpu, args):
+                torch.cuda.set_device(gpu)
+                model = torch.nn.DataParallel(Net())
+
+
+            train(args.gpu, args)
+        """
+        self.assertCodemod(
+            before,
+            before,
+            expected_warnings=[
+                "9:7: DDP218 `train` picks its GPU with `gpu`, but convert cannot establish that every call "
+                "passes GPU 0 or this process's own GPU (a call passes `args.gpu`); the file is left as it was: "
+                'pass `int(os.environ["LOCAL_RANK"])` for `gpu` at every call, then run convert again',
+            ],
+        )
+
+    def test_a_gpu_index_of_another_function_is_not_the_parameter(self) -> None:
+        """Should do nothing to `show(0)`: its `gpu` is another binding than the one that picks the GPU."""
+        before = """
+            import torch
+
+
+            def show(gpu):
+                print("gpu", gpu)
+
+
+            model = torch.nn.DataParallel(Net())
+            show(0)
+        """
+        after = f"""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            def show(gpu):
+                print("gpu", gpu)
+
+
+            model = wrap_ddp(Net())
+            show(0)
+        """
+        self.assertCodemod(before, after, expected_warnings=[])
+
     def test_submodule_functional_and_subclass_are_reported_not_changed(self) -> None:
         """Should leave DataParallel on a sub-module, functional data_parallel and subclasses alone."""
         before = """

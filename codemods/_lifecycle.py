@@ -85,6 +85,8 @@ class ModelLifecycle:
     def __init__(self, analysis: Analysis, around: list[cst.Call] | None = None) -> None:
         """The life-cycle around the script's DataParallel wraps, or, for ``check``, ``around`` these DDP wraps."""
         self.analysis = analysis
+        # Planning a conversion (edits allowed), or checking DDP code someone wrote.
+        self.converting = around is None
         self.wraps = [self._wrap(call) for call in (analysis.script_facts.model_wraps if around is None else around)]
         self.blockers: list[Hazard] = []
         self.findings: list[Hazard] = []
@@ -102,6 +104,9 @@ class ModelLifecycle:
         self.split: set[cst.SimpleStatementLine] = set()
         # Wraps whose model has parameters its forward never uses.
         self.unused_parameters: dict[cst.Call, str] = {}
+        # Values of the loss that a skip tests (`loss`, `loss.item()`): they become its average
+        # over processes, so every process skips the same backward passes.
+        self.agreed_losses: set[cst.BaseExpression] = set()
         self._assignments: dict[str, list[cst.BaseExpression]] | None = None
         # Set only while convert lists what a refused file would also report: the blockers
         # still stand and are reported, but the codemods plan as if they were fixed.
@@ -719,17 +724,47 @@ class ModelLifecycle:
             if self.analysis.is_before(skip, backward)
         ] + [(stop, "this `break` leaves the loop on some batches") for stop in self.analysis.within(loop.body, cst.Break)]
         start = loop.iter if isinstance(loop, cst.For) else loop.test
+        losses = {code_of(b.func.value) for b in self.analysis.within(loop.body, cst.Call) if m.matches(b, _BACKWARD)}  # type: ignore[attr-defined]
         for skip, how in skips:
             if self._loop(skip) is not loop:
                 continue
             tests = [a.test for a in self.analysis.ancestors(skip) if isinstance(a, cst.If) and self.analysis.is_after(a, start)]
-            if any(n.value in dependent for test in tests for n in self.analysis.within(test, cst.Name)):
-                self.blockers.append(Hazard(skip, "DDP220", (("how", how),)))
+            read = [n for test in tests for n in self.analysis.within(test, cst.Name) if n.value in dependent and not self._reduced(n)]
+            if not read:
+                continue
+            if self.converting and all(n.value in losses for n in read) and not any(self._under(n, cst.Lambda) for n in read):
+                # Under DataParallel the loss was the whole batch's: the faithful test is on the
+                # loss averaged over processes, the same number everywhere, so all take one branch.
+                for name in read:
+                    self.agreed_losses.add(self._loss_value(name))
+                self.findings.append(Hazard(skip, "DDP224", (("how", how),)))
+                continue
+            self.blockers.append(Hazard(skip, "DDP220", (("how", how),)))
         for ancestor in self.analysis.ancestors(backward):
             if ancestor is loop:
                 break
             if isinstance(ancestor, cst.Try) and not all(_reraises(handler) for handler in ancestor.handlers):
                 self.blockers.append(Hazard(ancestor, "DDP220", (("how", "an error caught here skips it on one process"),)))
+
+    def _reduced(self, node: cst.CSTNode) -> bool:
+        """Inside ``all_reduce_mean(...)`` or another reduction: the same value on every process."""
+        reduction = m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))
+        return any(m.matches(a, reduction) for a in self.analysis.ancestors(node))
+
+    def _under(self, node: cst.CSTNode, kind: type) -> bool:
+        return any(isinstance(a, kind) for a in self.analysis.ancestors(node))
+
+    def _loss_value(self, name: cst.Name) -> cst.BaseExpression:
+        """The whole value a test reads from the loss: ``loss``, ``loss.item()``, ``loss.data``."""
+        node: cst.BaseExpression = name
+        while True:
+            parent = self.analysis.parents.get(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                node = parent
+            elif isinstance(parent, cst.Call) and parent.func is node:
+                node = parent
+            else:
+                return node
 
     def _per_batch_names(self, loop: cst.For | cst.While) -> set[str]:
         """Names whose value can differ between processes at the same step: the batch and what is computed from it."""

@@ -384,6 +384,25 @@ class GatherMetricsCommand(Dp2ddpCodemod):
 
         return updated_node.visit(_ReduceValues(wraps))  # type: ignore[return-value]
 
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self._agreed(original_node, updated_node)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        return self._agreed(original_node, updated_node)
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        return self._agreed(original_node, updated_node)
+
+    def _agreed(self, original_node: cst.BaseExpression, updated_node: cst.BaseExpression) -> cst.BaseExpression:
+        """``if loss.item() < eps: continue`` tests the loss averaged over processes (the life-cycle's plan)."""
+        if original_node not in self.analysis.lifecycle.agreed_losses:
+            return updated_node
+        self.helpers_used |= {names.SUM_HELPER, names.MEAN_HELPER}
+        if not isinstance(updated_node, cst.Call):
+            # The loss tensor itself: its value, without the graph (float() of it would warn every step).
+            updated_node = cst.Call(func=cst.Attribute(value=updated_node, attr=cst.Name("detach")))
+        return cst.Call(func=cst.Name(names.MEAN_HELPER), args=[cst.Arg(updated_node)])
+
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
         if original_node.value not in self.plateau_values:
             return updated_node

@@ -20,6 +20,8 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 
+from dp2ddp.rules import RULES
+
 from . import _names as names
 from ._analysis import Analysis
 from ._base import (
@@ -88,6 +90,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         # was: what could not be converted is reported, and nothing is edited.
         self.lifecycle = analysis.lifecycle
         for hazard in [*self.lifecycle.blockers, *self.lifecycle.findings]:
+            if self.lifecycle.blocked and RULES[hazard.code].severity == "note":
+                continue  # a note says what convert changed, and a refused file changes nothing
             self.report(hazard.node, hazard.code, **dict(hazard.values))
         self.converting = self.facts.converts_to_ddp and not self.lifecycle.blocked
         hoisted = {s for statements in self.lifecycle.hoisted.values() for s in statements}

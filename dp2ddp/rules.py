@@ -386,6 +386,24 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP224",
+            "skip-agreed-on-the-averaged-loss",
+            "note",
+            "a backward pass was skipped here on a test of the loss ({how}); the test now reads the loss "
+            "averaged over processes, as DataParallel's loss was the whole batch's, so every process skips together",
+            doc=_doc(
+                "Finds a `continue` or `break` before or after `backward()` whose condition reads only the "
+                "loss (`loss`, `loss.item()`), and makes the condition read `all_reduce_mean(loss)` instead.",
+                "DDP's backward is a collective. With a test of each process's own loss, one process may skip "
+                "a backward that the others run, and they wait forever. Under DataParallel the loss was "
+                "computed over the whole batch; the average over equal shards is that same number, and it is "
+                "the same on every process.",
+                "if loss.item() < 1e-8:\n    continue\nloss.backward()",
+                "if all_reduce_mean(loss.item()) < 1e-8:\n    continue\nloss.backward()",
+                "Safe: one scalar all-reduce per step, reached by every process before the test.",
+            ),
+        ),
+        Rule(
             "DDP221",
             "several-backward-per-forward",
             "error",

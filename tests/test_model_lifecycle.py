@@ -75,32 +75,6 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
             model = torch.nn.DataParallel(model)
             for x, y in loader:
                 loss = model(x).sum()
-                if bool(loss == 0):
-                    continue
-                loss.backward()
-            """,
-            ["7:DDP220"],
-            id="a continue on the loss skips backward on some processes",
-        ),
-        pytest.param(
-            """
-            import torch
-            model = torch.nn.DataParallel(model)
-            for x, y in loader:
-                loss = model(x).sum()
-                loss.backward()
-                if torch.isnan(loss):
-                    break
-            """,
-            ["8:DDP220"],
-            id="a break on the loss leaves the others in their next backward",
-        ),
-        pytest.param(
-            """
-            import torch
-            model = torch.nn.DataParallel(model)
-            for x, y in loader:
-                loss = model(x).sum()
                 try:
                     loss.backward()
                 except RuntimeError:
@@ -765,3 +739,72 @@ def test_a_rebinding_inside_a_branch_does_not_hide_a_later_cast() -> None:
     result = _convert(source)
     assert result.output == dedent(source)
     assert "DDP210" in {f.code for f in result.findings}
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            for x, y in loader:
+                loss = model(x).sum()
+                if bool(loss == 0):
+                    continue
+                loss.backward()
+            """,
+            "if bool(all_reduce_mean(loss.detach()) == 0):",
+            id="a continue on the loss tests the loss averaged over processes",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                if torch.isnan(loss):
+                    break
+            """,
+            "if torch.isnan(all_reduce_mean(loss.detach())):",
+            id="a break on the loss tests the loss averaged over processes",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            for x, y in loader:
+                loss = model(x).sum()
+                if loss.item() < 1e-8:
+                    continue
+                loss.backward()
+            """,
+            "if all_reduce_mean(loss.item()) < 1e-8:",
+            id="a continue on loss.item() averages the number",
+        ),
+    ],
+)
+def test_a_skip_on_the_loss_is_agreed_across_processes(source: str, expected: str) -> None:
+    """Should convert, with every process taking the same branch: DataParallel's loss was the whole batch's."""
+    result = _convert(source)
+    assert expected in result.output
+    assert "DDP224" in {f.code for f in result.findings}
+    assert not [f for f in result.findings if f.severity == "error"]
+    assert convert_source(result.output).output == result.output
+
+
+def test_a_skip_on_the_batch_itself_stays_refused() -> None:
+    """Should refuse: `x.size(0)` is this process's share, with no whole-batch value to agree on."""
+    source = """
+        import torch
+        model = torch.nn.DataParallel(model)
+        for x, y in loader:
+            loss = model(x).sum()
+            if x.size(0) < 2 or loss.item() < 1e-8:
+                continue
+            loss.backward()
+        """
+    result = _convert(source)
+    assert result.output == dedent(source)
+    assert "DDP220" in {f.code for f in result.findings}

@@ -645,6 +645,8 @@ class ModelLifecycle:
         for node in sorted(statements, key=lambda statement: self.analysis.index[statement]):
             if not self.analysis.is_before(node, before):
                 break
+            if not self.analysis.is_after(before, node):
+                continue  # `loss = loss + penalty`: the `loss` read is the one assigned before this line
             if isinstance(node, cst.Assign) and any(name in {n.value for n in self.analysis.within(t, cst.Name)} for t in node.targets):
                 values = [node.value]
             elif isinstance(node, cst.AugAssign) and m.matches(node.target, m.Name(name)):
@@ -655,7 +657,7 @@ class ModelLifecycle:
         self, node: cst.CSTNode, before: cst.CSTNode, scope: cst.CSTNode, stops: set[cst.Call], depth: int
     ) -> set[cst.Call]:
         """The calls a value is computed from, through the names assigned before ``before``; not into ``stops``."""
-        if depth > 8:
+        if depth > 8:  # names followed
             return set()
         found: set[cst.Call] = set()
         if isinstance(node, cst.Name):
@@ -667,8 +669,11 @@ class ModelLifecycle:
             if node in stops:
                 return found
         for child in node.children:
-            if not (isinstance(node, cst.Attribute) and child is node.attr):
-                found |= self._sources(child, before, scope, stops, depth + 1)
+            if isinstance(node, cst.Attribute) and child is node.attr:
+                continue
+            if isinstance(node, cst.Call) and child is node.func and isinstance(child, cst.Name):
+                continue  # `critic(x)` is a call of critic, not a value computed from what critic was built of
+            found |= self._sources(child, before, scope, stops, depth)
         return found
 
     def _is_forward(self, call: cst.Call) -> bool:

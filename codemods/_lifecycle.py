@@ -523,7 +523,7 @@ class ModelLifecycle:
             worst = self._worst_pass(loop, found, forwards)
             if worst is not None:
                 backwards, runs = worst
-                values = (("backwards", _passes(len(backwards), "backward")), ("forwards", _passes(runs, "forward")))
+                values = (("backwards", _count_of(len(backwards), "backward")), ("forwards", _count_of(runs, "forward")))
                 self.blockers.append(Hazard(backwards[runs], "DDP221", values))
         for call in self.analysis.nodes(cst.Call):
             if self.analysis.matches(call, call_to({"torch.autograd.grad"})):
@@ -559,7 +559,7 @@ class ModelLifecycle:
         self, loop: cst.CSTNode, calls: list[tuple[cst.Call, bool]]
     ) -> set[tuple[frozenset[cst.Call], int]]:
         """Every (backward calls, forward count) one pass through ``loop`` can run, by the branches it takes."""
-        keyed = [(call, is_backward, self._branches(call, loop)) for call, is_backward, in calls]
+        keyed = [(call, is_backward, self._branches(call, loop)) for call, is_backward in calls]
         return _combine_passes(keyed, 0)
 
     def _branches(self, node: cst.CSTNode, loop: cst.CSTNode) -> tuple[tuple[cst.If, int], ...]:
@@ -775,7 +775,7 @@ def _reraises(handler: cst.ExceptHandler) -> bool:
     return any(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Raise) for s in handler.body.body)  # type: ignore[union-attr]
 
 
-def _passes(count: int, kind: str) -> str:
+def _count_of(count: int, kind: str) -> str:
     return f"{count} {kind} pass" + ("" if count == 1 else "es")
 
 

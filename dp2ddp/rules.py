@@ -94,6 +94,7 @@ RULES: dict[str, Rule] = {
                 "        torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))\n"
                 "    dist.init_process_group(\"nccl\" if torch.cuda.is_available() else \"gloo\")\n"
                 "    Trainer(Net()).fit()\n"
+                "    dist.barrier()  # every process leaves together\n"
                 "    dist.destroy_process_group()",
                 "Safe: the module is converted; its importer must start the process group. If the run script "
                 "wraps a model in DataParallel itself, converting it adds `setup_distributed()` there instead.",

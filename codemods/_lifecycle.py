@@ -52,6 +52,14 @@ LOCAL_RANK_WORDS = re.compile(r"local_rank|current_device", re.IGNORECASE)
 _BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
 _LOOPS = (cst.For, cst.While)
 _SCOPES = (cst.FunctionDef, cst.Module, cst.Lambda)
+# Why a double backward would train differently under DDP (DDP222's `how`).
+PENALTY_ON_PARAMETERS = "it differentiates with respect to the parameters, and each process gets its own shard's gradient"
+PENALTY_ALONE = (
+    "its penalty is back-propagated alone, so parameters it does not reach get no gradient, the reduction "
+    "never completes and the penalty's gradients are never averaged"
+)
+PENALTY_NOT_FOLLOWED = "convert cannot follow its penalty into a backward() of this file"
+BACKWARD_CREATE_GRAPH = "backward(create_graph=True) through a DDP model raises an error"
 
 
 @dataclass(frozen=True)
@@ -676,19 +684,166 @@ class ModelLifecycle:
                 c for c in self.analysis.within(loop, cst.Call)
                 if code_of(c.func) in self.model_names or code_of(c.func).removeprefix("self.") in self.model_names
             ]  # fmt: skip
-            for backward in found:
-                # Count what one pass through the loop body can run together with this backward.
-                together = [b for b in found if not self._exclusive(b, backward)]
-                runs = [f for f in forwards if not self._exclusive(f, backward)]
-                if runs and len(together) > len(runs):
-                    values = (("backwards", str(len(together))), ("forwards", str(len(runs))))
-                    self.blockers.append(Hazard(together[len(runs)], "DDP221", values))
-                    break
+            worst = self._worst_pass(loop, found, forwards)
+            if worst is not None:
+                backwards, runs = worst
+                values = (("backwards", _count_of(len(backwards), "backward")), ("forwards", _count_of(runs, "forward")))
+                self.blockers.append(Hazard(backwards[runs], "DDP221", values))
         for call in self.analysis.nodes(cst.Call):
             if self.analysis.matches(call, call_to({"torch.autograd.grad"})):
                 create_graph = argument(call, 99, "create_graph")
                 if create_graph is not None and not m.matches(create_graph, m.Name("False")):
-                    self.blockers.append(Hazard(call, "DDP222"))
+                    how = self._unsound_penalty(call)
+                    if how is not None:
+                        self.blockers.append(Hazard(call, "DDP222", (("how", how),)))
+            elif m.matches(call, _BACKWARD):
+                create_graph = argument(call, 99, "create_graph")
+                if create_graph is not None and not m.matches(create_graph, m.Name("False")) and self._loop(call) is not None:
+                    self.blockers.append(Hazard(call, "DDP222", (("how", BACKWARD_CREATE_GRAPH),)))
+
+    def _worst_pass(
+        self, loop: cst.For | cst.While, backwards: list[cst.Call], forwards: list[cst.Call]
+    ) -> tuple[list[cst.Call], int] | None:
+        """The one pass through ``loop`` that runs the most backward passes beyond its forwards, if any does.
+
+        A pass takes one branch of every ``if``, so backward passes in the two branches of
+        one ``if`` never run together; counting every backward that can run with a given
+        one would add up both branches.
+        """
+        paths = self._passes(loop, [(b, True) for b in backwards] + [(f, False) for f in forwards])
+        blocked = [
+            (sorted(ran_backwards, key=lambda node: self.analysis.index[node]), runs)
+            for ran_backwards, runs in paths
+            if runs and len(ran_backwards) > runs
+        ]
+        # The pass with the most backward passes too many; of equals, the one that comes first in the file.
+        return min(blocked, key=lambda p: (p[1] - len(p[0]), [self.analysis.index[b] for b in p[0]]), default=None)
+
+    def _passes(
+        self, loop: cst.CSTNode, calls: list[tuple[cst.Call, bool]]
+    ) -> set[tuple[frozenset[cst.Call], int]]:
+        """Every (backward calls, forward count) one pass through ``loop`` can run, by the branches it takes."""
+        keyed = [(call, is_backward, self._branches(call, loop)) for call, is_backward in calls]
+        return _combine_passes(keyed, 0)
+
+    def _branches(self, node: cst.CSTNode, loop: cst.CSTNode) -> tuple[tuple[cst.If, int], ...]:
+        """The ``if`` branches between ``loop`` and ``node``, outermost first: (the ``if``, 0 for its body, 1 for else)."""
+        found: list[tuple[cst.If, int]] = []
+        child: cst.CSTNode = node
+        for ancestor in self.analysis.ancestors(node):
+            if ancestor is loop:
+                break
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                found.append((ancestor, 0 if child is ancestor.body else 1))
+            child = ancestor
+        return tuple(reversed(found))
+
+    # -- double backward -------------------------------------------------------------------
+
+    def _unsound_penalty(self, grad: cst.Call) -> str | None:
+        """Why ``torch.autograd.grad(..., create_graph=True)`` would train differently under DDP; ``None`` when it would not.
+
+        DDP averages gradients when they reach the parameters in a ``backward()``.
+        ``autograd.grad`` with respect to the inputs returns per-process gradients that
+        reach no parameter, so a penalty on them is sound when it is back-propagated in
+        the same ``backward()`` as a term of an ordinary forward, which gives every
+        parameter its gradient: then the penalty's part is averaged with the rest.
+        Back-propagated alone, parameters the penalty does not reach (a last bias) get
+        no gradient, the reduction never completes, and the penalty's gradients stay
+        per-process. With respect to the parameters, the gradient is the shard's, not
+        the whole batch's that DataParallel computed.
+        """
+        inputs = argument(grad, 1, "inputs")
+        if inputs is None or self._holds_parameters(inputs, grad):
+            return PENALTY_ON_PARAMETERS
+        sites = self._penalty_sites(grad)
+        if sites is None:
+            return PENALTY_NOT_FOLLOWED
+        found = False
+        for site in sites:
+            scope = self._scope(site)
+            for backward in self.analysis.within(scope, cst.Call):
+                if not m.matches(backward, _BACKWARD):
+                    continue
+                reached = self._sources(backward.func.value, backward, scope, set(sites), 0)  # type: ignore[attr-defined]
+                if site not in reached:
+                    continue
+                found = True
+                if not any(self._is_forward(call) for call in reached):
+                    return PENALTY_ALONE
+        return None if found else PENALTY_NOT_FOLLOWED
+
+    def _holds_parameters(self, node: cst.BaseExpression, before: cst.CSTNode, depth: int = 0) -> bool:
+        """``model.parameters()``, or a name bound to an expression that calls it."""
+        if any(m.matches(c.func, m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters"))) for c in self.analysis.within(node, cst.Call)):
+            return True
+        if isinstance(node, (cst.Call, cst.Attribute)) and m.matches(node, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
+            return True
+        if depth > 4:
+            return False
+        for name in [node] if isinstance(node, cst.Name) else self.analysis.within(node, cst.Name):
+            for value in self._values_before(name.value, before, self._scope(before)):
+                if self._holds_parameters(value, before, depth + 1):
+                    return True
+        return False
+
+    def _penalty_sites(self, grad: cst.Call) -> list[cst.Call] | None:
+        """Where the penalty enters a training step: the call itself in a loop, or the calls of the function that holds it."""
+        if self._loop(grad) is not None:
+            return [grad]
+        function = next((a for a in self.analysis.ancestors(grad) if isinstance(a, cst.FunctionDef)), None)
+        if function is None:
+            return None
+        name = function.name.value
+        spelled = m.Call(func=m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
+        calls = [c for c in self.analysis.nodes(cst.Call) if m.matches(c, spelled)]
+        return calls or None
+
+    def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
+        return next((a for a in self.analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Module))), self.analysis.module)
+
+    def _values_before(self, name: str, before: cst.CSTNode, scope: cst.CSTNode) -> list[cst.BaseExpression]:
+        """What ``name`` holds at ``before``: the last assignment's value, and the ``+=`` after it."""
+        values: list[cst.BaseExpression] = []
+        statements: list[cst.Assign | cst.AugAssign] = [*self.analysis.within(scope, cst.Assign), *self.analysis.within(scope, cst.AugAssign)]
+        for node in sorted(statements, key=lambda statement: self.analysis.index[statement]):
+            if not self.analysis.is_before(node, before):
+                break
+            if not self.analysis.is_after(before, node):
+                continue  # `loss = loss + penalty`: the `loss` read is the one assigned before this line
+            if isinstance(node, cst.Assign) and any(name in {n.value for n in self.analysis.within(t, cst.Name)} for t in node.targets):
+                values = [node.value]
+            elif isinstance(node, cst.AugAssign) and m.matches(node.target, m.Name(name)):
+                values.append(node.value)
+        return values
+
+    def _sources(
+        self, node: cst.CSTNode, before: cst.CSTNode, scope: cst.CSTNode, stops: set[cst.Call], depth: int
+    ) -> set[cst.Call]:
+        """The calls a value is computed from, through the names assigned before ``before``; not into ``stops``."""
+        if depth > 8:  # names followed
+            return set()
+        found: set[cst.Call] = set()
+        if isinstance(node, cst.Name):
+            for value in self._values_before(node.value, before, scope):
+                found |= self._sources(value, value, scope, stops, depth + 1)
+            return found
+        if isinstance(node, cst.Call):
+            found.add(node)
+            if node in stops:
+                return found
+        for child in node.children:
+            if isinstance(node, cst.Attribute) and child is node.attr:
+                continue
+            if isinstance(node, cst.Call) and child is node.func and isinstance(child, cst.Name):
+                continue  # `critic(x)` is a call of critic, not a value computed from what critic was built of
+            found |= self._sources(child, before, scope, stops, depth)
+        return found
+
+    def _is_forward(self, call: cst.Call) -> bool:
+        """A call of a wrapped model (``model(x)``, ``self.model(x)``), or of the module inside it."""
+        spelled = code_of(call.func).removeprefix("self.").removesuffix(".module")
+        return spelled in self.model_names
 
     def _exclusive(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
         """Whether two nodes sit in different branches of one ``if``, so one pass runs at most one."""
@@ -873,6 +1028,31 @@ class ModelLifecycle:
 def _reraises(handler: cst.ExceptHandler) -> bool:
     """A handler with a top-level ``raise``: the error still stops this process, and the run."""
     return any(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Raise) for s in handler.body.body)  # type: ignore[union-attr]
+
+
+def _count_of(count: int, kind: str) -> str:
+    return f"{count} {kind} pass" + ("" if count == 1 else "es")
+
+
+def _combine_passes(
+    keyed: list[tuple[cst.Call, bool, tuple[tuple[cst.If, int], ...]]], depth: int
+) -> set[tuple[frozenset[cst.Call], int]]:
+    """Each (backward calls, forward count) that one choice of branches runs, for calls below ``depth`` ifs."""
+    here = [(call, is_backward) for call, is_backward, branches in keyed if len(branches) == depth]
+    passes = {(frozenset(call for call, is_backward in here if is_backward), sum(1 for _, is_backward in here if not is_backward))}
+    by_if: dict[cst.If, dict[int, list[tuple[cst.Call, bool, tuple[tuple[cst.If, int], ...]]]]] = {}
+    for item in keyed:
+        if len(item[2]) > depth:
+            condition, side = item[2][depth]
+            by_if.setdefault(condition, {}).setdefault(side, []).append(item)
+    for sides in by_if.values():
+        options: set[tuple[frozenset[cst.Call], int]] = set()
+        for items in sides.values():
+            options |= _combine_passes(items, depth + 1)
+        if len(sides) < 2:
+            options.add((frozenset(), 0))  # the branch that holds none of them
+        passes = {(a | b, n + k) for a, n in passes for b, k in options}
+    return passes
 
 
 def _combine(*parts: bool | None) -> bool | None:

@@ -42,6 +42,15 @@ SCALED_BY_GPUS = re.compile(r"batch|^bs$|workers", re.IGNORECASE)
 GPU_COUNT = re.compile(r"^(n_?gpus?|num_?gpus?|ngpus?|gpu_?count|n_?devices|num_?devices)$", re.IGNORECASE)
 GPU_LIST = re.compile(r"gpu|device", re.IGNORECASE)
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
+# What makes a loader with its own sampler one convert splits, or one that splits itself (DDP301).
+SAMPLER_ADVICE = {
+    "sampler": "give it a sampler that yields only this process's share: every world_size-th index, from "
+    "this process's rank, of one order drawn with the same seed on every process, reseeded each epoch",
+    "batch_sampler": "a BatchSampler over a RandomSampler or SequentialSampler is plain batching: pass "
+    "`batch_size=`, `shuffle=` and `drop_last=` instead and convert again; a batch sampler of your own must "
+    "yield only this process's batches: every world_size-th batch, from this process's rank, of one list "
+    "drawn with the same seed on every process each epoch, cut to a multiple of world_size",
+}
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
 # Calls whose arguments size a tensor or a buffer for one step.
@@ -146,7 +155,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 # `train_sampler = None` ... `sampler=train_sampler`: no sampler at all.
                 self.placeholders[call] = given.value  # type: ignore[attr-defined]
             elif given is not None and not m.matches(given, m.Name("None")):
-                self.report(call, "DDP301", argument=keyword)
+                self.report(call, "DDP301", argument=keyword, advice=SAMPLER_ADVICE[keyword])
                 return
         unpacked = next((a for a in call.args if a.star), None)
         if unpacked is not None:

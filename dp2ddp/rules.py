@@ -76,14 +76,28 @@ RULES: dict[str, Rule] = {
             "no-entry-point",
             "warning",
             "no `if __name__ == \"__main__\":` entry or top-level training code, so no process-group "
-            "setup was added here: the script that imports this one must start the process group first "
-            "(convert it too, or call torch.distributed.init_process_group() there)",
+            "setup was added here: the script that imports this one must start the process group before it "
+            "builds the model, and be launched with torchrun; convert adds no setup to a script without "
+            "DataParallel, so add it there by hand (`dp2ddp explain DDP101` shows the lines)",
             doc=_doc(
                 'Finds a file with a DataParallel wrap but no `if __name__ == "__main__":` block and no top-level training code, such as a trainer module.',
-                "DDP needs a process group before the model is wrapped. A module that is imported has no place where convert can start one for every way the program is launched.",
-                "class Trainer:\n    def __init__(self, model):\n        self.model = nn.DataParallel(model)",
-                "# in the script that runs the trainer, first thing:\nsetup_distributed()  # or torch.distributed.init_process_group(...)",
-                "Safe: the module is converted; its importer must start the process group.",
+                "DDP needs a process group before the model is wrapped. A module that is imported has no place "
+                "where convert can start one for every way the program is launched. `dp2ddp convert` on a folder "
+                "converts each file on its own: a run script that only imports the trainer has no DataParallel, "
+                "so it is left as it was and gains no setup.",
+                "# trainer.py\nclass Trainer:\n    def __init__(self, model):\n        self.model = nn.DataParallel(model)\n\n"
+                "# run.py\nfrom trainer import Trainer\n\nif __name__ == \"__main__\":\n    Trainer(Net()).fit()",
+                "# run.py, once trainer.py is converted; launch: torchrun --nproc-per-node=N run.py\n"
+                "import os\n\nimport torch\nimport torch.distributed as dist\n\nfrom trainer import Trainer\n\n"
+                "if __name__ == \"__main__\":\n"
+                "    if torch.cuda.is_available():  # before the model is built: wrap_ddp uses the current GPU\n"
+                "        torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))\n"
+                "    dist.init_process_group(\"nccl\" if torch.cuda.is_available() else \"gloo\")\n"
+                "    Trainer(Net()).fit()\n"
+                "    dist.barrier()  # every process leaves together\n"
+                "    dist.destroy_process_group()",
+                "Safe: the module is converted; its importer must start the process group. If the run script "
+                "wraps a model in DataParallel itself, converting it adds `setup_distributed()` there instead.",
             ),
         ),
         Rule(
@@ -376,13 +390,29 @@ RULES: dict[str, Rule] = {
             "a backward pass can be skipped here: {how}; the file is left as it was: DDP's backward is a "
             "collective, so a process that skips it leaves the others waiting forever",
             doc=_doc(
-                "Finds a `continue` on a per-batch condition before `backward()`, and a `try` around "
-                "`backward()` whose handler goes on.",
-                "Every process must run the same number of backward passes. The condition differs "
-                "between processes, because each has its own batch: the others hang in the all-reduce.",
-                "if bool(loss == 0):\n    continue\nloss.backward()",
-                "loss = loss * (loss != 0)  # every process still runs backward",
-                "No fix: the file is left as it was.",
+                "Finds a `continue` or `break` on a value that differs between processes (the batch, the "
+                "loss) before or around `backward()`, and a `try` around `backward()` whose handler goes on.",
+                "Every process must run the same number of backward passes. Under DataParallel the skip was "
+                "decided once, on the whole batch; under DDP each process decides on its own share, and the "
+                "processes that did not skip wait forever in the all-reduce of the one that did. Multiplying "
+                "the loss by zero is no cure: `optimizer.step()` still runs, and momentum, Adam's moments and "
+                "weight decay still move the weights. There is no equivalent of catching an error in "
+                "`backward()`: a process that failed there has left the all-reduce the others are in.",
+                "for x, y in loader:\n    loss = criterion(model(x), y)\n    if bool(loss == 0) or torch.isnan(loss):\n"
+                "        continue\n    optimizer.zero_grad()\n    try:\n        loss.backward()\n"
+                "    except RuntimeError:\n        continue\n    optimizer.step()",
+                "for x, y in loader:\n    loss = criterion(model(x), y)\n    optimizer.zero_grad()\n"
+                "    loss.backward()  # on every process, every batch, with no try around it\n"
+                "    # The gradients are averaged over processes by now, so this test has one answer on every\n"
+                "    # process: all zero where the whole batch's loss was 0 (a loss of 0 has no gradient),\n"
+                "    # not finite where any process's loss was NaN. The skipped step changes no weight and no state.\n"
+                "    grads = [p.grad for p in model.parameters() if p.grad is not None]\n"
+                "    if all(g.isfinite().all() for g in grads) and any(g.any() for g in grads):\n"
+                "        optimizer.step()",
+                "No fix: the file is left as it was. Rewritten as above, with `zero_grad()` before every "
+                "backward, the file converts. A skip on the data itself (a batch without targets) is better "
+                "made in the dataset or `collate_fn`, so that no process sees such a batch; an error that "
+                "was caught should stop the run instead (lower the batch for out-of-memory).",
             ),
         ),
         Rule(
@@ -407,15 +437,21 @@ RULES: dict[str, Rule] = {
             "DDP221",
             "several-backward-per-forward",
             "error",
-            "{backwards} backward passes for {forwards} forward passes of the wrapped model in this loop; "
-            "the file is left as it was: DDP reduces gradients once per forward, so sum the losses or "
-            "wrap each model separately",
+            "{backwards} for {forwards} of the wrapped model in one pass through this loop; the file is "
+            "left as it was: DDP reduces gradients once per forward, so back-propagate once per forward: "
+            "sum the losses that one optimizer steps on, or give each backward a forward of its own",
             doc=_doc(
-                "Finds a loop that calls `backward()` more often than it calls the wrapped model.",
+                "Finds a loop one pass of which can call `backward()` more often than it calls the wrapped "
+                "model. Backward passes in the two branches of one `if` count once.",
                 "A DDP forward prepares one gradient reduction. A second backward through it fails with "
-                "\"Expected to mark a variable ready only once\".",
-                "loss_g, loss_d = gan(x)\nloss_g.backward(retain_graph=True)\nloss_d.backward()",
-                "(loss_g + loss_d).backward()  # or one DDP module per network",
+                "\"Expected to mark a variable ready only once\", or reduces gradients that are not ready.",
+                "out = model(x)\nloss_a = criterion(out, y)\nloss_b = out.pow(2).mean()\n"
+                "loss_a.backward(retain_graph=True)\nloss_b.backward()\noptimizer.step()",
+                "out = model(x)\n(criterion(out, y) + out.pow(2).mean()).backward()  # the same gradient, one backward\noptimizer.step()\n"
+                "# Two optimizers stepping between the backward passes (a GAN in one module): summing would\n"
+                "# change what each steps on. Wrap each network on its own and run a forward per backward:\n"
+                "loss_d = D(G(z).detach()).mean() - D(real).mean()\nloss_d.backward()\nopt_d.step()\n"
+                "loss_g = -D(G(z)).mean()\nloss_g.backward()\nopt_g.step()",
                 "No fix: the file is left as it was.",
             ),
         ),
@@ -423,14 +459,38 @@ RULES: dict[str, Rule] = {
             "DDP222",
             "double-backward-through-ddp",
             "error",
-            "torch.autograd.grad(create_graph=True) does not work through DDP; the file is left as it "
-            "was: compute the penalty on the module inside (`model.module`) or convert by hand",
+            "a double backward here would train differently under DDP: {how}; the file is left as it was: "
+            "take the gradient with respect to the inputs with torch.autograd.grad(create_graph=True) and "
+            "back-propagate the penalty in one backward() with the loss of an ordinary forward",
             doc=_doc(
-                "Finds `torch.autograd.grad(..., create_graph=True)`, as in a WGAN-GP gradient penalty.",
-                "DDP's reducer does not support double backward; it errors at the second step.",
-                "grads = torch.autograd.grad(out, x, create_graph=True)",
-                "out = netD.module(x)  # the penalty forward outside DDP, then sync by hand",
-                "No fix: the file is left as it was.",
+                "Finds `torch.autograd.grad(..., create_graph=True)`, as in a WGAN-GP or R1 gradient penalty, "
+                "that DDP would train differently, and `backward(create_graph=True)`. A penalty on the gradient "
+                "with respect to the inputs, back-propagated in the same `backward()` as the loss of an "
+                "ordinary forward of the model, converts as it is.",
+                "DDP averages each parameter's gradient once, when it reaches the parameter in a `backward()`. "
+                "`torch.autograd.grad` reaches no parameter: its gradients stay per process, which is what a "
+                "penalty on the inputs' gradients needs. Back-propagated with a loss that reaches every "
+                "parameter, the penalty's parameter gradients are averaged with the rest. Back-propagated "
+                "alone, in a `backward()` of its own, a parameter it does not reach (the last bias) gets no "
+                "gradient, the reduction never completes, the optimizer steps on unaveraged gradients and the "
+                "replicas drift apart; the next forward fails. Computing the penalty on `model.module` does "
+                "not help: in a `backward()` of its own it is not averaged either. With respect to the "
+                "parameters, the gradient is one process's share instead of the whole batch's. "
+                "`backward(create_graph=True)` through DDP raises an error.",
+                "loss_d = D(fake).mean() - D(real).mean()\nloss_d.backward(retain_graph=True)\n"
+                "mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)\n"
+                "grads = torch.autograd.grad(D(mixed).sum(), mixed, create_graph=True)[0]\n"
+                "(10 * ((grads.norm(2, dim=1) - 1) ** 2).mean()).backward()",
+                "mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)\n"
+                "grads = torch.autograd.grad(D(mixed).sum(), mixed, create_graph=True)[0]\n"
+                "penalty = ((grads.norm(2, dim=1) - 1) ** 2).mean()\n"
+                "loss_d = D(fake).mean() - D(real).mean() + 10 * penalty\n"
+                "loss_d.backward()  # one backward: every gradient, the penalty's part too, is averaged\n"
+                "# A penalty on a step of its own (lazy R1): add the forward's output times zero, so\n"
+                "# every parameter gets a gradient: out = D(x); ...; (penalty + 0 * out.sum()).backward()",
+                "No fix: the file is left as it was. Written as above, in the function that calls `backward()` "
+                "or in a function it calls, the file converts; the penalty is then the mean over processes of "
+                "each share's penalty, which is the whole batch's when the shares are equal.",
             ),
         ),
         Rule(
@@ -490,13 +550,19 @@ RULES: dict[str, Rule] = {
             "DDP301",
             "loader-has-sampler",
             "warning",
-            "DataLoader already has `{argument}=`; left unchanged: shard it across "
-            "processes yourself (e.g. wrap it for DistributedSampler)",
+            "DataLoader already has `{argument}=`; left unchanged, so every process loads all the data: {advice}",
             doc=_doc(
                 "Finds a training DataLoader that already has a `sampler=` or `batch_sampler=`.",
-                "A DistributedSampler cannot be added next to another sampler; the script's sampler has to be made aware of the processes. Unsplit, every process trains on all the data.",
-                "loader = DataLoader(ds, batch_size=32, sampler=WeightedRandomSampler(w, len(w)))",
-                "# a sampler that yields only this process's share, e.g. a distributed weighted sampler",
+                "A DistributedSampler cannot be added next to another sampler, nor inside a batch sampler "
+                "convert cannot read; the script's sampler has to be made aware of the processes. Unsplit, "
+                "every process trains on all the data.",
+                "loader = DataLoader(ds, batch_sampler=BatchSampler(RandomSampler(ds), batch_size=32, drop_last=True))",
+                "# A batch sampler over a random or sequential sampler is plain batching: say so, and convert\n"
+                "# splits it with a DistributedSampler.\n"
+                "loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)\n"
+                "# A batch sampler of your own (buckets, aspect-ratio groups): make it yield this process's batches\n"
+                "# only: draw the whole epoch's batches with a generator seeded by seed + epoch (the same on every\n"
+                "# process), drop the batches past a multiple of world_size, and keep batches[rank::world_size].",
                 "No fix: the loader is left as it was.",
             ),
         ),
@@ -1240,10 +1306,12 @@ RULES: dict[str, Rule] = {
             "DDP524",
             "several-backward-per-ddp-forward",
             "error",
-            "{backwards} backward passes for {forwards} forward passes of the DDP model in this loop: DDP "
-            "reduces gradients once per forward, so sum the losses into one backward",
+            "{backwards} for {forwards} of the DDP model in one pass through this loop: DDP reduces "
+            "gradients once per forward, so back-propagate once per forward: sum the losses that one "
+            "optimizer steps on, or give each backward a forward of its own",
             doc=_doc(
-                "Finds a loop that calls `backward()` more often than it runs the DDP model's forward.",
+                "Finds a loop one pass of which can call `backward()` more often than it runs the DDP model's "
+                "forward. Backward passes in the two branches of one `if` count once.",
                 "DDP prepares one gradient reduction per forward. A second backward through the same forward "
                 "fails (\"Expected to mark a variable ready only once\") or reduces stale gradients.",
                 "out = model(x)\nloss_a.backward(retain_graph=True)\nloss_b.backward()",
@@ -1255,14 +1323,21 @@ RULES: dict[str, Rule] = {
             "DDP525",
             "double-backward-through-ddp",
             "error",
-            "torch.autograd.grad(create_graph=True) does not work through DDP: compute it on `model.module`, "
-            "or use the no_sync() context and reduce by hand",
+            "a double backward here trains differently under DDP: {how}: take the gradient with respect to "
+            "the inputs with torch.autograd.grad(create_graph=True) and back-propagate the penalty in one "
+            "backward() with the loss of an ordinary forward",
             doc=_doc(
-                "Finds `torch.autograd.grad(..., create_graph=True)` in a script that wraps a model in DDP.",
-                "DDP's reducer does not support double backward: a gradient penalty through the wrapper fails "
-                "or silently skips the reduction of the penalty's gradients.",
-                "grads = torch.autograd.grad(out.sum(), x, create_graph=True)",
-                "out = model.module(x)\ngrads = torch.autograd.grad(out.sum(), x, create_graph=True)",
+                "Finds `torch.autograd.grad(..., create_graph=True)` in a script that wraps a model in DDP, "
+                "where the penalty is back-propagated alone or differentiates with respect to the parameters, "
+                "and `backward(create_graph=True)`.",
+                "DDP averages a parameter's gradient when it reaches the parameter in a `backward()`. A penalty "
+                "back-propagated alone leaves parameters it does not reach without a gradient: the reduction "
+                "never completes and the penalty's gradients are not averaged, through the wrapper or through "
+                "`model.module` alike. `backward(create_graph=True)` through DDP raises an error.",
+                "loss.backward()\ngrads = torch.autograd.grad(model(x).sum(), x, create_graph=True)[0]\n"
+                "grads.pow(2).mean().backward()",
+                "grads = torch.autograd.grad(model(x).sum(), x, create_graph=True)[0]\n"
+                "(loss + grads.pow(2).mean()).backward()  # one backward: every gradient is averaged",
                 "No fix: the call is left as it was.",
             ),
         ),

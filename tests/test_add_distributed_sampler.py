@@ -168,10 +168,14 @@ class AddDistributedSamplerTest(CodemodTest):
             before,
             before,
             expected_warnings=[
-                "8:11: DDP301 DataLoader already has `sampler=`; left unchanged: shard it across processes "
-                "yourself (e.g. wrap it for DistributedSampler)",
-                "9:11: DDP301 DataLoader already has `batch_sampler=`; left unchanged: shard it across processes "
-                "yourself (e.g. wrap it for DistributedSampler)",
+                "8:11: DDP301 DataLoader already has `sampler=`; left unchanged, so every process loads all the "
+                "data: give it a sampler that yields only this process's share: every world_size-th index, from "
+                "this process's rank, of one order drawn with the same seed on every process, reseeded each epoch",
+                "9:11: DDP301 DataLoader already has `batch_sampler=`; left unchanged, so every process loads all "
+                "the data: a BatchSampler over a RandomSampler or SequentialSampler is plain batching: pass "
+                "`batch_size=`, `shuffle=` and `drop_last=` instead and convert again; a batch sampler of your own "
+                "must yield only this process's batches: every world_size-th batch, from this process's rank, of "
+                "one list drawn with the same seed on every process each epoch, cut to a multiple of world_size",
                 "10:11: DDP302 DataLoader over an IterableDataset cannot take a sampler; left unchanged: "
                 "shard the stream by rank inside the dataset",
             ],

@@ -116,8 +116,9 @@ class AddLaunchWrapperTest(CodemodTest):
             before,
             expected_warnings=[
                 '4:12: DDP101 no `if __name__ == "__main__":` entry or top-level training code, so no '
-                "process-group setup was added here: the script that imports this one must start the "
-                "process group first (convert it too, or call torch.distributed.init_process_group() there)"
+                "process-group setup was added here: the script that imports this one must start the process "
+                "group before it builds the model, and be launched with torchrun; convert adds no setup to a "
+                "script without DataParallel, so add it there by hand (`dp2ddp explain DDP101` shows the lines)"
             ],
         )
 

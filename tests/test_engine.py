@@ -199,7 +199,7 @@ def test_a_refused_file_reports_no_notes_of_changes_it_did_not_make() -> None:
 
 def test_a_refused_file_with_nothing_else_to_report_lists_only_its_error() -> None:
     """Should add nothing to a refusal whose script has no other hazard."""
-    source = (FIXTURES / "gradient_penalty" / "before.py").read_text(encoding="utf-8")
+    source = (FIXTURES / "gradient_penalty_alone" / "before.py").read_text(encoding="utf-8")
     result = convert_source(source)
     assert result.output == source
     assert [f.code for f in result.findings] == ["DDP222"]

@@ -100,12 +100,49 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
             import torch
             netD = torch.nn.DataParallel(netD)
             for real in loader:
-                out = netD(real)
-                grads = torch.autograd.grad(out.sum(), real, create_graph=True)[0]
-                (out.mean() + grads.norm()).backward()
+                netD(real).mean().backward()
+                grads = torch.autograd.grad(netD(real).sum(), real, create_graph=True)[0]
+                grads.norm().backward()
             """,
             ["6:DDP222"],
-            id="a gradient penalty through DDP",
+            id="a gradient penalty back-propagated on its own",
+        ),
+        pytest.param(
+            """
+            import torch
+            netD = torch.nn.DataParallel(netD)
+            for real in loader:
+                loss = netD(real).mean()
+                grads = torch.autograd.grad(loss, netD.parameters(), create_graph=True)
+                (loss + sum(g.pow(2).sum() for g in grads)).backward()
+            """,
+            ["6:DDP222"],
+            id="a gradient penalty on the parameters' gradients",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            for x in loader:
+                model(x).mean().backward(create_graph=True)
+            """,
+            ["5:DDP222"],
+            id="a backward that creates a graph",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            for step, x in enumerate(loader):
+                out = model(x)
+                out.pow(2).mean().backward(retain_graph=True)
+                if step % 2:
+                    out.mean().backward()
+                else:
+                    out.sum().backward()
+            """,
+            ["8:DDP221"],
+            id="a backward before an if and one in each branch",
         ),
         pytest.param(
             """
@@ -187,6 +224,30 @@ def test_hazard_leaves_the_file_as_it_was(source: str, expected: list[str]) -> N
                     break
             """,
             id="a continue on the step counter is the same on every process",
+        ),
+        pytest.param(
+            """
+            import torch
+            netD = torch.nn.DataParallel(netD)
+            for real in loader:
+                out = netD(real)
+                grads = torch.autograd.grad(out.sum(), real, create_graph=True)[0]
+                (out.mean() + grads.norm()).backward()
+            """,
+            id="a gradient penalty back-propagated with the loss of the same forward",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            for step, x in enumerate(loader):
+                out = model(x)
+                if step % 2:
+                    out.mean().backward()
+                else:
+                    out.sum().backward()
+            """,
+            id="one backward in each branch of an if is one per pass",
         ),
         pytest.param(
             """
@@ -808,3 +869,22 @@ def test_a_skip_on_the_batch_itself_stays_refused() -> None:
     result = _convert(source)
     assert result.output == dedent(source)
     assert "DDP220" in {f.code for f in result.findings}
+
+
+def test_backward_passes_are_counted_on_one_pass_through_the_loop() -> None:
+    """Should count 2 backward passes, not 3: the two branches of the if never run together."""
+    result = _convert(
+        """
+        import torch
+        model = torch.nn.DataParallel(model)
+        for step, x in enumerate(loader):
+            out = model(x)
+            out.pow(2).mean().backward(retain_graph=True)
+            if step % 2:
+                out.mean().backward()
+            else:
+                out.sum().backward()
+        """
+    )
+    (finding,) = [f for f in result.findings if f.code == "DDP221"]
+    assert finding.message.startswith("2 backward passes for 1 forward pass of the wrapped model in one pass through this loop;")

@@ -1,0 +1,444 @@
+"""Every error's advice, followed, leads to a conversion.
+
+An error (a blocking code) leaves the whole file as it was and tells the user what to
+change. Each case is a script that triggers exactly that code, and the same script
+rewritten the way the code's "Use instead" says: the first must be refused, the
+second must convert. A blocking code without a case fails the suite, so a new code
+cannot ship advice nobody has followed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from textwrap import dedent
+
+import pytest
+
+from dp2ddp.api import convert_source
+from dp2ddp.rules import RULES, is_check_rule
+
+pytest.importorskip("torch")
+
+# The training step every case shares, after its own model set-up; `model` is the wrapped model.
+TRAIN = """
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+HEADER = """
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--parallel", action="store_true")
+parser.add_argument("--half", action="store_true")
+parser.add_argument("--device", default="cuda:1")
+args = parser.parse_args()
+"""
+
+
+def _script(body: str, train: str = TRAIN) -> str:
+    return dedent(HEADER) + dedent(body) + dedent(train)
+
+
+CASES = [
+    pytest.param(
+        "DDP102",
+        "from mylib import *\n\nmodel = torch.nn.DataParallel(torch.nn.Linear(4, 1))\n" + dedent(TRAIN),
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom mylib import *\n\n"
+        "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))\n" + dedent(TRAIN),
+        id="a wrap only a star import could bind converts once torch is imported by name",
+    ),
+    pytest.param(
+        "DDP204",
+        _script(
+            """
+            model = nn.Linear(4, 1)
+            if torch.cuda.device_count() > 1:
+                model = nn.DataParallel(model)
+            else:
+                print("training on one device")
+            """
+        ),
+        _script(
+            """
+            model = nn.Linear(4, 1)
+            model = nn.DataParallel(model)
+            """
+        ),
+        id="a wrap in an if with an else converts once it is unconditional",
+    ),
+    pytest.param(
+        "DDP207",
+        _script(
+            """
+            model = nn.Linear(4, 1)
+            if args.parallel:
+                model = nn.DataParallel(model)
+            """
+        ),
+        _script(
+            """
+            model = nn.Linear(4, 1)
+            model = nn.DataParallel(model)
+            """
+        ),
+        id="a wrap under a flag converts once the wrap is right in every mode and made unconditional",
+    ),
+    pytest.param(
+        "DDP210",
+        _script(
+            """
+            net = nn.Linear(4, 1)
+            model = nn.DataParallel(net)
+            print(model(torch.zeros(1, 4)))
+            if args.half:
+                model.half()
+            """
+        ),
+        _script(
+            """
+            net = nn.Linear(4, 1)
+            if args.half:
+                net.half()
+            model = nn.DataParallel(net)
+            """
+        ),
+        id="a cast after the wrap converts once it moves before the wrap",
+    ),
+    pytest.param(
+        "DDP211",
+        _script(
+            """
+            def init_weights(m):
+                if isinstance(m, nn.Linear):
+                    nn.init.xavier_uniform_(m.weight)
+
+
+            base = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+            model = nn.DataParallel(base)
+            print(model(torch.zeros(1, 4)))
+            base.apply(init_weights)
+            """
+        ),
+        _script(
+            """
+            def init_weights(m):
+                if isinstance(m, nn.Linear):
+                    nn.init.xavier_uniform_(m.weight)
+
+
+            base = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+            base.apply(init_weights)
+            model = nn.DataParallel(base)
+            """
+        ),
+        id="initialising weights after the wrap converts once it moves before the wrap",
+    ),
+    pytest.param(
+        "DDP212",
+        _script(
+            """
+            model = nn.DataParallel(nn.Linear(4, 1))
+            print(model(torch.zeros(1, 4)))
+            model = model.to(args.device)
+            """
+        ),
+        _script(
+            """
+            model = nn.Linear(4, 1).to("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.DataParallel(model)
+            """
+        ),
+        id="a move to a configured device after the wrap converts once it moves before the wrap to this process's device",
+    ),
+    pytest.param(
+        "DDP218",
+        _script(
+            """
+            def build(gpu):
+                if torch.cuda.is_available():
+                    torch.cuda.set_device(gpu)
+                return nn.DataParallel(nn.Linear(4, 1))
+
+
+            settings = {"gpu": 1}
+            model = build(settings["gpu"])
+            """
+        ),
+        _script(
+            """
+            import os
+
+
+            def build(gpu):
+                if torch.cuda.is_available():
+                    torch.cuda.set_device(gpu)
+                return nn.DataParallel(nn.Linear(4, 1))
+
+
+            model = build(int(os.environ.get("LOCAL_RANK", "0")))
+            """
+        ),
+        id="a GPU picked by a parameter converts once every call passes the local rank",
+    ),
+    pytest.param(
+        "DDP220",
+        _script(
+            "model = nn.DataParallel(nn.Linear(4, 1))\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+            for epoch in range(2):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    if bool(loss == 0) or torch.isnan(loss):
+                        continue
+                    optimizer.zero_grad()
+                    try:
+                        loss.backward()
+                    except RuntimeError:
+                        continue
+                    optimizer.step()
+            """,
+        ),
+        _script(
+            "model = nn.DataParallel(nn.Linear(4, 1))\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+            for epoch in range(2):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grads = [p.grad for p in model.parameters() if p.grad is not None]
+                    if all(g.isfinite().all() for g in grads) and any(g.any() for g in grads):
+                        optimizer.step()
+            """,
+        ),
+        id="a skipped backward converts once every process back-propagates and the step is decided on the averaged gradients",
+    ),
+    pytest.param(
+        "DDP221",
+        _script(
+            "model = nn.DataParallel(nn.Linear(4, 1))\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in loader:
+                    out = model(x)
+                    fit = nn.functional.mse_loss(out, y)
+                    small = out.pow(2).mean()
+                    optimizer.zero_grad()
+                    fit.backward(retain_graph=True)
+                    small.backward()
+                    optimizer.step()
+            """,
+        ),
+        _script(
+            "model = nn.DataParallel(nn.Linear(4, 1))\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in loader:
+                    out = model(x)
+                    fit = nn.functional.mse_loss(out, y)
+                    small = out.pow(2).mean()
+                    optimizer.zero_grad()
+                    (fit + small).backward()
+                    optimizer.step()
+            """,
+        ),
+        id="two backward passes through one forward convert once the losses are summed into one",
+    ),
+    pytest.param(
+        "DDP222",
+        _script(
+            "model = nn.DataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)))\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 4)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for epoch in range(2):
+                for real, fake in loader:
+                    optimizer.zero_grad()
+                    (model(fake).mean() - model(real).mean()).backward()
+                    eps = torch.rand(real.size(0), 1)
+                    mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)
+                    grads = torch.autograd.grad(model(mixed).sum(), mixed, create_graph=True)[0]
+                    penalty = ((grads.norm(2, dim=1) - 1) ** 2).mean()
+                    (10 * penalty).backward()
+                    optimizer.step()
+            """,
+        ),
+        _script(
+            "model = nn.DataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)))\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 4)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for epoch in range(2):
+                for real, fake in loader:
+                    optimizer.zero_grad()
+                    eps = torch.rand(real.size(0), 1)
+                    mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)
+                    grads = torch.autograd.grad(model(mixed).sum(), mixed, create_graph=True)[0]
+                    penalty = ((grads.norm(2, dim=1) - 1) ** 2).mean()
+                    loss = model(fake).mean() - model(real).mean() + 10 * penalty
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+        id="a gradient penalty back-propagated alone converts once it joins the loss in one backward",
+    ),
+    pytest.param(
+        "DDP223",
+        _script(
+            """
+            backbone = nn.Linear(4, 8)
+            head = nn.Linear(8, 1)
+            net = nn.DataParallel(backbone)
+            model = lambda x: head(net(x))
+            optimizer = torch.optim.SGD([*backbone.parameters(), *head.parameters()], lr=0.1)
+            """,
+            TRAIN.replace("optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n", ""),
+        ),
+        _script(
+            """
+            backbone = nn.Linear(4, 8)
+            head = nn.Linear(8, 1)
+            model = nn.DataParallel(nn.Sequential(backbone, head))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            """,
+            TRAIN.replace("optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n", ""),
+        ),
+        id="an optimizer over a module no wrap holds converts once the wrap holds both",
+    ),
+]
+
+
+def _blocking_convert_codes() -> set[str]:
+    """The codes that make convert leave a file as it was: errors, without check's DDP5xx."""
+    return {code for code, rule in RULES.items() if rule.severity == "error" and not is_check_rule(code)}
+
+
+def test_every_blocking_code_has_advice_that_converts() -> None:
+    """Should fail when an error code has no case below: its advice was never followed."""
+    covered = {case.values[0] for case in CASES}
+    assert _blocking_convert_codes() - covered == set(), "add a case to CASES for each of these codes"
+    assert covered - _blocking_convert_codes() == set(), "a case names a code that is not a blocking convert code"
+
+
+@pytest.mark.parametrize(("code", "before", "advised"), CASES)
+def test_advice_followed_converts(code: str, before: str, advised: str) -> None:
+    refused = convert_source(before)
+    assert not refused.changed
+    assert {f.code for f in refused.findings if f.severity == "error"} == {code}, refused.findings
+
+    converted = convert_source(advised)
+    assert converted.changed, converted.reason
+    assert [f for f in converted.findings if f.severity == "error"] == []
+    compile(converted.output, f"<{code} advised, converted>", "exec")
+
+
+# -- advice of warnings that once led nowhere ------------------------------------------------
+
+
+def test_batch_sampler_advice_gets_the_loader_split() -> None:
+    """A BatchSampler over a RandomSampler, said as batch_size and shuffle, is split like any loader."""
+    body = "model = nn.DataParallel(nn.Linear(4, 1))\n"
+    train = TRAIN.replace(
+        "batch_size=8, shuffle=True)",
+        "batch_sampler=BatchSampler(RandomSampler(range(32)), batch_size=8, drop_last=True))",
+    )
+    before = _script(body, train).replace(
+        "from torch.utils.data import DataLoader, TensorDataset",
+        "from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset",
+    )
+    refused = convert_source(before)
+    (finding,) = [f for f in refused.findings if f.code == "DDP301"]
+    assert "pass `batch_size=`, `shuffle=` and `drop_last=` instead" in finding.message
+
+    advised = convert_source(_script(body, TRAIN.replace("shuffle=True)", "shuffle=True, drop_last=True)")))
+    assert "DistributedSampler(" in advised.output
+    assert "DDP301" not in {f.code for f in advised.findings}
+
+
+RUN_SCRIPT = '''\
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from trainer import Trainer
+
+if __name__ == "__main__":
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    torch.manual_seed(0)
+    trainer = Trainer(nn.Linear(4, 1))
+    trainer.fit(2)
+    weights = trainer.model.module.weight.detach().clone()
+    others = [torch.zeros_like(weights) for _ in range(dist.get_world_size())]
+    dist.all_gather(others, weights)
+    assert all(torch.equal(weights, other) for other in others)
+    if dist.get_rank() == 0:
+        print("replicas agree")
+    dist.barrier()  # every process leaves together
+    dist.destroy_process_group()
+'''
+
+TRAINER = '''\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = nn.DataParallel(model)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def fit(self, epochs):
+        torch.manual_seed(1)
+        data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+        loader = DataLoader(data, batch_size=8, shuffle=True)
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = nn.functional.mse_loss(self.model(x), y)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+'''
+
+
+def test_no_entry_point_advice_trains_under_torchrun(tmp_path: Path) -> None:
+    """DDP101: the converted trainer, driven by a run script written as `explain DDP101` says, trains in step."""
+    from tests.test_end_to_end import GLOO_EXIT_ABORT, run_bounded
+
+    trainer = convert_source(TRAINER)
+    assert "DDP101" in {f.code for f in trainer.findings}
+    assert "init_process_group" in (RULES["DDP101"].doc or "")
+    (tmp_path / "trainer.py").write_text(trainer.output, encoding="utf-8")
+    (tmp_path / "run.py").write_text(RUN_SCRIPT, encoding="utf-8")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--", "run.py"]
+    for _ in range(3):
+        done = run_bounded(command, tmp_path)
+        # gloo now and then aborts a process at exit, after the script has finished (tests/test_end_to_end.py).
+        if done.returncode == 0 or GLOO_EXIT_ABORT not in done.stdout + done.stderr:
+            break
+    assert done.returncode == 0, done.stderr
+    assert "replicas agree" in done.stdout

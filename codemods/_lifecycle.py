@@ -107,7 +107,8 @@ class ModelLifecycle:
         # Wrap statements that move later in their block: after this statement, the last that
         # casts, re-initialises or moves the model; and the uses of the wrapper before it,
         # which then name the model it wraps (`model.module.head` -> `model.head`).
-        self.moved: dict[cst.SimpleStatementLine, cst.BaseStatement] = {}
+        # Each moved wrap -> (the statement of its block it was in, the one it goes after).
+        self.moved: dict[cst.SimpleStatementLine, tuple[cst.BaseStatement, cst.BaseStatement]] = {}
         self.unwrapped: dict[cst.CSTNode, str] = {}
         self.split: set[cst.SimpleStatementLine] = set()
         # Wraps whose model has parameters its forward never uses.
@@ -433,7 +434,11 @@ class ModelLifecycle:
         optimizer over its parameters, which are the wrapped model's own.
         Those uses then name the wrapped model. Otherwise the hazards stay.
         """
-        if not hazards or wrap.conditions or wrap.statement is None or wrap.target is None:
+        if not hazards or wrap.statement is None or wrap.target is None:
+            return
+        # A wrap that leaves its GPU conditions goes after the outermost `if` first: from there, on.
+        leaves = wrap.conditions[-1] if wrap.conditions else wrap.statement
+        if wrap.conditions and wrap.statement not in self.hoisted.get(leaves, []):  # type: ignore[arg-type]
             return
         module = argument(wrap.call, 0, "module")
         value = wrap.statement.body[0].value if len(wrap.statement.body) == 1 else None  # type: ignore[attr-defined]
@@ -444,9 +449,9 @@ class ModelLifecycle:
         inner = wrap.inner if wrap.inner is not None else wrap.target
         if wrap.target != inner and wrap.target in self.analysis.reads(module):
             return
-        block = self.analysis.parents.get(wrap.statement)
+        block = self.analysis.parents.get(leaves)
         body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []  # type: ignore[union-attr]
-        start = body.index(wrap.statement) if wrap.statement in body else -1
+        start = body.index(leaves) if leaves in body else -1
         if start < 0:
             return
         last = start
@@ -468,7 +473,7 @@ class ModelLifecycle:
                     return
                 rest = spelled[len(wrap.target) :].removeprefix(".module")
                 unwrapped[chain] = inner + rest
-        self.moved[wrap.statement] = body[last]
+        self.moved[wrap.statement] = (leaves, body[last])
         if wrap.inner is None:
             self.split.add(wrap.statement)
         self.unwrapped.update({node: name for node, name in unwrapped.items() if name != code_of(node)})

@@ -215,8 +215,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         body = list(updated)
         if not self.converting:
             return body
-        for wrap, anchor in self.lifecycle.moved.items():
-            if wrap not in originals:
+        for wrap, (leaves, anchor) in self.lifecycle.moved.items():
+            if leaves not in originals:
                 continue
             moved = self.became[wrap]
             became = self.became[anchor]

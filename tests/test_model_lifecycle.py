@@ -731,6 +731,22 @@ def test_a_model_returned_by_the_function_that_wraps_it_is_followed() -> None:
             "net = net.to(torch.float16)\nmodel = wrap_ddp(net)\n",
             id="a cast with .to(dtype) of a wrapper moved to the GPU renames it to the module",
         ),
+        pytest.param(
+            """
+            import torch
+            net = base
+            if args.cuda:
+                net = torch.nn.DataParallel(base)
+                cudnn.benchmark = True
+            base.backbone.load_state_dict(weights)
+            if args.cuda:
+                net = net.cuda()
+            base.head.apply(init)
+            """,
+            "if args.cuda:\n    cudnn.benchmark = True\nbase.backbone.load_state_dict(weights)\n"
+            "if args.cuda:\n    base = base.cuda()\nbase.head.apply(init)\nnet = wrap_ddp(base)\n",
+            id="a wrap that leaves its GPU condition then moves after the initialisation",
+        ),
     ],
 )
 def test_wrap_moves_after_a_mutation_of_its_model(source: str, expected: str) -> None:

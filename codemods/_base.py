@@ -310,7 +310,7 @@ def collect_script_facts(analysis: Analysis) -> ScriptFacts:
                 facts.model_wraps.append(call)
         if m.matches(call.func, m.Name(names.WRAP_HELPER)):
             facts.helper_wraps += 1
-        if facts.existing_distributed is None and not _inside_helper(analysis, call):
+        if facts.existing_distributed is None and not inside_helper(analysis, call):
             if analysis.matches(call, call_to(names.DISTRIBUTED_DATA_PARALLEL)):
                 facts.existing_distributed = (call, "DistributedDataParallel")
             elif analysis.matches(call, call_to(names.INIT_PROCESS_GROUP)):
@@ -327,7 +327,8 @@ def _in_module_class(analysis: Analysis, node: cst.CSTNode) -> bool:
     return False
 
 
-def _inside_helper(analysis: Analysis, node: cst.CSTNode) -> bool:
+def inside_helper(analysis: Analysis, node: cst.CSTNode) -> bool:
+    """Whether ``node`` is in one of the helpers dp2ddp adds (``wrap_ddp``, ``all_reduce_sum``, ...)."""
     return any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in analysis.ancestors(node))
 
 

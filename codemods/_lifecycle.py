@@ -33,6 +33,7 @@ from ._base import (
     argument,
     call_to,
     code_of,
+    inside_helper,
     without_device_move,
 )
 
@@ -284,10 +285,15 @@ class ModelLifecycle:
         return None
 
     def assignments(self) -> dict[str, list[cst.BaseExpression]]:
-        """Every value assigned to each name or attribute in the file, argparse defaults included."""
+        """Every value assigned to each name or attribute in the file, argparse defaults included.
+
+        The locals of dp2ddp's own helpers (``device`` in ``all_reduce_sum``) say nothing about the script's values.
+        """
         if self._assignments is None:
             found: dict[str, list[cst.BaseExpression]] = {}
             for assign in self.analysis.nodes(cst.Assign):
+                if inside_helper(self.analysis, assign):
+                    continue
                 for target in assign.targets:
                     if isinstance(target.target, (cst.Name, cst.Attribute)):
                         found.setdefault(code_of(target.target), []).append(assign.value)
@@ -401,7 +407,8 @@ class ModelLifecycle:
         return writes or initialises or assigns_data
 
     def is_local_device(self, device: cst.BaseExpression, depth: int = 0) -> bool:
-        """A device every process resolves to its own: "cuda", "cpu", torch.device of those, .cuda()."""
+        """A device every process resolves to its own: "cuda", "cpu", torch.device of those, .cuda(),
+        or what a function of this file returns when every value it returns is one of those."""
         if depth > 4:
             return False
         if isinstance(device, cst.SimpleString):
@@ -418,11 +425,36 @@ class ModelLifecycle:
                 return True
             if "torch.device" in qualified and len(device.args) == 1:
                 return self.is_local_device(device.args[0].value, depth)
-            return False
+            # `device = get_device(args.cuda)`, where `get_device` returns torch.device("cuda" if ... else "cpu").
+            returned = self._returned_values(device.func)
+            return bool(returned) and all(self.is_local_device(value, depth + 1) for value in returned)
         if isinstance(device, (cst.Name, cst.Attribute)):
             values = self.assignments().get(code_of(device), [])
             return bool(values) and all(self.is_local_device(v, depth + 1) for v in values)
         return False
+
+    def _returned_values(self, func: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """What the one function of this file that ``func`` (``f``, ``self.f``) calls returns; [] when unknown.
+
+        Every ``return`` must give a value: a bare one, or a function named twice, says nothing.
+        """
+        if isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")):
+            name = func.attr.value
+        elif isinstance(func, cst.Name):
+            name = func.value
+        else:
+            return []
+        definitions = [f for f in self.analysis.nodes(cst.FunctionDef) if f.name.value == name]
+        if len(definitions) != 1:
+            return []
+        function = definitions[0]
+        returns = [
+            r for r in self.analysis.within(function.body, cst.Return)
+            if next(a for a in self.analysis.ancestors(r) if isinstance(a, cst.FunctionDef)) is function
+        ]  # fmt: skip
+        if not returns or any(r.value is None for r in returns):
+            return []
+        return [r.value for r in returns]  # type: ignore[misc]
 
     # -- the model's parameters ------------------------------------------------------------
 

@@ -80,6 +80,30 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
         pytest.param(
             """
             import torch
+            def get_device(gpu):
+                return torch.device("cuda", gpu)
+            model = torch.nn.DataParallel(model)
+            model.to(get_device(args.gpu))
+            """,
+            ["6:DDP212"],
+            id="a move to a helper's device that names a GPU index",
+        ),
+        pytest.param(
+            """
+            import torch
+            def get_device(device):
+                if device:
+                    return device
+                return "cpu"
+            model = torch.nn.DataParallel(model)
+            model.to(get_device(cfg.device))
+            """,
+            ["8:DDP212"],
+            id="a move to a helper's device that may hand back what it was given",
+        ),
+        pytest.param(
+            """
+            import torch
             if opt.isTrain and not opt.fp16:
                 model = torch.nn.DataParallel(model)
             """,
@@ -203,6 +227,21 @@ def test_hazard_leaves_the_file_as_it_was(source: str, expected: list[str]) -> N
             model.to(device)
             """,
             id="a move to a device every process resolves to its own",
+        ),
+        pytest.param(
+            """
+            import torch
+
+
+            def get_device(cuda):
+                return torch.device("cuda" if cuda and torch.cuda.is_available() else "cpu")
+
+
+            device = get_device(args.cuda)
+            model = torch.nn.DataParallel(model)
+            model.to(device)
+            """,
+            id="a move to what a helper of the file returns: cuda or cpu",
         ),
         pytest.param(
             """
@@ -556,6 +595,51 @@ def test_a_wrap_on_both_branches_of_an_if_converts_in_place() -> None:
     )
     assert "if torch.cuda.is_available():\n    net = wrap_ddp(net)\nelse:\n    net = wrap_ddp(net)\n" in result.output
     assert not [f for f in result.findings if f.severity == "error"]
+
+
+def test_a_device_from_a_helper_of_the_file_is_this_processs_own() -> None:
+    """`get_device(args.cuda)` returns "cuda" (the GPU setup_distributed() selected) or "cpu": nothing to report."""
+    result = _convert(
+        """
+        import torch
+
+
+        def get_device(cuda):
+            return torch.device("cuda" if cuda and torch.cuda.is_available() else "cpu")
+
+
+        def main():
+            device = get_device(args.cuda)
+            model = torch.nn.DataParallel(Net()).to(device)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                loss = model(x).sum()
+                loss.backward()
+        """
+    )
+    assert result.changed
+    assert not [f for f in result.findings if f.code in ("DDP212", "DDP213")], result.findings
+
+
+def test_a_helper_defined_twice_says_nothing_about_the_device() -> None:
+    """Which `get_device` runs is unknown, so the tensors' device is still reported."""
+    result = _convert(
+        """
+        import torch
+        if cfg.cpu:
+            def get_device():
+                return "cpu"
+        else:
+            def get_device():
+                return cfg.device
+        device = get_device()
+        model = torch.nn.DataParallel(Net())
+        for x, y in loader:
+            loss = model(x.to(device)).sum()
+            loss.backward()
+        """
+    )
+    assert [f"{f.line}:{f.code}" for f in result.findings if f.code == "DDP213"] == ["12:DDP213"]
 
 
 def test_a_configured_device_for_tensors_is_reported_once() -> None:

@@ -26,7 +26,7 @@ TRAINED = [
     "detectron_launch", "resume_before_wrap", "use_cuda_branches", "unused_pooler", "summed_criterion_class",
     "batch_sized_criterion", "eval_with_grad", "gpu_argument", "batch_of_one", "sampler_placeholder", "iteration_loop_restart",
     "eval_kept_whole", "plateau_on_losses", "dist_bound_in_function", "dataset_downloads_once",
-    "device_from_helper",
+    "device_from_helper", "step_counter_stop",
 ]  # fmt: skip
 
 

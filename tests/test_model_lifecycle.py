@@ -150,6 +150,54 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
             """
             import torch
             model = torch.nn.DataParallel(model)
+            seen = 0
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                seen += loss.item()
+                if seen >= budget:
+                    break
+            """,
+            ["10:DDP220"],
+            id="a break on a sum of this process's losses, added in place",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            it = 0
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                if loss.item() > 0:
+                    it = it + 1
+                if it >= max_iterations:
+                    break
+            """,
+            ["11:DDP220"],
+            id="a break on a counter only some processes advance",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            it = 0
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                if torch.isnan(loss):
+                    continue
+                it = it + 1
+                if it >= max_iterations:
+                    break
+            """,
+            ["12:DDP220"],
+            id="a break on a counter a per-batch continue skips",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
             for x, y in loader:
                 loss = model(x).sum()
                 try:
@@ -279,6 +327,36 @@ def test_hazard_leaves_the_file_as_it_was(source: str, expected: list[str]) -> N
                     break
             """,
             id="a continue on the step counter is the same on every process",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            iter_num = 0
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    iter_num = iter_num + 1
+                    if iter_num >= max_iterations:
+                        break
+            """,
+            id="a break on a counter assigned its own value plus one",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            step, lr = 0, base_lr
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                step = step + args.accumulate
+                lr = lr * 0.5
+                if step > args.max_steps or lr < 1e-6:
+                    break
+            """,
+            id="a break on a counter and a schedule every process shares",
         ),
         pytest.param(
             """

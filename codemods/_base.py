@@ -12,7 +12,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodCommand, CodemodContext, SkipFile
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import QualifiedNameProvider
+from libcst.metadata import ClassScope, GlobalScope, QualifiedNameProvider
 
 from dp2ddp.rules import RULES, Severity
 
@@ -110,11 +110,46 @@ def main_guard(module: cst.Module) -> cst.If | None:
 
 
 def import_torch_distributed(context: CodemodContext, alias: str) -> None:
-    """Queue the import that makes ``alias`` (``dist`` or ``torch.distributed``) usable."""
-    if alias == "dist":
-        AddImportsVisitor.add_needed_import(context, "torch.distributed", asname="dist")
+    """Queue the import that makes ``alias`` (``dist``, ``torch.distributed`` or another name) usable."""
+    if "." in alias:
+        AddImportsVisitor.add_needed_import(context, alias)
     else:
-        AddImportsVisitor.add_needed_import(context, "torch.distributed")
+        AddImportsVisitor.add_needed_import(context, "torch.distributed", asname=alias)
+
+
+def bound_in_enclosing_scope(analysis: Analysis, node: cst.CSTNode, name: str) -> bool:
+    """Whether ``name`` at ``node`` means something a function, comprehension or class body binds, not the module.
+
+    A function that binds ``dist`` anywhere in its body (``import torch.distributed as dist``
+    after the loader is built, a parameter, an assignment) makes every ``dist`` in it local:
+    a module-level alias read there raises ``UnboundLocalError`` or means the user's value.
+    """
+    scope = analysis.scopes.get(node)
+    innermost = True
+    while scope is not None and not isinstance(scope, GlobalScope):
+        # A class body's names are not visible in the functions defined in it.
+        if (innermost or not isinstance(scope, ClassScope)) and name in scope.assignments:
+            return True
+        innermost = False
+        scope = scope.parent
+    return False
+
+
+def distributed_alias_at(analysis: Analysis, node: cst.CSTNode) -> str:
+    """How code inserted at ``node`` spells torch.distributed, so that no local name shadows it.
+
+    The module-wide alias (``dist``) where nothing local binds it, else ``torch.distributed``,
+    else a module-level alias no code of the file uses.
+    """
+    module_alias = analysis.script_facts.distributed_alias
+    for alias in (module_alias, "torch.distributed"):
+        if not bound_in_enclosing_scope(analysis, node, alias.split(".")[0]):
+            return alias
+    used = {name.value for name in analysis.nodes(cst.Name)}
+    alias = "torch_distributed"
+    while alias in used:
+        alias = f"{alias}_"
+    return alias
 
 
 def defined_functions(module: cst.Module) -> set[str]:
@@ -223,12 +258,16 @@ class ScriptFacts:
     # A torch.distributed construct the user wrote (not one of dp2ddp's helpers).
     existing_distributed: tuple[cst.CSTNode, str] | None = None
     helpers: set[str] = field(default_factory=set)
-    # The script's own `dist` means something other than torch.distributed.
+    # The script's own module-level `dist` means something other than torch.distributed.
     dist_name_taken: bool = False
 
     @property
     def distributed_alias(self) -> str:
-        """How added code spells torch.distributed: ``dist`` unless that name is taken."""
+        """How module-level helpers spell torch.distributed: ``dist`` unless the module takes that name.
+
+        Code inserted inside a function asks ``distributed_alias_at``, which also
+        avoids the names that function binds.
+        """
         return "torch.distributed" if self.dist_name_taken else "dist"
 
     @property
@@ -262,9 +301,11 @@ def collect_script_facts(analysis: Analysis) -> ScriptFacts:
                 facts.unresolved_wraps.append(call)
         facts.mentions_data_parallel |= bool(facts.unresolved_wraps)
     for name in analysis.nodes(cst.Name):
-        if name.value == "dist":
+        if name.value == "dist" and not bound_in_enclosing_scope(analysis, name, "dist"):
             qualified = analysis.qualified_names(name)
-            # Import aliases carry no qualified name; any other meaning is a clash.
+            # Import aliases carry no qualified name; any other meaning is a clash. A `dist`
+            # that a function binds for itself is no clash here: code inserted in that
+            # function spells torch.distributed another way (distributed_alias_at).
             if qualified and not any(q.name.startswith("torch.distributed") for q in qualified):
                 facts.dist_name_taken = True
                 break
@@ -281,7 +322,7 @@ def collect_script_facts(analysis: Analysis) -> ScriptFacts:
                 facts.model_wraps.append(call)
         if m.matches(call.func, m.Name(names.WRAP_HELPER)):
             facts.helper_wraps += 1
-        if facts.existing_distributed is None and not _inside_helper(analysis, call):
+        if facts.existing_distributed is None and not inside_helper(analysis, call):
             if analysis.matches(call, call_to(names.DISTRIBUTED_DATA_PARALLEL)):
                 facts.existing_distributed = (call, "DistributedDataParallel")
             elif analysis.matches(call, call_to(names.INIT_PROCESS_GROUP)):
@@ -298,7 +339,8 @@ def _in_module_class(analysis: Analysis, node: cst.CSTNode) -> bool:
     return False
 
 
-def _inside_helper(analysis: Analysis, node: cst.CSTNode) -> bool:
+def inside_helper(analysis: Analysis, node: cst.CSTNode) -> bool:
+    """Whether ``node`` is in one of the helpers dp2ddp adds (``wrap_ddp``, ``all_reduce_sum``, ...)."""
     return any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in analysis.ancestors(node))
 
 
@@ -360,6 +402,12 @@ class Dp2ddpCodemod(CodemodCommand, ABC):
         analysis = Analysis(tree)
         self.plan(analysis)
         return tree.visit(ChainedTransformer([self]))
+
+    def distributed_at(self, node: cst.CSTNode) -> str:
+        """Spell torch.distributed for code inserted at ``node`` of the analysed tree, and queue its import."""
+        alias = distributed_alias_at(self.analysis, node)
+        import_torch_distributed(self.context, alias)
+        return alias
 
     def report(self, node: cst.CSTNode, code: str, **values: object) -> None:
         """Record a finding at ``node`` for the migration report."""

@@ -35,6 +35,7 @@ from ._base import (
     call_to,
     code_of,
     parameter_for,
+    inside_helper,
     without_device_move,
 )
 
@@ -342,10 +343,15 @@ class ModelLifecycle:
         return None
 
     def assignments(self) -> dict[str, list[cst.BaseExpression]]:
-        """Every value assigned to each name or attribute in the file, argparse defaults included."""
+        """Every value assigned to each name or attribute in the file, argparse defaults included.
+
+        The locals of dp2ddp's own helpers (``device`` in ``all_reduce_sum``) say nothing about the script's values.
+        """
         if self._assignments is None:
             found: dict[str, list[cst.BaseExpression]] = {}
             for assign in self.analysis.nodes(cst.Assign):
+                if inside_helper(self.analysis, assign):
+                    continue
                 for target in assign.targets:
                     if isinstance(target.target, (cst.Name, cst.Attribute)):
                         found.setdefault(code_of(target.target), []).append(assign.value)
@@ -576,7 +582,8 @@ class ModelLifecycle:
         return writes or initialises or assigns_data
 
     def is_local_device(self, device: cst.BaseExpression, depth: int = 0) -> bool:
-        """A device every process resolves to its own: "cuda", "cpu", torch.device of those, .cuda()."""
+        """A device every process resolves to its own: "cuda", "cpu", torch.device of those, .cuda(),
+        or what a function of this file returns when every value it returns is one of those."""
         if depth > 4:
             return False
         if isinstance(device, cst.SimpleString):
@@ -593,13 +600,38 @@ class ModelLifecycle:
                 return True
             if "torch.device" in qualified and len(device.args) == 1:
                 return self.is_local_device(device.args[0].value, depth)
-            return False
+            # `device = get_device(args.cuda)`, where `get_device` returns torch.device("cuda" if ... else "cpu").
+            returned = self._returned_values(device.func)
+            return bool(returned) and all(self.is_local_device(value, depth + 1) for value in returned)
         if isinstance(device, cst.Name) and self._bound_to(device, self.local_gpu_parameters):
             return True
         if isinstance(device, (cst.Name, cst.Attribute)):
             values = self.assignments().get(code_of(device), [])
             return bool(values) and all(self.is_local_device(v, depth + 1) for v in values)
         return False
+
+    def _returned_values(self, func: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """What the one function of this file that ``func`` (``f``, ``self.f``) calls returns; [] when unknown.
+
+        Every ``return`` must give a value: a bare one, or a function named twice, says nothing.
+        """
+        if isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self")):
+            name = func.attr.value
+        elif isinstance(func, cst.Name):
+            name = func.value
+        else:
+            return []
+        definitions = [f for f in self.analysis.nodes(cst.FunctionDef) if f.name.value == name]
+        if len(definitions) != 1:
+            return []
+        function = definitions[0]
+        returns = [
+            r for r in self.analysis.within(function.body, cst.Return)
+            if next(a for a in self.analysis.ancestors(r) if isinstance(a, cst.FunctionDef)) is function
+        ]  # fmt: skip
+        if not returns or any(r.value is None for r in returns):
+            return []
+        return [r.value for r in returns]  # type: ignore[misc]
 
     # -- the model's parameters ------------------------------------------------------------
 
@@ -875,7 +907,7 @@ class ModelLifecycle:
 
     def _skippable(self, backward: cst.Call, loop: cst.For | cst.While) -> None:
         """A ``continue`` on a per-batch condition, or a ``try`` that swallows errors, before backward."""
-        dependent = self._per_batch_names(loop)
+        dependent = per_process_names(self.analysis, loop)
         # A `continue` before the backward skips it; a `break` anywhere leaves the loop while
         # the other processes go on to their next backward.
         skips = [
@@ -890,9 +922,11 @@ class ModelLifecycle:
                 continue
             tests = [a.test for a in self.analysis.ancestors(skip) if isinstance(a, cst.If) and self.analysis.is_after(a, start)]
             read = [n for test in tests for n in self.analysis.within(test, cst.Name) if n.value in dependent and not self._reduced(n)]
-            if not read:
+            read_attributes = {code_of(a) for test in tests for a in self.analysis.within(test, cst.Attribute) if not self._reduced(a)} & dependent
+            if not read and not read_attributes:
                 continue
-            if self.converting and all(n.value in losses for n in read) and not any(self._under(n, cst.Lambda) for n in read):
+            agreeable = not read_attributes and all(n.value in losses for n in read) and not any(self._under(n, cst.Lambda) for n in read)
+            if self.converting and agreeable:
                 # Under DataParallel the loss was the whole batch's: the faithful test is on the
                 # loss averaged over processes, the same number everywhere, so all take one branch.
                 for name in read:
@@ -925,20 +959,6 @@ class ModelLifecycle:
                 node = parent
             else:
                 return node
-
-    def _per_batch_names(self, loop: cst.For | cst.While) -> set[str]:
-        """Names whose value can differ between processes at the same step: the batch and what is computed from it."""
-        bound = {t.target.value for t in self.analysis.within(loop.body, cst.AssignTarget) if isinstance(t.target, cst.Name)}
-        bound |= {n.value for t in self.analysis.within(loop.body, cst.AssignTarget) for n in self.analysis.within(t, cst.Name)}
-        if isinstance(loop, cst.For):
-            targets = [n.value for n in self.analysis.within(loop.target, cst.Name)]
-            counter = m.matches(loop.iter, m.Call(func=m.Name("enumerate") | m.Name("range")))
-            if counter and m.matches(loop.iter, m.Call(func=m.Name("range"))):
-                targets = []
-            elif counter and isinstance(loop.target, cst.Tuple) and targets:
-                targets = targets[1:]  # `for i, batch in enumerate(loader)`: i is the same everywhere
-            bound |= set(targets)
-        return bound
 
     # -- devices ----------------------------------------------------------------------------
 
@@ -1028,6 +1048,98 @@ class ModelLifecycle:
                     continue
                 reported.add(spelled)
                 self.findings.append(Hazard(call, "DDP213", (("device", spelled),)))
+
+
+def per_process_names(analysis: Analysis, loop: cst.For | cst.While) -> set[str]:
+    """Names (and dotted attributes) whose value can differ between processes at the same step of ``loop``.
+
+    The batch differs, and so does whatever is computed from it. A value the
+    loop body binds is the same on every process only when every binding of it
+    there reads no call and nothing that differs, and runs on every process at
+    every step: a step counter (``i = i + 1``, ``i += k``) or a schedule
+    (``lr = lr * 0.5``). ``x += loss.item()`` or an increment under ``if loss > 0:``
+    differs. Anything else the body binds (a loop target, ``with ... as``) differs.
+    """
+    body = loop.body
+    differ: set[str] = set()
+    if isinstance(loop, cst.For):
+        targets = [n.value for n in analysis.within(loop.target, cst.Name)]
+        counter = m.matches(loop.iter, m.Call(func=m.Name("enumerate") | m.Name("range")))
+        if counter and m.matches(loop.iter, m.Call(func=m.Name("range"))):
+            targets = []
+        elif counter and isinstance(loop.target, cst.Tuple) and targets:
+            targets = targets[1:]  # `for i, batch in enumerate(loader)`: i is the same everywhere
+        differ |= set(targets)
+    # What each binding in the body assigns: `x = value` and `x += value` (which reads x too).
+    bindings: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = {}
+    for assign in analysis.within(body, cst.Assign):
+        for target in assign.targets:
+            _bind(analysis, target.target, assign, assign.value, bindings, differ)
+    for aug in analysis.within(body, cst.AugAssign):
+        _bind(analysis, aug.target, aug, aug.value, bindings, differ)
+    for inner in [*analysis.within(body, cst.For), *analysis.within(body, cst.CompFor)]:
+        differ |= {n.value for n in analysis.within(inner.target, cst.Name)}
+    for item in analysis.within(body, cst.AsName):
+        differ |= {n.value for n in analysis.within(item.name, cst.Name)}
+    for walrus in analysis.within(body, cst.NamedExpr):
+        differ |= {n.value for n in analysis.within(walrus.target, cst.Name)}
+    changed = True
+    while changed:
+        changed = False
+        for name, assigned in bindings.items():
+            if name in differ:
+                continue
+            if any(_differs(analysis, loop, node, value, differ) for node, value in assigned):
+                differ.add(name)
+                changed = True
+    return differ
+
+
+def _bind(
+    analysis: Analysis,
+    target: cst.BaseExpression,
+    node: cst.CSTNode,
+    value: cst.BaseExpression,
+    bindings: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]],
+    differ: set[str],
+) -> None:
+    if isinstance(target, (cst.Name, cst.Attribute)):
+        bindings.setdefault(code_of(target), []).append((node, value))
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            _bind(analysis, element.value, node, value, bindings, differ)
+    else:
+        differ |= {n.value for n in analysis.within(target, cst.Name)}  # `losses[i] = ...`: the container
+
+
+def _differs(analysis: Analysis, loop: cst.For | cst.While, node: cst.CSTNode, value: cst.BaseExpression, differ: set[str]) -> bool:
+    """Whether this binding can give processes different values, or run on some and not others."""
+    if analysis.within(value, cst.Call) or analysis.reads(value) & differ:
+        return True
+    for ancestor in analysis.ancestors(node):
+        if ancestor is loop:
+            break
+        if isinstance(ancestor, (cst.For, cst.While, cst.Try, cst.FunctionDef, cst.Lambda)):
+            return True
+        if isinstance(ancestor, cst.If) and (analysis.within(ancestor.test, cst.Call) or analysis.reads(ancestor.test) & differ):
+            return True
+    # A `continue` on a value that differs, earlier in the step, skips the binding on some processes.
+    for skip in analysis.within(loop.body, cst.Continue):
+        if not analysis.is_before(skip, node) or _enclosing_loop(analysis, skip) is not loop:
+            continue
+        tests = [a.test for a in analysis.ancestors(skip) if isinstance(a, cst.If) and analysis.index[a] > analysis.index[loop]]
+        if any(analysis.within(test, cst.Call) or analysis.reads(test) & differ for test in tests):
+            return True
+    return False
+
+
+def _enclosing_loop(analysis: Analysis, node: cst.CSTNode) -> cst.CSTNode | None:
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, _LOOPS):
+            return ancestor
+        if isinstance(ancestor, _SCOPES):
+            return None
+    return None
 
 
 def _reraises(handler: cst.ExceptHandler) -> bool:

@@ -96,6 +96,11 @@ SIDE_EFFECT_CALLS = frozenset(
         "torchvision.utils.save_image",
         "os.remove",
         "os.rename",
+        "os.replace",
+        "urllib.request.urlretrieve",
+        "torchvision.datasets.utils.download_url",
+        "torchvision.datasets.utils.download_and_extract_archive",
+        "torchvision.datasets.utils.extract_archive",
         "shutil.copy",
         "shutil.copy2",
         "shutil.copyfile",
@@ -118,6 +123,45 @@ LOGGER_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "except
 GET_LOGGER = frozenset({"logging.getLogger"})
 # Module prefixes whose every call reports somewhere (wandb.init, wandb.log, ...).
 REPORTING_MODULES = ("wandb.", "tensorboard_logger.")
+# Calls that write a file other code may read back: a download, a cache, a renamed temporary file.
+FILE_WRITES = frozenset(
+    {
+        "torch.save",
+        "torchvision.utils.save_image",
+        "os.rename",
+        "os.replace",
+        "shutil.copy",
+        "shutil.copy2",
+        "shutil.copyfile",
+        "shutil.copytree",
+        "shutil.move",
+        "json.dump",
+        "pickle.dump",
+        "numpy.save",
+        "numpy.savetxt",
+        "urllib.request.urlretrieve",
+        "torchvision.datasets.utils.download_url",
+        "torchvision.datasets.utils.download_and_extract_archive",
+        "torchvision.datasets.utils.extract_archive",
+    }
+)
+# Calls that read a file, or ask whether one is there.
+FILE_READS = frozenset(
+    {
+        "torch.load",
+        "os.path.exists",
+        "os.path.isfile",
+        "os.path.isdir",
+        "os.listdir",
+        "glob.glob",
+        "json.load",
+        "pickle.load",
+        "numpy.load",
+        "numpy.loadtxt",
+        "pandas.read_csv",
+        "PIL.Image.open",
+    }
+)
 # Constructors of objects that write somewhere: each process would open its own.
 WRITER_CONSTRUCTORS = frozenset(
     {

@@ -28,7 +28,6 @@ from ._base import (
     argument,
     call_to,
     code_of,
-    import_torch_distributed,
     keyword_arg,
     parameter_for,
     prepend_statements,
@@ -104,7 +103,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # `except StopIteration:` handlers that re-iterate a loader, with the loaders.
         self.restarts: dict[cst.ExceptHandler | cst.While, list[cst.BaseExpression]] = {}
         self.dist = "dist"
-        self.uses_world_size = False
         # Loaders whose batch value also sizes something per step: they keep it per process.
         self.per_process_calls: set[cst.Call] = set()
         # Loaders given `sampler=<a name only ever bound to None>`, with that name.
@@ -622,7 +620,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if keyword == "dataset":
                 args.append(arg.with_changes(value=dataset) if plan.hoisted_dataset else arg)
             elif keyword == "batch_size":
-                value = arg.value if original_node in self.per_process_calls else self._per_process(arg.value)
+                value = arg.value if original_node in self.per_process_calls else self._per_process(arg.value, original_node)
                 args.append(keyword_arg("batch_size", value, arg.comma))
             elif keyword == "shuffle":
                 args.append(keyword_arg("sampler", sampler, arg.comma))
@@ -646,16 +644,16 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         AddImportsVisitor.add_needed_import(self.context, "torch.utils.data.distributed", "DistributedSampler")
         return cst.Call(func=cst.Name("DistributedSampler"), args=[cst.Arg(dataset), keyword_arg("shuffle", shuffle)])
 
-    def _per_process(self, batch: cst.BaseExpression) -> cst.BaseExpression:
+    def _per_process(self, batch: cst.BaseExpression, loader: cst.Call) -> cst.BaseExpression:
+        """``batch // dist.get_world_size()``, spelled so that no name bound where ``loader`` is shadows it."""
         if self.keep_per_process_batch:
             return batch
-        self.uses_world_size = True
         if not m.matches(batch, m.Name() | m.Attribute() | m.Integer() | m.Call() | m.Subscript()):
             batch = batch.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return cst.BinaryOperation(
             left=batch,
             operator=cst.FloorDivide(),
-            right=cst.Call(func=cst.parse_expression(f"{self.dist}.get_world_size")),
+            right=cst.Call(func=cst.parse_expression(f"{self.distributed_at(loader)}.get_world_size")),
         )
 
     def leave_SimpleStatementLine(
@@ -699,6 +697,4 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if self.uses_world_size:
-            import_torch_distributed(self.context, self.dist)
         return updated_node

@@ -7,10 +7,19 @@ goes into ``with main_process_first():``, which runs it on the main process
 while the others wait at a barrier, then on the others, which find the files
 there and download nothing.
 
-Only torchvision datasets are recognised, and only statements every process
-runs after ``setup_distributed()``: a module-level one in a script whose
-setup is in the entry block runs before any process group exists, and is
-left as it was.
+The same goes for a class or function of the script that writes files its
+own code then reads: a dataset that "downloads" on first use into a
+temporary file, renames it, and raises "Dataset not found" when the file is
+missing. guard_side_effects puts its writes on the main process; without an
+order, another process looks for the file before the main process wrote it.
+Its construction (or call) runs on the main process first, and the
+others wait at a barrier that every process reaches, outside any rank guard.
+Such a statement is left as it was when what it runs reaches a collective
+(the barrier would meet it and hang) or when it sits in a loop.
+
+Only statements every process runs after ``setup_distributed()`` are changed:
+a module-level one in a script whose setup is in the entry block runs before
+any process group exists, and is left as it was.
 """
 
 from __future__ import annotations
@@ -22,8 +31,8 @@ from libcst.codemod.visitors import AddImportsVisitor
 
 from . import _names as names
 from ._analysis import Analysis
-from ._base import Dp2ddpCodemod, add_helper, entry_point, import_torch_distributed
-from ._effects import under_rank_guard
+from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, entry_point, import_torch_distributed
+from ._effects import opens_for_writing, under_rank_guard
 from .guard_side_effects import MAIN_PROCESS_HELPER_SOURCE
 
 MAIN_PROCESS_FIRST_HELPER_SOURCE = f'''
@@ -41,7 +50,7 @@ _MAIN_PROCESS_FIRST = m.With(items=[m.WithItem(m.Call(func=m.Name(names.MAIN_PRO
 
 
 class DownloadOnceCommand(Dp2ddpCodemod):
-    DESCRIPTION = "Download datasets on the main process first, then load them on the others."
+    DESCRIPTION = "Download datasets, and write files the script reads back, on the main process first."
 
     def __init__(self, context: CodemodContext) -> None:
         super().__init__(context)
@@ -50,10 +59,24 @@ class DownloadOnceCommand(Dp2ddpCodemod):
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
         before_setup = entry_point(analysis) == "main"
+        # The script's own code that writes files and reads files, by the call that runs it.
+        self._runs: dict[cst.Call, list[cst.FunctionDef]] = {}
+        self._classes: dict[str, list[cst.ClassDef]] = {}
+        self._io: dict[tuple[cst.FunctionDef, str], list[cst.Call]] = {}
+        for definition in analysis.nodes(cst.ClassDef):
+            self._classes.setdefault(definition.name.value, []).append(definition)
+        # Each call to order, with the file it writes and the one it reads (None for a torchvision download).
+        candidates: dict[cst.Call, tuple[str, str] | None] = {}
         for call in analysis.nodes(cst.Call):
-            if not m.matches(call, m.Call(args=[m.ZeroOrMore(), _DOWNLOADS, m.ZeroOrMore()])):
-                continue
-            if not any(q.name.startswith("torchvision.datasets.") for q in analysis.qualified_names(call.func)):
+            if self._downloads_torchvision(call):
+                candidates[call] = None
+            elif (written_then_read := self._writes_then_reads(call)) is not None:
+                candidates[call] = written_then_read
+        # A call inside code another one runs (`self.download()` in the `__init__` a construction
+        # runs) is ordered by that one; barriers nested in it would pair up with the outer ones.
+        covered = {function for call in candidates for function in self._runs.get(call, ())}
+        for call, written_then_read in candidates.items():
+            if any(a in covered for a in analysis.ancestors(call) if isinstance(a, cst.FunctionDef)):
                 continue
             statement = next(a for a in analysis.ancestors(call) if isinstance(a, (cst.SimpleStatementLine, cst.Module)))
             if not isinstance(statement, cst.SimpleStatementLine) or under_rank_guard(analysis, statement):
@@ -62,7 +85,131 @@ class DownloadOnceCommand(Dp2ddpCodemod):
                 continue  # runs at import, before any process group exists
             if any(analysis.matches(a, _MAIN_PROCESS_FIRST) for a in analysis.ancestors(statement)):
                 continue  # converted already
+            if written_then_read is not None:
+                if self._in_loop(statement) or analysis.effects.collectives_in(statement) or self._after_file_test(statement):
+                    # Barriers in a loop, around a collective, or where only the processes that
+                    # found no file yet arrive, are not convert's to place.
+                    continue
+                write, read = written_then_read
+                self.report(call, "DDP425", call=code_of(call.func), write=write, read=read)
             self.statements.add(statement)
+
+    def _downloads_torchvision(self, call: cst.Call) -> bool:
+        """``datasets.MNIST(root, download=True)``."""
+        if not m.matches(call, m.Call(args=[m.ZeroOrMore(), _DOWNLOADS, m.ZeroOrMore()])):
+            return False
+        return any(q.name.startswith("torchvision.datasets.") for q in self.analysis.qualified_names(call.func))
+
+    def _writes_then_reads(self, call: cst.Call) -> tuple[str, str] | None:
+        """The first file write and file read of the script's own code ``call`` runs, when it runs both.
+
+        Nothing is returned when that code reaches a collective: the main
+        process would meet it alone while the others wait at the barrier.
+        """
+        if not isinstance(call.func, cst.Name):
+            # `self.download()` is ordered where the object is built, which every process runs;
+            # a method's own call sits under conditions (`if not self._check_exists():`) of its class.
+            return None
+        run = self._code_run_by(call)
+        if not run:
+            return None
+        writes = [c for function in run for c in self._file_calls(function, "writes")]
+        if not writes:
+            return None
+        reads = [c for function in run for c in self._file_calls(function, "reads")]
+        if not reads or any(self._file_calls(function, "collectives") for function in run):
+            return None
+        self._runs[call] = run
+        return code_of(writes[0].func), code_of(reads[0].func)
+
+    def _file_calls(self, function: cst.FunctionDef, kind: str) -> list[cst.Call]:
+        """The file ``writes``, file ``reads`` or ``collectives`` called in ``function``'s body; found once."""
+        found = self._io.get((function, kind))
+        if found is None:
+            calls = self.analysis.within(function.body, cst.Call)
+            if kind == "writes":
+                found = [c for c in calls if self.matches(c, call_to(names.FILE_WRITES)) or opens_for_writing(self, c)]
+            elif kind == "reads":
+                found = [c for c in calls if self._reads_file(c)]
+            else:
+                found = [c for c in calls if self._is_collective(c)]
+            self._io[(function, kind)] = found
+        return found
+
+    def _is_collective(self, call: cst.Call) -> bool:
+        """A collective, or building DDP, which broadcasts the main process's weights to the others."""
+        if self.analysis.effects.is_collective(call):
+            return True
+        return m.matches(call.func, m.Name(names.WRAP_HELPER) | m.Name(names.SETUP_HELPER)) or self.matches(
+            call, call_to(names.DISTRIBUTED_DATA_PARALLEL | names.DATA_PARALLEL | names.INIT_PROCESS_GROUP)
+        )
+
+    def _reads_file(self, call: cst.Call) -> bool:
+        opens = call_to({"builtins.open"})
+        return self.matches(call, call_to(names.FILE_READS)) or (self.matches(call, opens) and not opens_for_writing(self, call))
+
+    def _after_file_test(self, statement: cst.CSTNode) -> bool:
+        """Under an ``if``/``while`` whose test looks at files (``if not os.path.exists(cache):``), directly or through the script's code."""
+        for ancestor in self.analysis.ancestors(statement):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return False
+            if not isinstance(ancestor, (cst.If, cst.While)):
+                continue
+            for call in self.analysis.within(ancestor.test, cst.Call):
+                run = self._code_run_by(call, depth=2)
+                inner = [c for function in run for c in self.analysis.within(function.body, cst.Call)]
+                if self._reads_file(call) or any(self._reads_file(c) for c in inner):
+                    return True
+        return False
+
+    def _code_run_by(self, call: cst.Call, depth: int = 3) -> list[cst.FunctionDef]:
+        """The functions of this file ``call`` runs: a class's ``__init__`` or a function, and what they call in turn.
+
+        Methods are followed through ``self.method()``, functions by name, ``depth`` calls deep.
+        """
+        spelled = _spelled(call.func)
+        if spelled is None:
+            return []
+        classes = self._classes.get(spelled, [])
+        functions = self.analysis.effects.functions
+        if len(classes) == 1:
+            owner: cst.ClassDef | None = classes[0]
+            start = self._methods(owner).get("__init__")
+        elif len(classes) > 1:
+            return []
+        else:
+            start = functions.get(spelled)
+            owner = next((a for a in self.analysis.ancestors(start) if isinstance(a, cst.ClassDef)), None) if start else None
+        if start is None:
+            return []
+        methods = self._methods(owner) if owner is not None else {}
+        reached = [start]
+        frontier = [start]
+        for _ in range(depth):
+            found = []
+            for function in frontier:
+                for inner in self.analysis.within(function.body, cst.Call):
+                    name = _spelled(inner.func)
+                    if name is None:
+                        continue
+                    target = methods.get(name[len("self."):]) if name.startswith("self.") else functions.get(name)
+                    if target is not None and target not in reached:
+                        reached.append(target)
+                        found.append(target)
+            frontier = found
+        return reached
+
+    @staticmethod
+    def _methods(owner: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+        return {s.name.value: s for s in owner.body.body if isinstance(s, cst.FunctionDef)}
+
+    def _in_loop(self, statement: cst.CSTNode) -> bool:
+        for ancestor in self.analysis.ancestors(statement):
+            if isinstance(ancestor, (cst.For, cst.While)):
+                return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return False
+        return False
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
@@ -80,3 +227,12 @@ class DownloadOnceCommand(Dp2ddpCodemod):
         import_torch_distributed(self.context, self.facts.distributed_alias)
         module = add_helper(updated_node, self.facts, names.MAIN_PROCESS_HELPER, MAIN_PROCESS_HELPER_SOURCE)
         return add_helper(module, self.facts, names.MAIN_PROCESS_FIRST_HELPER, MAIN_PROCESS_FIRST_HELPER_SOURCE)
+
+
+def _spelled(func: cst.BaseExpression) -> str | None:
+    """``f`` or ``self.f``: how a call names a function or method of the script; None for anything else."""
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        return f"self.{func.attr.value}"
+    return None

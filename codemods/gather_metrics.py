@@ -38,9 +38,9 @@ from . import _names as names
 from ._analysis import Analysis
 from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
 from ._effects import is_rank_guard, under_rank_guard
+from ._lifecycle import per_process_names
 from ._results import (
     LOADER_NAME,
-    at_step_level,
     in_inner_data_loop,
     loop_results,
     owner_of,
@@ -158,10 +158,14 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                     self.report(test.test, "DDP424", value=min(read))
 
     def _written_in(self, loop: cst.For) -> set[str]:
-        """Names a loop body binds or appends to, each holding this process's share after a sharded loop."""
+        """Names a loop body binds or appends to, each holding this process's share after a sharded loop.
+
+        A step counter (``it = it + 1``) or another value every process computes alike holds no share.
+        """
         written = {code_of(a.target) for a in self.analysis.within(loop.body, cst.AugAssign) if isinstance(a.target, cst.Name)}
         for assign in self.analysis.within(loop.body, cst.Assign):
             written |= {t.target.value for t in assign.targets if isinstance(t.target, cst.Name)}
+        written &= per_process_names(self.analysis, loop)
         for call in self.analysis.within(loop.body, cst.Call):
             if m.matches(call.func, m.Attribute(value=m.Name(), attr=m.Name("append") | m.Name("extend"))):
                 written.add(call.func.value.value)  # type: ignore[attr-defined]
@@ -241,18 +245,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             for call in m.findall(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward"))))
             if call not in self.analysis.scaled_backwards
         }
-        # Names that may differ between processes; a step counter (`i += 1` once per step) does not.
-        step_counters = {
-            code_of(a.target) for a in self.analysis.within(loop.body, cst.AugAssign)
-            if m.matches(a.value, m.Integer()) and at_step_level(self.analysis, a, loop)
-        }  # fmt: skip
-        assigned_in_loop = {
-            code_of(t.target) for a in m.findall(loop.body, m.Assign()) for t in a.targets  # type: ignore[attr-defined]
-        } | {
-            code_of(a.target)  # type: ignore[attr-defined]
-            for a in m.findall(loop.body, m.AugAssign())
-            if code_of(a.target) not in step_counters or not m.matches(a.value, m.Integer())  # type: ignore[attr-defined]
-        }
+        # Names that may differ between processes; a step counter (`i += 1` or `i = i + 1` once per step) does not.
+        varying = per_process_names(self.analysis, loop)
         for line in m.findall(loop.body, m.SimpleStatementLine()):
             assert isinstance(line, cst.SimpleStatementLine)
             if in_inner_data_loop(self.analysis, line, loop):
@@ -272,10 +266,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 continue
             guard = self._rank_guard(loop, line)
             if training and wraps and guard is not None:
-                if not self._reduce_before(guard, loop, line, wraps, assigned_in_loop):
+                if not self._reduce_before(guard, loop, line, wraps, varying):
                     why = "as only some processes pass the rank condition around it, and convert cannot reduce before that condition"
                     self.report(line, "DDP403", why=why)
-            elif training and wraps and self._uniform_path(loop, line, assigned_in_loop):
+            elif training and wraps and self._uniform_path(loop, line, varying):
                 self.in_loop[line] = wraps
             elif training:
                 self.report(line, "DDP403", why="as convert cannot prove every process reaches this line at the same step")
@@ -293,7 +287,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         return found
 
     def _reduce_before(
-        self, guard: cst.If, loop: cst.For, line: cst.SimpleStatementLine, wraps: dict[str, str], assigned_in_loop: set[str]
+        self, guard: cst.If, loop: cst.For, line: cst.SimpleStatementLine, wraps: dict[str, str], varying: set[str]
     ) -> bool:
         """Plan the reductions ``line`` reports right before ``guard``, where every process reaches them.
 
@@ -301,7 +295,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         statement in the guard before the line assigns what they read, and no test on
         the way guards their evaluation (``if loss is not None and rank == 0:``).
         """
-        if not isinstance(self.analysis.parents.get(guard), cst.IndentedBlock) or not self._uniform_path(loop, guard, assigned_in_loop):
+        if not isinstance(self.analysis.parents.get(guard), cst.IndentedBlock) or not self._uniform_path(loop, guard, varying):
             return False
         tests: list[cst.BaseExpression] = []
         for ancestor in self.analysis.ancestors(line):
@@ -334,17 +328,15 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self.read_reduced[line] = reads
         return True
 
-    def _uniform_path(self, loop: cst.For, line: cst.CSTNode, assigned_in_loop: set[str]) -> bool:
+    def _uniform_path(self, loop: cst.For, line: cst.CSTNode, varying: set[str]) -> bool:
         """Whether every process reaches ``line`` together: only ``if``s on step counters lead to it."""
         for ancestor in self.analysis.ancestors(line):
             if ancestor is loop:
                 return True
             if isinstance(ancestor, (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef)):
                 return False
-            if isinstance(ancestor, cst.If):
-                tested = {code_of(n) for n in m.findall(ancestor.test, m.Name())}
-                if tested & assigned_in_loop:
-                    return False
+            if isinstance(ancestor, cst.If) and self.analysis.reads(ancestor.test) & varying:
+                return False
         return False
 
     # -- rewriting ------------------------------------------------------------------

@@ -22,7 +22,7 @@ import libcst.matchers as m
 from libcst.metadata import ParentNodeProvider, QualifiedNameProvider
 
 from ._analysis import Analysis
-from ._base import Dp2ddpCodemod, code_of, import_torch_distributed, string_literal
+from ._base import Dp2ddpCodemod, code_of, string_literal
 
 _TORCH_NN = m.MatchMetadataIfTrue(QualifiedNameProvider, lambda found: any(q.name.startswith("torch.nn.") for q in found))
 _SUMS = m.Arg(keyword=m.Name("reduction"), value=string_literal("sum")) | m.Arg(
@@ -91,15 +91,14 @@ class ScaleSummedLossesCommand(Dp2ddpCodemod):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         if m.matches(original_node, _BACKWARD) and original_node.func.value in self.scaled:  # type: ignore[attr-defined]
             assert isinstance(updated_node.func, cst.Attribute)
-            scaled = self._times_world_size(updated_node.func.value, parenthesized=True)
+            scaled = self._times_world_size(updated_node.func.value, original_node, parenthesized=True)
             return updated_node.with_changes(func=updated_node.func.with_changes(value=scaled))
         if m.matches(original_node, _SCALER_SCALE) and original_node.args[0].value in self.scaled:
             argument = updated_node.args[0]
-            return updated_node.with_changes(args=[argument.with_changes(value=self._times_world_size(argument.value))])
+            return updated_node.with_changes(args=[argument.with_changes(value=self._times_world_size(argument.value, original_node))])
         return updated_node
 
-    def _times_world_size(self, loss: cst.BaseExpression, parenthesized: bool = False) -> cst.BaseExpression:
-        import_torch_distributed(self.context, self.facts.distributed_alias)
-        world_size = cst.parse_expression(f"{self.facts.distributed_alias}.get_world_size()")
+    def _times_world_size(self, loss: cst.BaseExpression, at: cst.Call, parenthesized: bool = False) -> cst.BaseExpression:
+        world_size = cst.parse_expression(f"{self.distributed_at(at)}.get_world_size()")
         product = cst.BinaryOperation(loss, cst.Multiply(), world_size)
         return product.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if parenthesized else product

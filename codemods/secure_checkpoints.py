@@ -31,7 +31,6 @@ from ._base import (
     argument,
     call_to,
     code_of,
-    import_torch_distributed,
     keyword_arg,
     with_argument,
 )
@@ -144,15 +143,15 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
         wait for it: a barrier goes only before a statement that is still
         exactly what those codemods made of the planned one, at this level.
         """
-        targets = {id(self.became.get(statement)) for statement in self.barriers}
+        targets = {id(self.became.get(statement)): statement for statement in self.barriers}
         body: list[cst.BaseStatement] = []
         for statement in updated:
             waited = body and m.matches(body[-1], m.SimpleStatementLine([m.Expr(m.Call(func=m.Attribute(attr=m.Name("barrier"))))]))
-            if id(statement) in targets and not waited:
-                barrier = cst.parse_statement(f"{self.facts.distributed_alias}.barrier()")
+            original = targets.get(id(statement))
+            if original is not None and not waited:
+                barrier = cst.parse_statement(f"{self.distributed_at(original)}.barrier()")
                 body.append(barrier.with_changes(leading_lines=statement.leading_lines))
                 statement = statement.with_changes(leading_lines=[])
-                import_torch_distributed(self.context, self.facts.distributed_alias)
             body.append(statement)
         return body
 

@@ -1008,6 +1008,27 @@ RULES: dict[str, Rule] = {
                 "No fix: the condition is left as it was.",
             ),
         ),
+        Rule(
+            "DDP425",
+            "written-then-read-first",
+            "note",
+            "`{call}` writes files that its own code then reads (`{write}`, then `{read}`); its writes run "
+            "on the main process only, so it now runs inside `with main_process_first():`, on the main "
+            "process first and on the others once the files are there",
+            doc=_doc(
+                "Notes a construction or call of the script's own class or function that both writes a file "
+                "(`torch.save`, `os.replace`, a download, `open(path, \"w\")`) and reads one (`torch.load`, "
+                "`os.path.exists`, `open(path)`), as a dataset that downloads on first use does.",
+                "Under DDP the writes run on the main process only. Every other process would look for the "
+                "file at the same moment, before the main process wrote or renamed it, and fail "
+                "(\"Dataset not found\") or read half a file.",
+                "train_set = PointClouds(args.data, download=True)  # download() writes, __init__ reads",
+                "with main_process_first():  # the main process first, then a barrier every process reaches\n"
+                "    train_set = PointClouds(args.data, download=True)",
+                "Safe: every process still runs the statement once, in order; the barriers are outside any "
+                "rank guard. A statement in a loop, or one whose code reaches a collective, is left as it was.",
+            ),
+        ),
 
         # -- dp2ddp check: hazards of a script that runs DDP ----------------------------------------
         Rule(

@@ -241,6 +241,133 @@ class AddDistributedSamplerTest(CodemodTest):
         """
         self.assertCodemod(before, after)
 
+    def test_dist_imported_later_in_the_same_function_is_not_read_before_it(self) -> None:
+        """Should spell torch.distributed in full where the function imports `dist` itself after the loader.
+
+        A function-local `import torch.distributed as dist` makes `dist` local in the whole
+        function: a `dist.get_world_size()` before that import raises UnboundLocalError.
+        """
+        before = """
+            from torch.utils.data import DataLoader
+
+            def main():
+                train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+                import torch.distributed as dist
+                model = wrap_ddp(model)
+                for epoch in range(2):
+                    for batch in train_loader:
+                        pass
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            import torch.distributed
+            from torch.utils.data.distributed import DistributedSampler
+
+            def main():
+                train_loader = DataLoader(train_set, batch_size=8 // torch.distributed.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True))
+                import torch.distributed as dist
+                model = wrap_ddp(model)
+                for epoch in range(2):
+                    train_loader.sampler.set_epoch(epoch)
+                    for batch in train_loader:
+                        pass
+        """
+        self.assertCodemod(before, after)
+
+    def test_parameter_named_dist_keeps_its_meaning_in_its_function_only(self) -> None:
+        """Should not read a `dist` parameter as torch.distributed, while code elsewhere still spells `dist`."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            def train(model, dist):
+                train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+                for epoch in range(2):
+                    for batch in train_loader:
+                        pass
+
+            model = wrap_ddp(model)
+            warmup_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+            train(model, dist=1.0)
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            import torch.distributed
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            def train(model, dist):
+                train_loader = DataLoader(train_set, batch_size=8 // torch.distributed.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True))
+                for epoch in range(2):
+                    train_loader.sampler.set_epoch(epoch)
+                    for batch in train_loader:
+                        pass
+
+            model = wrap_ddp(model)
+            warmup_loader = DataLoader(train_set, batch_size=8 // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True))
+            train(model, dist=1.0)
+        """
+        self.assertCodemod(before, after)
+
+    def test_dist_bound_in_a_nested_function_leaves_the_outer_one_alone(self) -> None:
+        """Should keep `dist` in the outer function, since only the nested function binds the name."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            def main():
+                def distance(dist):
+                    return dist * 2
+                train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+                model = wrap_ddp(model)
+                for epoch in range(2):
+                    for batch in train_loader:
+                        pass
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            def main():
+                def distance(dist):
+                    return dist * 2
+                train_loader = DataLoader(train_set, batch_size=8 // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True))
+                model = wrap_ddp(model)
+                for epoch in range(2):
+                    train_loader.sampler.set_epoch(epoch)
+                    for batch in train_loader:
+                        pass
+        """
+        self.assertCodemod(before, after)
+
+    def test_dist_and_torch_both_bound_locally_get_an_alias_of_their_own(self) -> None:
+        """Should import torch.distributed under a name nothing in the file uses when `dist` and `torch` are both local."""
+        before = """
+            from torch.utils.data import DataLoader
+
+            def main(dist):
+                train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+                import torch
+                model = wrap_ddp(model)
+                for epoch in range(2):
+                    for batch in train_loader:
+                        pass
+        """
+        after = """
+            from torch.utils.data import DataLoader
+            import torch.distributed as torch_distributed
+            from torch.utils.data.distributed import DistributedSampler
+
+            def main(dist):
+                train_loader = DataLoader(train_set, batch_size=8 // torch_distributed.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True))
+                import torch
+                model = wrap_ddp(model)
+                for epoch in range(2):
+                    train_loader.sampler.set_epoch(epoch)
+                    for batch in train_loader:
+                        pass
+        """
+        self.assertCodemod(before, after)
+
     def test_default_batch_of_one_stays_per_process(self) -> None:
         """Should not divide DataLoader's default batch of 1 down to 0."""
         before = """

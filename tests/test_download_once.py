@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from textwrap import dedent
+from textwrap import dedent, indent
 
 from dp2ddp.api import convert_source
 
@@ -49,3 +49,166 @@ def test_a_call_of_another_library_with_download_is_not_touched() -> None:
         """
     )
     assert "main_process_first" not in convert_source(source).output
+
+
+OWN_DATASET = """\
+import os
+
+import torch
+from torch.utils.data import Dataset
+
+
+class Points(Dataset):
+    def __init__(self, root, download=False):
+        self.path = os.path.join(root, "points.pt")
+        if download:
+            self.download()
+        if not os.path.exists(self.path):
+            raise RuntimeError("Dataset not found")
+        self.points = torch.load(self.path)
+
+    def download(self):
+        if os.path.exists(self.path):
+            return
+        partial = self.path + ".partial"
+        torch.save(torch.randn(8, 2), partial)
+        os.replace(partial, self.path)
+{extra}
+
+def main():
+{body}
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _own_dataset(body: str, extra: str = "") -> str:
+    return OWN_DATASET.format(body=indent(dedent(body).strip("\n"), "    "), extra=extra)
+
+
+def test_a_dataset_of_the_script_that_writes_then_reads_runs_on_the_main_process_first() -> None:
+    """The main process writes and renames the file; the others wait, then find it and read it."""
+    source = _own_dataset(
+        """
+        train_set = Points("data", download=True)
+        model = torch.nn.DataParallel(torch.nn.Linear(2, 2))
+        """
+    )
+    result = convert_source(source)
+    output = result.output
+    assert '    with main_process_first():\n        train_set = Points("data", download=True)\n' in output
+    # Only the outer construction is ordered: no barrier pair nested inside __init__.
+    assert output.count("with main_process_first():") == 1
+    assert "        if is_main_process():\n            torch.save(torch.randn(8, 2), partial)\n            os.replace(partial, self.path)\n" in output
+    assert [(f.line, f.code) for f in result.findings if f.code == "DDP425"] == [(25, "DDP425")]
+    assert convert_source(output).output == output  # converted once
+
+
+def test_a_function_that_caches_then_loads_runs_on_the_main_process_first() -> None:
+    extra = """
+
+def cached_features(path):
+    torch.save(torch.randn(8, 2), path)
+    return torch.load(path)
+"""
+    source = _own_dataset(
+        """
+        features = cached_features("features.pt")
+        model = torch.nn.DataParallel(torch.nn.Linear(2, 2))
+        """,
+        extra,
+    )
+    output = convert_source(source).output
+    assert '    with main_process_first():\n        features = cached_features("features.pt")\n' in output
+
+
+def test_a_dataset_that_only_reads_is_not_ordered() -> None:
+    """Nothing is written, so every process may read at once."""
+    source = dedent(
+        """
+        import torch
+
+
+        class Frozen(torch.utils.data.Dataset):
+            def __init__(self, path):
+                self.data = torch.load(path)
+
+
+        def main():
+            train_set = Frozen("data.pt")
+            model = torch.nn.DataParallel(torch.nn.Linear(2, 2))
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    output = convert_source(source).output
+    assert "main_process_first" not in output
+
+
+def test_a_writer_that_reads_nothing_back_is_not_ordered() -> None:
+    """A class that only writes (a log file) needs its writes guarded, not an order between processes."""
+    source = dedent(
+        """
+        import json
+        import torch
+
+
+        class RunLog:
+            def __init__(self, path, config):
+                with open(path, "w") as f:
+                    json.dump(config, f)
+
+
+        def main():
+            log = RunLog("run.json", {"lr": 0.1})
+            model = torch.nn.DataParallel(torch.nn.Linear(2, 2))
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert "main_process_first" not in convert_source(source).output
+
+
+def test_code_that_builds_the_ddp_model_is_not_run_by_the_main_process_alone() -> None:
+    """Building DDP broadcasts the main process's weights: alone, before the others, it would wait forever."""
+    extra = """
+
+class Trainer:
+    def __init__(self, path):
+        self.model = torch.nn.DataParallel(torch.nn.Linear(2, 2))
+        torch.save(self.model.state_dict(), path)
+        self.state = torch.load(path)
+"""
+    source = _own_dataset("trainer = Trainer('init.pt')", extra)
+    result = convert_source(source)
+    assert "main_process_first" not in result.output
+    assert not any(f.code == "DDP425" for f in result.findings)
+
+
+def test_a_write_only_some_processes_reach_is_not_ordered() -> None:
+    """Under `if not os.path.exists(...)` a process that already sees the file skips the barrier the others wait at."""
+    source = _own_dataset(
+        """
+        if not os.path.exists("data/points.pt"):
+            train_set = Points("data", download=True)
+        model = torch.nn.DataParallel(torch.nn.Linear(2, 2))
+        """
+    )
+    assert "with main_process_first()" not in convert_source(source).output
+
+
+def test_a_write_in_a_loop_is_not_ordered() -> None:
+    source = _own_dataset(
+        """
+        for root in ("a", "b"):
+            train_set = Points(root, download=True)
+        model = torch.nn.DataParallel(torch.nn.Linear(2, 2))
+        """
+    )
+    assert "with main_process_first()" not in convert_source(source).output

@@ -27,6 +27,7 @@ TRAINED = [
     "batch_sized_criterion", "eval_with_grad", "gpu_argument", "batch_of_one", "sampler_placeholder", "iteration_loop_restart",
     "eval_kept_whole", "plateau_on_losses", "eval_kwargs_kept_whole", "rebound_model_name", "nested_gpu_conditions",
     "init_after_wrap_moved", "reinit_after_wrap", "gpu_argument_guarded_print", "loss_skip_agreed",
+    "dist_bound_in_function", "dataset_downloads_once", "device_from_helper", "step_counter_stop",
 ]  # fmt: skip
 
 
@@ -212,3 +213,17 @@ def test_resume_into_the_bare_model_from_the_original_scripts_checkpoint(tmp_pat
         [sys.executable, "-c", "import torch; print(type(torch.load('converted.pt', weights_only=False)).__name__)"], tmp_path
     )
     assert loaded.stdout.strip() == "Sequential", loaded.stderr
+
+
+def test_a_dataset_that_downloads_on_first_use_is_written_once_and_found_by_every_process(tmp_path: Path) -> None:
+    """Three fresh runs: the main process writes and renames the file first; the other never misses it."""
+    script = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "dataset_downloads_once" / "after.py", script)
+    for run in range(3):
+        data = f"data{run}"
+        completed, ranks = run_under_torchrun(script, tmp_path, "--data", data, probe=f"probe{run}")
+        assert completed.returncode == 0, completed.stdout + completed.stderr
+        # Rank 0 alone writes; a run repeated after gloo's exit abort finds the file there and writes nothing.
+        assert len(ranks[0]["saves"]) <= 1 and ranks[1]["saves"] == []
+        assert sorted(p.name for p in (tmp_path / data).iterdir()) == ["points.pt"]
+        assert ranks[0]["replicas"] == ranks[1]["replicas"]

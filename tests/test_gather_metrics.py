@@ -260,3 +260,37 @@ def test_a_print_whose_test_guards_the_value_is_left_per_process() -> None:
     assert '                print(f"step {step} loss {loss.item():.4f}")\n' in result.output
     assert "all_reduce_mean" not in result.output
     assert [f.code for f in result.findings if f.code == "DDP403"] == ["DDP403"]
+
+
+@pytest.mark.parametrize(
+    ("step", "reported"),
+    [
+        pytest.param("it += 1", False, id="a counter added to in place"),
+        pytest.param("it = it + 1", False, id="a counter assigned its own value plus one"),
+        pytest.param("it = args.accumulate + it", False, id="a counter plus a value every process shares"),
+        pytest.param("it = it + loss.item()", True, id="a sum of this process's losses"),
+        pytest.param("it += loss.item()", False, id="a sum of losses added in place, averaged after the loop"),
+        pytest.param("it = it + len(x)", True, id="a count of this process's samples"),
+    ],
+)
+def test_stopping_on_a_step_counter_is_not_a_per_process_value(step: str, reported: bool) -> None:
+    """A counter advances alike on every process, so every process stops after the same epoch."""
+    source = f"""
+import torch
+from torch.utils.data import DataLoader
+
+
+def main(args, max_steps):
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(ds, batch_size=32, shuffle=True)
+    it = 0
+    for epoch in range(100):
+        for x, y in train_loader:
+            loss = model(x, y)
+            loss.backward()
+            {step}
+        if it >= max_steps:
+            break
+"""
+    result = convert_source(source)
+    assert any(f.code == "DDP424" for f in result.findings) is reported, result.findings

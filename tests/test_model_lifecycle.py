@@ -53,6 +53,31 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
         pytest.param(
             """
             import torch
+            def get_device(gpu):
+                return torch.device("cuda", gpu)
+            model = torch.nn.DataParallel(model)
+            model.to(get_device(args.gpu))
+            """,
+            ["6:DDP218"],
+            id="a move to a helper's device that names a GPU index from the arguments",
+        ),
+        pytest.param(
+            """
+            import torch
+            def get_device(device):
+                if device:
+                    return device
+                return "cpu"
+            model = torch.nn.DataParallel(model)
+            print(model(x))
+            model.to(get_device(cfg.device))
+            """,
+            ["9:DDP212"],
+            id="a move to a helper's device that may hand back what it was given",
+        ),
+        pytest.param(
+            """
+            import torch
             if opt.isTrain and not opt.fp16:
                 model = torch.nn.DataParallel(model)
             """,
@@ -68,6 +93,54 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
             """,
             ["3:DDP207"],
             id="a wrap under a flag is reported for every wrap",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            seen = 0
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                seen += loss.item()
+                if seen >= budget:
+                    break
+            """,
+            ["10:DDP220"],
+            id="a break on a sum of this process's losses, added in place",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            it = 0
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                if loss.item() > 0:
+                    it = it + 1
+                if it >= max_iterations:
+                    break
+            """,
+            ["11:DDP220"],
+            id="a break on a counter only some processes advance",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            it = 0
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                if torch.isnan(loss):
+                    continue
+                it = it + 1
+                if it >= max_iterations:
+                    break
+            """,
+            ["12:DDP220"],
+            id="a break on a counter a per-batch continue skips",
         ),
         pytest.param(
             """
@@ -191,6 +264,21 @@ def test_hazard_leaves_the_file_as_it_was(source: str, expected: list[str]) -> N
         pytest.param(
             """
             import torch
+
+
+            def get_device(cuda):
+                return torch.device("cuda" if cuda and torch.cuda.is_available() else "cpu")
+
+
+            device = get_device(args.cuda)
+            model = torch.nn.DataParallel(model)
+            model.to(device)
+            """,
+            id="a move to what a helper of the file returns: cuda or cpu",
+        ),
+        pytest.param(
+            """
+            import torch
             DEVICE = "cuda:0"
             model = torch.nn.DataParallel(model)
             model = model.to(DEVICE)
@@ -248,6 +336,36 @@ def test_hazard_leaves_the_file_as_it_was(source: str, expected: list[str]) -> N
                     out.sum().backward()
             """,
             id="one backward in each branch of an if is one per pass",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            iter_num = 0
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    iter_num = iter_num + 1
+                    if iter_num >= max_iterations:
+                        break
+            """,
+            id="a break on a counter assigned its own value plus one",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            step, lr = 0, base_lr
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                step = step + args.accumulate
+                lr = lr * 0.5
+                if step > args.max_steps or lr < 1e-6:
+                    break
+            """,
+            id="a break on a counter and a schedule every process shares",
         ),
         pytest.param(
             """
@@ -612,6 +730,51 @@ def test_a_wrap_on_both_branches_of_an_if_converts_in_place() -> None:
     )
     assert "if torch.cuda.is_available():\n    net = wrap_ddp(net)\nelse:\n    net = wrap_ddp(net)\n" in result.output
     assert not [f for f in result.findings if f.severity == "error"]
+
+
+def test_a_device_from_a_helper_of_the_file_is_this_processs_own() -> None:
+    """`get_device(args.cuda)` returns "cuda" (the GPU setup_distributed() selected) or "cpu": nothing to report."""
+    result = _convert(
+        """
+        import torch
+
+
+        def get_device(cuda):
+            return torch.device("cuda" if cuda and torch.cuda.is_available() else "cpu")
+
+
+        def main():
+            device = get_device(args.cuda)
+            model = torch.nn.DataParallel(Net()).to(device)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                loss = model(x).sum()
+                loss.backward()
+        """
+    )
+    assert result.changed
+    assert not [f for f in result.findings if f.code in ("DDP212", "DDP213")], result.findings
+
+
+def test_a_helper_defined_twice_says_nothing_about_the_device() -> None:
+    """Which `get_device` runs is unknown, so the tensors' device is still reported."""
+    result = _convert(
+        """
+        import torch
+        if cfg.cpu:
+            def get_device():
+                return "cpu"
+        else:
+            def get_device():
+                return cfg.device
+        device = get_device()
+        model = torch.nn.DataParallel(Net())
+        for x, y in loader:
+            loss = model(x.to(device)).sum()
+            loss.backward()
+        """
+    )
+    assert [f"{f.line}:{f.code}" for f in result.findings if f.code == "DDP213"] == ["12:DDP213"]
 
 
 def test_a_configured_device_for_tensors_is_reported_once() -> None:

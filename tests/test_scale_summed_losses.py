@@ -38,6 +38,33 @@ class ScaleSummedLossesTest(CodemodTest):
         """
         self.assertCodemod(before, after, expected_warnings=[scaled("7:5:", "loss")])
 
+    def test_world_size_in_a_function_that_binds_dist_itself(self) -> None:
+        """Should spell torch.distributed in full in a function whose own `dist` is a distance, not the module."""
+        before = """
+            import torch.nn as nn
+
+            model = wrap_ddp(Net())
+            criterion = nn.MSELoss(reduction="sum")
+
+            def step(x, y, dist):
+                loss = criterion(model(x), y)
+                loss.backward()
+                return loss.item() < dist
+        """
+        after = """
+            import torch.nn as nn
+            import torch.distributed
+
+            model = wrap_ddp(Net())
+            criterion = nn.MSELoss(reduction="sum")
+
+            def step(x, y, dist):
+                loss = criterion(model(x), y)
+                (loss * torch.distributed.get_world_size()).backward()
+                return loss.item() < dist
+        """
+        self.assertCodemod(before, after, expected_warnings=[scaled("8:5:", "loss")])
+
     def test_functional_sum_and_old_size_average(self) -> None:
         """Should scale a functional loss that sums, spelled either way, backward called on the call itself."""
         before = """

@@ -38,6 +38,34 @@ class SecureCheckpointsTest(CodemodTest):
         """
         self.assertCodemod(before, after, expected_warnings=[])
 
+    def test_barrier_in_a_function_that_imports_dist_after_it(self) -> None:
+        """Should not read the function's own `dist` before its local import binds it."""
+        before = """
+            import torch
+
+            def resume(net):
+                torch.save(net.state_dict(), "w.pt")
+                state = torch.load("w.pt", map_location="cpu")
+                import torch.distributed as dist
+                return state
+
+            net = wrap_ddp(net)
+        """
+        after = """
+            import torch
+            import torch.distributed
+
+            def resume(net):
+                torch.save(net.state_dict(), "w.pt")
+                torch.distributed.barrier()
+                state = torch.load("w.pt", map_location="cpu")
+                import torch.distributed as dist
+                return state
+
+            net = wrap_ddp(net)
+        """
+        self.assertCodemod(before, after, expected_warnings=[])
+
     def test_load_at_module_level_outside_any_if(self) -> None:
         """Should put the barrier right before a bare module-level load, the statement whose parent is the module."""
         before = """

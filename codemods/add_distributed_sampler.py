@@ -57,6 +57,8 @@ _TENSOR_FACTORIES = frozenset(
     f"torch.{name}" for name in ("zeros", "ones", "full", "empty", "randn", "rand", "randint", "arange", "eye", "tensor", "Tensor")
 )
 _RESHAPES = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_full", "new_empty", "resize_"})
+# Draws sized by their argument: `zdist.sample((batch_size,))` from a torch.distributions object.
+_DRAWS = frozenset({"sample", "rsample", "sample_n"})
 # Process counts a literal batch size is checked against.
 COMMON_WORLD_SIZES = (2, 4, 8)
 
@@ -273,9 +275,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _sizes_per_step(self, call: cst.Call) -> cst.Call | None:
         """Another use of the loader's batch value that sizes a tensor or an object per step.
 
-        ``Loss(batch=cfg.batch)`` or ``torch.zeros(batch_size, ...)`` expect the
-        loader's batch: divided by the world size in the loader alone, they no
-        longer match it. The first such use is returned.
+        ``Loss(batch=cfg.batch)``, ``torch.zeros(batch_size, ...)`` or a GAN's noise,
+        ``zdist.sample((batch_size,))``, expect the loader's batch: divided by the
+        world size in the loader alone, they no longer match it. The first such
+        use is returned.
         """
         batch = argument(call, BATCH_SIZE, "batch_size")
         if batch is None:
@@ -295,7 +298,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if (
                 (isinstance(func, cst.Name) and func.value in classes)
                 or qualified & _TENSOR_FACTORIES
-                or (isinstance(func, cst.Attribute) and func.attr.value in _RESHAPES)
+                or (isinstance(func, cst.Attribute) and func.attr.value in _RESHAPES | _DRAWS)
             ):
                 return other
         return None

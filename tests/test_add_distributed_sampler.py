@@ -701,3 +701,32 @@ class NoSamplerSpellingsTest(CodemodTest):
                 train()
         """
         self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch kept: each process loads `8 // world_size` samples; 8 divides by 2, 4, 8 processes"])
+
+
+def test_a_noise_batch_drawn_with_the_loaders_batch_keeps_the_batch_per_process() -> None:
+    """`z = zdist.sample((batch_size,))` beside the loader's batch: split in the loader alone, the two no longer match."""
+    from dp2ddp.api import convert_source
+
+    source = """\
+import torch
+from torch.utils.data import DataLoader
+
+batch_size = 64
+
+
+def main():
+    loader = DataLoader(data, batch_size=batch_size, shuffle=True)
+    model = torch.nn.DataParallel(generator)
+    for epoch in range(2):
+        for x, y in loader:
+            z = zdist.sample((batch_size,))
+            loss = model(z, y).mean()
+            loss.backward()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source)
+    assert "DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, shuffle=True))" in result.output
+    assert "DDP312" in {f.code for f in result.findings}

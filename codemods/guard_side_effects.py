@@ -99,11 +99,27 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             if not WRITER_NAME.search(name.rsplit(".", 1)[-1]) or name in self.effects.functions:
                 continue
             imported = [q.name for q in analysis.qualified_names(call.func) if q.source is QualifiedNameSource.IMPORT]
+            if not imported and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
+                # `checkpoint_io.save(...)` on an object built from another file's class.
+                imported = self._built_from_import(call.func.value)
             if not imported or any(q.startswith(("torch.", "builtins.")) for q in imported):
                 continue
             if self.effects.is_side_effect(call) or self.effects.is_collective(call) or under_rank_guard(self, call):
                 continue
             self.report(call, "DDP422", call=name)
+
+    def _built_from_import(self, receiver: cst.Name) -> list[str]:
+        """The imported callables ``receiver`` is built by, when every binding of it calls one."""
+        bindings = self.analysis.bindings(receiver) or []
+        built: list[str] = []
+        for assign in bindings:
+            if assign is None or not isinstance(assign.value, cst.Call):
+                return []
+            names_ = [q.name for q in self.analysis.qualified_names(assign.value.func) if q.source is QualifiedNameSource.IMPORT]
+            if not names_:
+                return []
+            built += names_
+        return built
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return node.name.value not in names.HELPERS

@@ -490,3 +490,26 @@ if __name__ == "__main__":
     assert "writer = SummaryWriter() if is_main_process() else None" in result.output
     assert "global_loss = all_reduce_mean(loss.item())\n            if is_main_process():\n" in result.output
     assert convert_source(result.output).output == result.output
+
+
+def test_a_writing_method_of_an_object_built_from_another_files_class_is_reported() -> None:
+    """`ckpt = CheckpointIO(dir)` from another file, then `ckpt.save(...)`: convert cannot see inside, so it says so."""
+    source = """\
+import torch
+from mylib.checkpoints import CheckpointIO
+
+
+def main():
+    model = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+    ckpt = CheckpointIO("out")
+    for step in range(3):
+        loss = model(torch.randn(4, 2)).sum()
+        loss.backward()
+        ckpt.save("model.pt", step)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source)
+    assert [f.line for f in result.findings if f.code == "DDP422"] == [11]

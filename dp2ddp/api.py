@@ -166,7 +166,25 @@ def parse_source(source: str) -> cst.Module:
         # CPython's own message and position are the ones users know; LibCST's
         # stand in only for syntax that CPython accepts and LibCST does not.
         _raise_if_python_refuses(source)
+        mixed = _first_mixed_indentation(source)
+        if mixed is not None:
+            raise ConversionError(
+                "cannot parse a file CPython accepts: this line's indentation mixes tabs and spaces, which "
+                "CPython reads with tabs 8 columns wide and LibCST may not; re-indent the file with spaces "
+                "(for example `expand -i -t 8`), then run convert again",
+                mixed,
+                1,
+            ) from None
         raise ConversionError(f"cannot parse: {error.message}", error.raw_line, error.raw_column + 1) from None
+
+
+def _first_mixed_indentation(source: str) -> int | None:
+    """The first line whose indentation holds both a tab and a space, if any."""
+    for number, line in enumerate(source.splitlines(), 1):
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        if "\t" in indent and " " in indent and line.strip():
+            return number
+    return None
 
 
 def _raise_if_python_refuses(source: str) -> None:

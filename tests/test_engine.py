@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from dp2ddp import api
-from dp2ddp.api import convert_source
+from dp2ddp.api import ConversionError, convert_source
 from dp2ddp.cli import main
 from tests.conftest import FIXTURES
 
@@ -225,3 +225,13 @@ def test_a_refused_file_costs_two_analyses(analyses: list[object]) -> None:
     """One of the script, and one of the second group's input, built in memory and thrown away."""
     convert_source(REFUSED.read_text(encoding="utf-8"))
     assert len(analyses) == 2
+
+
+def test_indentation_mixing_tabs_and_spaces_that_libcst_cannot_read_names_its_line() -> None:
+    """CPython accepts a tab after spaces (tabs are 8 columns); LibCST does not: say which line and what to do."""
+    source = "def f(xs):\n    for x in xs:\n        y = x\n       \ty = y + 1\n        with open(y):\n    \t    z = y\n        return z\n"
+    compile(source, "<mixed>", "exec")
+    with pytest.raises(ConversionError) as raised:
+        convert_source(source + "import torch\nmodel = torch.nn.DataParallel(net)\n")
+    assert raised.value.line == 4
+    assert "mixes tabs and spaces" in raised.value.message and "expand -i -t 8" in raised.value.message

@@ -51,6 +51,7 @@ OVERWRITES = re.compile(r"^(normal|uniform|zero|fill|copy|constant|xavier_\w+|ka
 GPU_OR_DEVICE = re.compile(r"device|gpu|cuda", re.IGNORECASE)
 LOCAL_RANK_WORDS = re.compile(r"local_rank|current_device", re.IGNORECASE)
 _BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
+CONTROL_FLOW = m.Return() | m.Break() | m.Continue() | m.Raise()
 _LOOPS = (cst.For, cst.While)
 _SCOPES = (cst.FunctionDef, cst.Module, cst.Lambda)
 # Why a double backward would train differently under DDP (DDP222's `how`).
@@ -112,6 +113,8 @@ class ModelLifecycle:
         self.moved: dict[cst.SimpleStatementLine, tuple[cst.BaseStatement, cst.BaseStatement]] = {}
         self.unwrapped: dict[cst.CSTNode, str] = {}
         self.split: set[cst.SimpleStatementLine] = set()
+        # `if gpus > 1: <wrap and set up> else: <set up>`: the `if` becomes its wrapping branch.
+        self.taken_branches: set[cst.If] = set()
         # Wraps whose model has parameters its forward never uses.
         self.unused_parameters: dict[cst.Call, str] = {}
         # Values of the loss that a skip tests (`loss`, `loss.item()`): they become its average
@@ -217,9 +220,36 @@ class ModelLifecycle:
                 for wrap in wraps:
                     for left in wrap.conditions:
                         self._old_condition_uses(left, [wrap])  # type: ignore[arg-type]
+            elif self._may_take_the_wrapping_branch(condition, wraps):
+                self.taken_branches.add(condition)
+                self._old_condition_uses(condition, wraps)
+                self.findings.append(Hazard(condition.test, "DDP225", (("condition", code_of(condition.test)),)))
             else:
                 for wrap in wraps:
                     self.blockers.append(Hazard(wrap.call, "DDP204"))
+
+    def _may_take_the_wrapping_branch(self, condition: cst.If, wraps: list[Wrap]) -> bool:
+        """``if len(gpu_ids) > 1: model = DataParallel(model); <setup through model.module> else: <setup>``.
+
+        Under DDP every process wraps, so the branch that wraps is the one that runs:
+        the whole ``if`` becomes that branch. Safe when the ``else`` (not an ``elif``)
+        binds nothing the wrapping branch does not, and leaves no other way out
+        (``return``, ``break``, ``raise``), so no later code depends on it.
+        """
+        orelse = condition.orelse
+        if not isinstance(orelse, cst.Else) or not isinstance(condition.body, cst.IndentedBlock):
+            return False
+        if any(len(w.conditions) != 1 or w.statement not in condition.body.body for w in wraps):
+            return False
+        if m.findall(orelse, CONTROL_FLOW):
+            return False
+
+        def bound(node: cst.CSTNode) -> set[str]:
+            targets = [*self.analysis.within(node, cst.AssignTarget), *self.analysis.within(node, cst.AugAssign), *self.analysis.within(node, cst.AnnAssign)]
+            found = {n.value for t in targets for n in self.analysis.within(t.target, cst.Name)}
+            return found | {n.value for a in self.analysis.within(node, cst.ImportAlias) for n in self.analysis.within(a, cst.Name)}
+
+        return bound(orelse) <= bound(condition.body)
 
     def _wrapped_on_both_branches(self) -> set[cst.Call]:
         """``if c: m = DataParallel(m).cuda() else: m = DataParallel(m)``: every path wraps, in place."""

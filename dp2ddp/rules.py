@@ -434,6 +434,26 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP225",
+            "wrapping-branch-taken",
+            "note",
+            "the DataParallel wrap is in the branch of `if {condition}:` that has an `else`; under DDP every "
+            "process wraps, so the `if` became its wrapping branch and the `else` was dropped: check that "
+            "nothing the `else` did is still needed",
+            doc=_doc(
+                "Finds a wrap under a GPU condition whose `if` has an `else` that sets the same things up "
+                "for one device, and keeps only the branch that wraps.",
+                "Under DataParallel the `else` ran on one GPU. Under DDP every process wraps its model, "
+                "whatever the device count, so code written for the wrapped model (`model.module.classifier`) "
+                "is what must run; the unwrapped branch would reach into a DDP model as if it were bare.",
+                "if len(gpu_ids) > 1:\n    model = nn.DataParallel(model)\n    head = model.module.classifier\n"
+                "else:\n    head = model.classifier",
+                "model = wrap_ddp(model)\nhead = model.module.classifier",
+                "Safe when the `else` binds nothing the wrapping branch does not and has no `return`, `break` "
+                "or `raise`; otherwise the file is left as it was (`DDP204`).",
+            ),
+        ),
+        Rule(
             "DDP221",
             "several-backward-per-forward",
             "error",

@@ -67,7 +67,7 @@ CASES = [
             if torch.cuda.device_count() > 1:
                 model = nn.DataParallel(model)
             else:
-                print("training on one device")
+                single_device = True
             """
         ),
         _script(

@@ -27,7 +27,7 @@ TRAINED = [
     "batch_sized_criterion", "eval_with_grad", "gpu_argument", "batch_of_one", "sampler_placeholder", "iteration_loop_restart",
     "eval_kept_whole", "plateau_on_losses", "eval_kwargs_kept_whole", "rebound_model_name", "nested_gpu_conditions",
     "init_after_wrap_moved", "reinit_after_wrap", "gpu_argument_guarded_print", "loss_skip_agreed",
-    "dist_bound_in_function", "dataset_downloads_once", "device_from_helper", "step_counter_stop",
+    "dist_bound_in_function", "dataset_downloads_once", "device_from_helper", "step_counter_stop", "wrap_branch_with_else",
 ]  # fmt: skip
 
 

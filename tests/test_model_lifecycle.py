@@ -958,6 +958,19 @@ def test_wrap_moves_after_a_mutation_of_its_model(source: str, expected: str) ->
             "if cuda:\n    model = model.cuda()\nmodel = wrap_ddp(model)\n",
             id="a move after the wrap in its GPU condition stays, the wrap leaves",
         ),
+        pytest.param(
+            """
+            import torch
+            if len(gpu_ids) > 1:
+                model = torch.nn.DataParallel(model, device_ids=gpu_ids)
+                head = model.module.classifier
+            else:
+                head = model.classifier
+            optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+            """,
+            "model = wrap_ddp(model)\nhead = model.module.classifier\noptimizer",
+            id="a GPU condition with an else that sets up the same things becomes its wrapping branch",
+        ),
     ],
 )
 def test_no_false_refusal(source: str, expected: str) -> None:
@@ -1067,3 +1080,17 @@ def test_backward_passes_are_counted_on_one_pass_through_the_loop() -> None:
     )
     (finding,) = [f for f in result.findings if f.code == "DDP221"]
     assert finding.message.startswith("2 backward passes for 1 forward pass of the wrapped model in one pass through this loop;")
+
+
+def test_an_else_that_binds_what_the_wrapping_branch_does_not_stays_refused() -> None:
+    """Should refuse: later code may read `single_device`, which only the `else` binds."""
+    source = """
+        import torch
+        if torch.cuda.device_count() > 1:
+            model = torch.nn.DataParallel(model)
+        else:
+            single_device = True
+        """
+    result = _convert(source)
+    assert result.output == dedent(source)
+    assert "DDP204" in {f.code for f in result.findings}

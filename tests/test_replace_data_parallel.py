@@ -118,7 +118,10 @@ class ReplaceDataParallelTest(CodemodTest):
         self.assertCodemod(before, after, expected_warnings=[])
 
     def test_conditional_wrap_with_else_leaves_the_file_as_it_was(self) -> None:
-        """Should convert nothing when a wrap cannot leave its condition: some processes would not wrap."""
+        """Should convert nothing when a wrap cannot leave its condition: some processes would not wrap.
+
+        The `else` binds `fallback`, which the wrapping branch does not, so it cannot simply be dropped.
+        """
         before = """
             import torch
 
@@ -126,6 +129,7 @@ class ReplaceDataParallelTest(CodemodTest):
                 model = torch.nn.DataParallel(model)
             else:
                 model = model.cuda()
+                fallback = True
         """
         self.assertCodemod(
             before,

@@ -160,17 +160,18 @@ RULES: dict[str, Rule] = {
             "DDP204",
             "conditional-wrap",
             "error",
-            "the DataParallel wrap cannot leave its condition (nested conditions, an `else`, or code "
-            "after it in the `if` that uses the model); the file is left as it was: every process "
-            "must wrap the model, so make the wrap unconditional by hand",
+            "the DataParallel wrap cannot leave its condition (an `else` that binds other names or "
+            "leaves the block, code after it in the `if` that uses the model, or an `elif`); the file is "
+            "left as it was: every process must wrap the model, so make the wrap unconditional by hand",
             doc=_doc(
-                "Finds a DataParallel wrap that cannot be moved out of its conditions: nested `if`s, "
-                "an `if` with an `else`, later code in the `if` that uses the wrapped model, or a "
-                "conditional expression other than `DataParallel(m) if gpu else m`.",
+                "Finds a DataParallel wrap under GPU conditions that cannot be moved out of them: an `if` "
+                "whose `else` binds names the wrapping branch does not or leaves with `return`/`break`/"
+                "`raise`, an `elif`, later code in the `if` that uses the wrapped model other than to move "
+                "it to its own device, or a conditional expression other than `DataParallel(m) if gpu else m`.",
                 "DDP averages gradients only between processes that wrapped the model. A process that "
                 "skips the wrap trains alone while the data is split, so the replicas drift apart.",
-                "if args.cuda:\n    if torch.cuda.device_count() > 1:\n        model = nn.DataParallel(model)",
-                "model = nn.DataParallel(model)  # then run dp2ddp convert",
+                "if torch.cuda.device_count() > 1:\n    model = nn.DataParallel(model)\nelse:\n    single_device = True",
+                "model = nn.DataParallel(model)  # then run dp2ddp convert\nsingle_device = torch.cuda.device_count() <= 1",
                 "No fix: the file is left as it was.",
             ),
         ),

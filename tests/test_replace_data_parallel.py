@@ -135,9 +135,9 @@ class ReplaceDataParallelTest(CodemodTest):
             before,
             before,
             expected_warnings=[
-                "4:13: DDP204 the DataParallel wrap cannot leave its condition (nested conditions, an `else`, or code "
-                "after it in the `if` that uses the model); the file is left as it was: every process "
-                "must wrap the model, so make the wrap unconditional by hand"
+                "4:13: DDP204 the DataParallel wrap cannot leave its condition (an `else` that binds other names or "
+                "leaves the block, code after it in the `if` that uses the model, or an `elif`); the file is "
+                "left as it was: every process must wrap the model, so make the wrap unconditional by hand"
             ],
         )
 

@@ -227,3 +227,45 @@ def test_a_dataset_that_downloads_on_first_use_is_written_once_and_found_by_ever
         assert len(ranks[0]["saves"]) <= 1 and ranks[1]["saves"] == []
         assert sorted(p.name for p in (tmp_path / data).iterdir()) == ["points.pt"]
         assert ranks[0]["replicas"] == ranks[1]["replicas"]
+
+
+FAKE_TENSORBOARD = '''
+"""Run train.py with a stand-in for torch.utils.tensorboard that records each writer as a file."""
+import os
+import runpy
+import sys
+import types
+
+
+class SummaryWriter:
+    def __init__(self, log_dir="runs"):
+        os.makedirs(log_dir, exist_ok=True)
+        self.file = open(os.path.join(log_dir, f"events.{os.getpid()}.{id(self)}"), "w")
+
+    def add_scalar(self, tag, value, step):
+        self.file.write(f"{tag} {step} {value}\\n")
+
+    def close(self):
+        self.file.close()
+
+
+module = types.ModuleType("torch.utils.tensorboard")
+module.SummaryWriter = SummaryWriter
+sys.modules["torch.utils.tensorboard"] = module
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"), run_name="__main__")
+'''
+
+
+def test_lazily_created_writers_write_one_event_file_each_per_run(tmp_path: Path) -> None:
+    """Two writers, one created on first use: the run leaves the original's two event files, all from rank 0."""
+    shutil.copy(FIXTURES / "lazy_summary_writer" / "after.py", tmp_path / "train.py")
+    (tmp_path / "with_fake_tensorboard.py").write_text(FAKE_TENSORBOARD, encoding="utf-8")
+    completed, ranks = run_under_torchrun(tmp_path / "with_fake_tensorboard.py", tmp_path, "--logdir", "runs")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert ranks[0]["replicas"] == ranks[1]["replicas"]
+    events = sorted((tmp_path / "runs").iterdir())
+    assert len(events) == 2, [e.name for e in events]
+    assert len({e.name.split(".")[1] for e in events}) == 1, "event files from more than one process"
+    # 48 samples, a global batch of 8: 6 steps an epoch, 2 epochs, each written once.
+    lines = sorted(line.split()[0] for e in events for line in e.read_text(encoding="utf-8").splitlines())
+    assert lines == ["loss"] * 12 + ["lr"] * 12

@@ -81,6 +81,17 @@ def find_device_indices(analysis: Analysis) -> DeviceIndices:
                     bindings.setdefault(binding, call)
             elif isinstance(value, cst.Attribute):
                 attributes.add(code_of(value))
+    # `gpu_id = gpu`, then `set_device(gpu_id)`: the value it copies is an index too.
+    pending = list(bindings)
+    while pending:
+        binding = pending.pop()
+        target = analysis.parents.get(getattr(binding, "node", None))  # type: ignore[arg-type]
+        assign = analysis.parents.get(target) if isinstance(target, cst.AssignTarget) else None
+        if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Name):
+            for copied in _bindings(analysis, assign.value):
+                if copied not in bindings:
+                    bindings[copied] = bindings[binding]
+                    pending.append(copied)
     return DeviceIndices(bindings, frozenset(attributes))
 
 

@@ -619,7 +619,8 @@ class ModelLifecycle:
         if isinstance(device, cst.SimpleString):
             return device.evaluated_value in ("cuda", "cpu", "cuda:0")  # cuda:0 becomes "cuda" (DDP205)
         if isinstance(device, cst.Integer):
-            return device.value == "0"  # .cuda(0) becomes .cuda() (DDP205)
+            # .cuda(0) becomes .cuda() (DDP205); a 0 held in a variable (`--gpu` defaults to 0) stays 0.
+            return depth == 0 and device.value == "0"
         if isinstance(device, cst.IfExp):
             return self.is_local_device(device.body, depth) and self.is_local_device(device.orelse, depth)
         if isinstance(device, cst.Call):
@@ -1069,8 +1070,10 @@ class ModelLifecycle:
                     self.findings.append(Hazard(call, "DDP213", (("device", spelled),)))
             if self.analysis.matches(call, call_to({"torch.cuda.set_device"})) and call.args:
                 device = call.args[0].value
-                if not isinstance(device, cst.Integer) and not LOCAL_RANK_WORDS.search(code_of(device)):
-                    self.findings.append(Hazard(call, "DDP213", (("device", code_of(device)),)))
+                if not isinstance(device, cst.Integer) and not LOCAL_RANK_WORDS.search(code_of(device)) and not self.is_local_device(device):
+                    # After setup_distributed() picked this process's GPU, selecting another puts every
+                    # process on the same one: NCCL fails on duplicate GPUs.
+                    self.blockers.append(Hazard(call, "DDP226", (("device", code_of(device)),)))
             elif m.matches(call, m.Call(func=m.Attribute(attr=m.Name("cuda")), args=[m.Arg(keyword=None)])):
                 device = call.args[0].value
                 spelled = code_of(device)

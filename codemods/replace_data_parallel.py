@@ -56,6 +56,8 @@ def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> DistributedDataPara
 # process has its own, which plain "cuda" and .cuda() name after set_device.
 FIRST_GPU_STRING = string_literal("cuda:0")
 FIRST_GPU_CALL = m.Call(func=m.Attribute(attr=m.Name("cuda")), args=[m.Arg(m.Integer("0"), keyword=None)])
+# This process's GPU index, as setup_distributed() selects it.
+LOCAL_RANK = 'int(os.environ.get("LOCAL_RANK", "0"))'
 
 
 def _cuda_string(node: cst.SimpleString) -> cst.SimpleString:
@@ -104,6 +106,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             elif isinstance(node, cst.Call):
                 if self.matches(node, call_to(names.FUNCTIONAL_DATA_PARALLEL)):
                     self.report(node, "DDP202")
+                elif self.converting and self._selects_first_gpu(node):
+                    self.report(node, "DDP205", literal="torch.cuda.set_device(0)", replacement=f"torch.cuda.set_device({LOCAL_RANK})")
                 elif self.converting and m.matches(node, FIRST_GPU_CALL) and not self.matches(
                     node, m.Call(func=m.Attribute(value=call_to(names.DATA_PARALLEL)))
                 ):
@@ -142,12 +146,19 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             return updated_node.func.value
         if m.matches(original_node, FIRST_GPU_CALL):
             return updated_node.with_changes(args=[])
+        if self._selects_first_gpu(original_node):
+            AddImportsVisitor.add_needed_import(self.context, "os")
+            return updated_node.with_changes(args=[cst.Arg(cst.parse_expression(LOCAL_RANK))])
         if self.matches(
             original_node,
             m.Call(func=m.Name("isinstance"), args=[m.Arg(), m.Arg(value=resolves_to(names.DATA_PARALLEL))]),
         ):
             return self._isinstance_accepting_ddp(updated_node)
         return updated_node
+
+    def _selects_first_gpu(self, call: cst.Call) -> bool:
+        """``torch.cuda.set_device(0)``: after setup_distributed() it would move every process to GPU 0."""
+        return self.matches(call, call_to({"torch.cuda.set_device"})) and m.matches(argument(call, 0, "device"), m.Integer("0"))
 
     def _wrap_call(self, call: cst.Call, drop_device_moves: bool, unused_parameters: bool) -> cst.Call:
         wrapped = argument(call, 0, "module")

@@ -455,6 +455,24 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP226",
+            "set-device-not-local",
+            "error",
+            "`torch.cuda.set_device({device})` selects a GPU convert cannot prove is this process's own; the "
+            "file is left as it was: after setup_distributed() every process would move to that one GPU, and "
+            "NCCL fails on duplicate GPUs: pass int(os.environ[\"LOCAL_RANK\"]) or drop the call",
+            doc=_doc(
+                "Finds `torch.cuda.set_device(x)` where `x` is a variable, an attribute or an argument "
+                "(`args.gpu`, `cfg.GPU`) that convert cannot resolve to this process's local rank.",
+                "setup_distributed() selects each process's own GPU, its local rank. Selecting a fixed "
+                "GPU afterwards puts every process on it: the model and DDP's buckets share one device, "
+                "and NCCL refuses duplicate GPUs in one group.",
+                "torch.cuda.set_device(args.gpu)",
+                "torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))  # or drop it: setup_distributed() selects it",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP221",
             "several-backward-per-forward",
             "error",

@@ -193,6 +193,26 @@ CASES = [
         id="a GPU picked by a parameter converts once every call passes the local rank",
     ),
     pytest.param(
+        "DDP226",
+        _script(
+            """
+            if torch.cuda.is_available():
+                torch.cuda.set_device(args.gpu)
+            model = nn.DataParallel(nn.Linear(4, 1))
+            """
+        ).replace('parser.add_argument("--half"', 'parser.add_argument("--gpu", type=int, default=0)\nparser.add_argument("--half"'),
+        _script(
+            """
+            import os
+
+            if torch.cuda.is_available():
+                torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+            model = nn.DataParallel(nn.Linear(4, 1))
+            """
+        ),
+        id="selecting a GPU by an argument converts once it selects the local rank",
+    ),
+    pytest.param(
         "DDP220",
         _script(
             "model = nn.DataParallel(nn.Linear(4, 1))\n",

@@ -225,7 +225,7 @@ train(0, args)
     [
         pytest.param("torch.cuda.set_device(gpu)", "step % 10 == 0 and gpu == 0", id="gpu == 0"),
         pytest.param("gpu_id = gpu\n    torch.cuda.set_device(gpu_id)", "step % 10 == 0 and gpu_id == 0", id="gpu_id == 0"),
-        pytest.param("torch.cuda.set_device(args.gpu)", "step % 10 == 0 and args.gpu == 0", id="args.gpu == 0"),
+        pytest.param("scale = torch.ones(1).cuda(args.gpu)", "step % 10 == 0 and args.gpu == 0", id="args.gpu == 0"),
         pytest.param("device = torch.device('cuda', gpu)", "gpu == 0 and step % 10 == 0", id="an index of torch.device"),
         pytest.param("local_rank = gpu\n    torch.cuda.set_device(local_rank)", "step % 10 == 0 and local_rank == 0", id="local_rank == 0"),
     ],

@@ -1094,3 +1094,55 @@ def test_an_else_that_binds_what_the_wrapping_branch_does_not_stays_refused() ->
     result = _convert(source)
     assert result.output == dedent(source)
     assert "DDP204" in {f.code for f in result.findings}
+
+
+def test_set_device_of_gpu_zero_becomes_the_local_rank() -> None:
+    """`torch.cuda.set_device(0)` after setup_distributed() would move every process to GPU 0."""
+    result = _convert(
+        """
+        import torch
+        torch.cuda.set_device(0)
+        model = torch.nn.DataParallel(model)
+        """
+    )
+    assert 'torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))' in result.output
+    assert "DDP205" in {f.code for f in result.findings}
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        pytest.param("args.gpu", id="an argument that defaults to 0"),
+        pytest.param("cfg.GPU", id="a config value"),
+    ],
+)
+def test_set_device_of_a_gpu_convert_cannot_resolve_leaves_the_file_as_it_was(device: str) -> None:
+    """A conversion that pins every process to one GPU must never exit 0."""
+    source = f"""
+        import argparse
+        import torch
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--gpu", type=int, default=0)
+        args = parser.parse_args()
+        torch.cuda.set_device({device})
+        model = torch.nn.DataParallel(model)
+        """
+    result = _convert(source)
+    assert result.output == dedent(source)
+    assert [f.code for f in result.findings if f.severity == "error"] == ["DDP226"]
+
+
+def test_a_copy_of_the_gpu_parameter_is_followed_to_the_call() -> None:
+    """`gpu_id = gpu; set_device(gpu_id)` in `train(gpu, args)` called as `train(0, args)`: the call passes the local rank."""
+    result = _convert(
+        """
+        import torch
+        def train(gpu, args):
+            gpu_id = gpu
+            torch.cuda.set_device(gpu_id)
+            model = torch.nn.DataParallel(Net())
+        train(0, args)
+        """
+    )
+    assert 'train(int(os.environ.get("LOCAL_RANK", "0")), args)' in result.output
+    assert not [f for f in result.findings if f.severity == "error"]

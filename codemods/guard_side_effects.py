@@ -44,8 +44,13 @@ def {names.MAIN_PROCESS_HELPER}() -> bool:
 '''
 
 EFFECT, NEUTRAL, OTHER = "effect", "neutral", "other"
-# Names of functions that write somewhere: `progress_bar`, `save_checkpoint`, `log_metrics`, `plot_curve`.
-WRITER_NAME = re.compile(r"progress|print|log|save|write|dump|plot|draw|visuali[sz]e|show", re.IGNORECASE)
+# Names of functions that write somewhere: `progress_bar`, `save_checkpoint`, `log_metrics`, `plot_curve`;
+# TensorBoard-style `add_*` writers of another file's logger: `logger.add_imgs(...)`, `board.add_scalars(...)`.
+WRITER_NAME = re.compile(
+    r"progress|print|log|save|write|dump|plot|draw|visuali[sz]e|show"
+    r"|^add_(scalars?|images?|imgs|figure|histogram|text|graph|audio|video|embedding|pr_curve)$",
+    re.IGNORECASE,
+)
 COMPOUND = (cst.If, cst.For, cst.While, cst.With, cst.Try)
 CONTROL_FLOW = m.Return() | m.Break() | m.Continue() | m.Raise() | m.Yield() | m.Global() | m.Nonlocal()
 

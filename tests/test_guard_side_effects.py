@@ -513,3 +513,25 @@ if __name__ == "__main__":
 """
     result = convert_source(source)
     assert [f.line for f in result.findings if f.code == "DDP422"] == [11]
+
+
+def test_a_tensorboard_style_add_method_of_another_files_logger_is_reported() -> None:
+    """`logger.add_imgs(...)` on a logger built from another file's class writes like a SummaryWriter does."""
+    source = """\
+import torch
+from mylib.logging import Logger
+
+
+def main():
+    model = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+    logger = Logger("out")
+    for step in range(3):
+        loss = model(torch.randn(4, 2)).sum()
+        loss.backward()
+        logger.add_imgs(torch.zeros(1, 3, 4, 4), "samples", step)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    assert [f.line for f in convert_source(source).findings if f.code == "DDP422"] == [11]

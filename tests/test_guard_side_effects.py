@@ -535,3 +535,29 @@ if __name__ == "__main__":
     main()
 """
     assert [f.line for f in convert_source(source).findings if f.code == "DDP422"] == [11]
+
+
+def test_a_write_inside_a_block_guarded_whole_is_not_reported() -> None:
+    """`with open(log, "a") as f: csv.writer(f).writerow(row)` goes under one guard: nothing is left to report."""
+    source = """\
+import csv
+
+import torch
+
+
+def main():
+    model = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+    for step in range(3):
+        loss = model(torch.randn(4, 2)).sum()
+        loss.backward()
+        with open("log.csv", "a") as logfile:
+            logwriter = csv.writer(logfile)
+            logwriter.writerow([step, loss.item()])
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source)
+    assert "if is_main_process():\n            with open(" in result.output
+    assert "DDP422" not in {f.code for f in result.findings}

@@ -507,6 +507,10 @@ class ModelLifecycle:
                     continue
                 if not self._mutates_or_lists_parameters(chain):
                     return
+                if spelled.endswith(".load_state_dict") and inner != wrap.target:
+                    # A DataParallel checkpoint's `module.` keys fit the wrapper; under the wrap's
+                    # name, secure_checkpoints loads them either way, under the module's they would not.
+                    return
                 rest = spelled[len(wrap.target) :].removeprefix(".module")
                 unwrapped[chain] = inner + rest
         self.moved[wrap.statement] = (leaves, body[last])

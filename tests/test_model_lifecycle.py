@@ -1146,3 +1146,29 @@ def test_a_copy_of_the_gpu_parameter_is_followed_to_the_call() -> None:
     )
     assert 'train(int(os.environ.get("LOCAL_RANK", "0")), args)' in result.output
     assert not [f for f in result.findings if f.severity == "error"]
+
+
+def test_a_checkpoint_loaded_through_the_wrapper_keeps_the_wrap_in_place_under_another_name() -> None:
+    """`model = DataParallel(net); model.load_state_dict(ckpt); model.half()`: the `module.` keys fit only the wrapper."""
+    source = """
+        import torch
+        model = torch.nn.DataParallel(net)
+        model.load_state_dict(torch.load("ckpt.pt"))
+        model.half()
+        """
+    result = _convert(source)
+    assert result.output == dedent(source)
+    assert "DDP210" in {f.code for f in result.findings}
+
+
+def test_a_checkpoint_loaded_under_the_wraps_own_name_takes_either_key_spelling() -> None:
+    """Under the same name the load moves before the wrap as `load_model_state`, which reads `module.` keys too."""
+    result = _convert(
+        """
+        import torch
+        model = torch.nn.DataParallel(model)
+        model.load_state_dict(torch.load("ckpt.pt"))
+        model.half()
+        """
+    )
+    assert 'load_model_state(model, torch.load("ckpt.pt", map_location=local_device()))\nmodel.half()\nmodel = wrap_ddp(model)\n' in result.output

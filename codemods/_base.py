@@ -221,6 +221,8 @@ def parameter_for(function: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> st
 
 
 DEVICE_MOVE = m.Call(func=m.Attribute(attr=m.Name("cuda") | m.Name("to")))
+# A call to one of the reductions convert adds: `all_reduce_mean(loss.item())`.
+REDUCTION = m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))
 
 
 def without_device_move(expression: cst.BaseExpression) -> cst.BaseExpression:

@@ -31,11 +31,12 @@ from . import _names as names
 from ._base import (
     DEVICE_MOVE,
     MAIN_GUARD,
+    REDUCTION,
     argument,
     call_to,
     code_of,
-    parameter_for,
     inside_helper,
+    parameter_for,
     without_device_move,
 )
 
@@ -521,12 +522,15 @@ class ModelLifecycle:
             self.blockers.remove(hazard)
             self.findings.append(Hazard(hazard.node, "DDP219", (("call", code_of(hazard.node)),)))
 
-    def _outermost_chain(self, name: cst.Name) -> cst.BaseExpression:
-        """``model.module.head`` for the ``model`` in ``model.module.head.apply(init)``."""
+    def _outermost_chain(self, name: cst.Name, through_calls: bool = False) -> cst.BaseExpression:
+        """``model.module.head`` for the ``model`` in ``model.module.head.apply(init)``;
+        through calls, the whole value read: ``loss.item()`` for the ``loss`` in it."""
         node: cst.BaseExpression = name
         while True:
             parent = self.analysis.parents.get(node)
             if isinstance(parent, cst.Attribute) and parent.value is node:
+                node = parent
+            elif through_calls and isinstance(parent, cst.Call) and parent.func is node:
                 node = parent
             else:
                 return node
@@ -965,7 +969,7 @@ class ModelLifecycle:
                 # Under DataParallel the loss was the whole batch's: the faithful test is on the
                 # loss averaged over processes, the same number everywhere, so all take one branch.
                 for name in read:
-                    self.agreed_losses.add(self._loss_value(name))
+                    self.agreed_losses.add(self._outermost_chain(name, through_calls=True))
                 self.findings.append(Hazard(skip, "DDP224", (("how", how),)))
                 continue
             self.blockers.append(Hazard(skip, "DDP220", (("how", how),)))
@@ -977,23 +981,10 @@ class ModelLifecycle:
 
     def _reduced(self, node: cst.CSTNode) -> bool:
         """Inside ``all_reduce_mean(...)`` or another reduction: the same value on every process."""
-        reduction = m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))
-        return any(m.matches(a, reduction) for a in self.analysis.ancestors(node))
+        return any(m.matches(a, REDUCTION) for a in self.analysis.ancestors(node))
 
     def _under(self, node: cst.CSTNode, kind: type) -> bool:
         return any(isinstance(a, kind) for a in self.analysis.ancestors(node))
-
-    def _loss_value(self, name: cst.Name) -> cst.BaseExpression:
-        """The whole value a test reads from the loss: ``loss``, ``loss.item()``, ``loss.data``."""
-        node: cst.BaseExpression = name
-        while True:
-            parent = self.analysis.parents.get(node)
-            if isinstance(parent, cst.Attribute) and parent.value is node:
-                node = parent
-            elif isinstance(parent, cst.Call) and parent.func is node:
-                node = parent
-            else:
-                return node
 
     # -- devices ----------------------------------------------------------------------------
 

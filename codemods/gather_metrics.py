@@ -36,7 +36,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 
 from . import _names as names
 from ._analysis import Analysis
-from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
+from ._base import REDUCTION, Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
 from ._effects import is_rank_guard, under_rank_guard
 from ._lifecycle import per_process_names
 from ._results import (
@@ -134,7 +134,6 @@ class GatherMetricsCommand(Dp2ddpCodemod):
 
     def _report_per_process_stops(self, analysis: Analysis) -> None:
         """``if np.mean(losses) > best: break`` after a training loop: each process may stop in another epoch."""
-        reduction = m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))
         for loop in analysis.nodes(cst.For):
             if not self._loader_names(loop) or not self._is_training_loop(loop) or under_rank_guard(self, loop):
                 continue
@@ -147,11 +146,11 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             owner = owner_of(analysis, loop)
             after = [a for a in analysis.within(owner, cst.Assign) if analysis.is_after(a, loop)]
             # A value averaged over processes is the same everywhere: it passes nothing on.
-            flows = analysis.flows_from(flows, after, through=lambda a: not self.matches(a.value, reduction))
+            flows = analysis.flows_from(flows, after, through=lambda a: not self.matches(a.value, REDUCTION))
             for test in analysis.within(owner, cst.If):
                 if not analysis.is_after(test, loop) or not analysis.findall_in(test.body, m.Break() | m.Return()):
                     continue
-                reductions = analysis.findall_in(test.test, m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS))))
+                reductions = analysis.findall_in(test.test, REDUCTION)
                 averaged = {id(n) for r in reductions for n in analysis.within(r, cst.Name)}
                 read = {n.value for n in analysis.within(test.test, cst.Name) if id(n) not in averaged} & flows
                 if read and not under_rank_guard(self, test):
@@ -188,7 +187,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and code_of(func.value) in schedulers):
                 continue
             given = next((a for a in call.args if a.keyword is None or a.keyword.value == "metrics"), None)
-            if given is None or m.matches(given.value, m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))):
+            if given is None or m.matches(given.value, REDUCTION):
                 continue
             if under_rank_guard(self, call):
                 self.report(call, "DDP420", scheduler=code_of(func.value))
@@ -254,7 +253,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             calls = [s.value for s in line.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
             if not calls or not all(self.effects.is_side_effect(c) for c in calls):
                 continue
-            if m.findall(line, m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))):
+            if m.findall(line, REDUCTION):
                 continue  # Reduced already.
             read = {n.value for n in m.findall(line, m.Name()) if isinstance(n, cst.Name)}  # type: ignore[union-attr]
             wraps = {name: helper for name, helper in accumulators.items() if name in read}

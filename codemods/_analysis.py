@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, TypeVar
 
@@ -40,6 +41,22 @@ if TYPE_CHECKING:
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 MISSING = object()
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One spelling under which code sees an object: ``loader``, ``self.train_loader``, ``loaders["train"]``.
+
+    ``scope`` is the function, class or module in which ``spelled`` means the
+    object; ``binding`` is the node that binds it there (the assigned name, the
+    parameter, the ``self.x`` target, the dict's name); ``reads`` are the
+    nodes that read the object under that spelling.
+    """
+
+    spelled: str
+    scope: cst.CSTNode
+    binding: cst.CSTNode
+    reads: tuple[cst.CSTNode, ...]
 
 
 class _Indexer(cst.CSTVisitor):
@@ -268,6 +285,157 @@ class Analysis:
                 found.append((target.elements[position].value, assign))
         return found
 
+    def holders(self, value: cst.BaseExpression, depth: int = 4) -> list[Holder]:
+        """Every spelling under which the object ``value`` evaluates to reaches code of this file.
+
+        The object is followed through assignments (``loader = DataLoader(...)``,
+        ``self.train_loader = ...``, ``alias = loader``), a dict literal
+        (``loaders = {"train": DataLoader(...)}`` read as ``loaders["train"]``),
+        returns unpacked by the caller (``train_loader, val_loader = build(args)``)
+        and arguments to functions and classes of this file, positional or by
+        keyword, to the parameter's name in the callee. ``depth`` bounds how many
+        of those steps are taken, so a recursive helper cannot loop.
+        """
+        found: dict[tuple[str, int], Holder] = {}
+        self._follow(value, depth, found, set())
+        return list(found.values())
+
+    def _follow(self, value: cst.CSTNode, depth: int, found: dict[tuple[str, int], Holder], seen: set[int]) -> None:
+        if depth < 0 or id(value) in seen:
+            return
+        seen.add(id(value))
+        parent = self.parents.get(value)
+        for target, _ in self.returned_to(value):
+            self._hold(target, depth - 1, found, seen)
+        if isinstance(parent, cst.Assign) and parent.value is value:
+            for target in parent.targets:
+                self._hold(target.target, depth, found, seen)
+        elif isinstance(parent, cst.Arg) and isinstance(call := self.parents.get(parent), cst.Call) and not parent.star:
+            function = self.callee(call)
+            param = self._parameter(function, call, parent) if function is not None else None
+            if param is not None:
+                self._add(param.name.value, function, param, self.references(param.name), depth - 1, found, seen)  # type: ignore[arg-type]
+        elif isinstance(parent, cst.DictElement) and isinstance(parent.key, cst.SimpleString):
+            table = self.parents.get(parent)
+            assign = self.parents.get(table) if isinstance(table, cst.Dict) else None
+            if isinstance(assign, cst.Assign) and assign.value is table and len(assign.targets) == 1:
+                name = assign.targets[0].target
+                key = parent.key.evaluated_value
+                if isinstance(name, cst.Name):
+                    reads = [
+                        self.parents[r] for r in self.references(name)
+                        if isinstance(sub := self.parents.get(r), cst.Subscript) and sub.value is r and len(sub.slice) == 1
+                        and isinstance(index := sub.slice[0].slice, cst.Index)
+                        and isinstance(index.value, cst.SimpleString) and index.value.evaluated_value == key
+                    ]  # fmt: skip
+                    spelled = f"{name.value}[{self.module.code_for_node(parent.key)}]"
+                    self._add(spelled, self.owner(assign), name, reads, depth, found, seen)
+
+    def _parameter(self, function: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> cst.Param | None:
+        """The parameter of ``function`` that ``arg`` of ``call`` binds, or None when it cannot tell."""
+        if arg.keyword is not None:
+            return next((p for p in _parameters(function) if p.name.value == arg.keyword.value), None)
+        positional = [a for a in call.args if a.keyword is None]
+        if any(a.star for a in positional[: positional.index(arg)]):
+            return None
+        parameters = [*function.params.posonly_params, *function.params.params]
+        decorators = {self.module.code_for_node(d.decorator) for d in function.decorators}
+        in_class = isinstance(self.parents.get(self.parents.get(function)), cst.ClassDef)  # type: ignore[arg-type]
+        if in_class and "staticmethod" not in decorators:
+            parameters = parameters[1:]  # `self`, or `cls`, is bound by the call's object
+        position = positional.index(arg)
+        return parameters[position] if position < len(parameters) else None
+
+    def _hold(self, target: cst.BaseExpression, depth: int, found: dict[tuple[str, int], Holder], seen: set[int]) -> None:
+        """The object is assigned to ``target``: a name, or ``self.x`` read by the methods of its class."""
+        if isinstance(target, cst.Name):
+            self._add(target.value, self.owner(target), target, self.references(target), depth, found, seen)
+        elif m.matches(target, m.Attribute(value=m.Name("self"))):
+            cls = next((a for a in self.ancestors(target) if isinstance(a, cst.ClassDef)), None)
+            if cls is None:
+                return
+            attribute = target.attr.value  # type: ignore[attr-defined]
+            reads = [
+                a for a in self.within(cls, cst.Attribute)
+                if a is not target and m.matches(a, m.Attribute(value=m.Name("self"), attr=m.Name(attribute)))
+                and not (isinstance(p := self.parents.get(a), cst.AssignTarget) and p.target is a)
+            ]  # fmt: skip
+            self._add(f"self.{attribute}", cls, target, reads, depth, found, seen)
+
+    def _add(
+        self, spelled: str, scope: cst.CSTNode, binding: cst.CSTNode, reads: Collection[cst.CSTNode], depth: int,
+        found: dict[tuple[str, int], Holder], seen: set[int],
+    ) -> None:  # fmt: skip
+        key = (spelled, id(scope))
+        if key in found:
+            return
+        found[key] = Holder(spelled, scope, binding, tuple(reads))
+        for read in reads:
+            self._follow(read, depth, found, seen)
+
+    def owner(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The function a local name of ``node`` belongs to, or the module."""
+        return next((a for a in self.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), self.module)
+
+    def callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file ``call`` runs: ``f(...)``, ``self.f(...)``, a method named once in the
+        file (``trainer.fit(...)``), or a class's ``__init__`` (``Trainer(...)``)."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            return self._functions.get(func.value)
+        if isinstance(func, cst.Attribute):
+            methods = self._methods.get(func.attr.value, [])
+            return methods[0] if len(methods) == 1 else None
+        return None
+
+    def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """The calls of this file that run ``function``."""
+        return [c for c in self.nodes(cst.Call) if self.callee(c) is function]
+
+    @cached_property
+    def _functions(self) -> dict[str, cst.FunctionDef]:
+        """Module-level functions, and classes by their ``__init__``, by name."""
+        found: dict[str, cst.FunctionDef] = {}
+        for statement in self.module.body:
+            if isinstance(statement, cst.FunctionDef):
+                found[statement.name.value] = statement
+            elif isinstance(statement, cst.ClassDef):
+                init = next((f for f in self._class_methods(statement) if f.name.value == "__init__"), None)
+                if init is not None:
+                    found[statement.name.value] = init
+        return found
+
+    @cached_property
+    def _methods(self) -> dict[str, list[cst.FunctionDef]]:
+        found: dict[str, list[cst.FunctionDef]] = {}
+        for cls in self.nodes(cst.ClassDef):
+            for method in self._class_methods(cls):
+                found.setdefault(method.name.value, []).append(method)
+        return found
+
+    @staticmethod
+    def _class_methods(cls: cst.ClassDef) -> list[cst.FunctionDef]:
+        return [f for f in cls.body.body if isinstance(f, cst.FunctionDef)] if isinstance(cls.body, cst.IndentedBlock) else []
+
+    def reads_any(self, node: cst.CSTNode, holders: Collection[Holder]) -> Holder | None:
+        """The first holder one of whose reads lies in ``node``'s subtree."""
+        start, end = self.index[node], self.last[node]
+        for holder in holders:
+            if any(start <= self.index[r] <= end for r in holder.reads):
+                return holder
+        return None
+
+    def visible(self, holder: Holder, node: cst.CSTNode) -> bool:
+        """Whether ``holder.spelled`` written at ``node`` means the held object."""
+        if isinstance(holder.scope, cst.ClassDef):
+            cls = next((a for a in self.ancestors(node) if isinstance(a, cst.ClassDef)), None)
+            return cls is holder.scope
+        base = holder.spelled.split("[", 1)[0]
+        scope = self.scopes.get(node)
+        if scope is None or base not in scope:
+            return False
+        return any(getattr(a, "node", None) is holder.binding for a in scope[base])
+
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         while node in self.parents:
             node = self.parents[node]
@@ -298,6 +466,11 @@ class Analysis:
         from ._lifecycle import ModelLifecycle
 
         return ModelLifecycle(self)
+
+
+def _parameters(function: cst.FunctionDef) -> list[cst.Param]:
+    params = function.params
+    return [*params.posonly_params, *params.params, *params.kwonly_params]
 
 
 def _matched_types(matcher: m.BaseMatcherNode) -> set[type] | None:

@@ -22,7 +22,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import Assignment, ParentNodeProvider, ScopeProvider
 
 from . import _names as names
-from ._analysis import Analysis
+from ._analysis import Analysis, Holder
 from ._base import (
     Dp2ddpCodemod,
     argument,
@@ -223,9 +223,13 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     return callers[0][0], callers[0][1].value
             return target, call
         callers = self.analysis.returned_to(call)
-        if len(callers) != 1:
+        if len(callers) == 1:
+            return callers[0][0], callers[0][1].value
+        # `Trainer(model, DataLoader(...))`, `{"train": DataLoader(...)}`: the name code reads it by.
+        holders = self.analysis.holders(call)
+        if not holders:
             return None, None
-        return callers[0][0], callers[0][1].value
+        return cst.parse_expression(holders[0].spelled), holders[0].binding
 
     def _is_evaluation_loader(
         self, module: cst.Module, call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool
@@ -260,6 +264,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _dataset_name(self, reference: cst.BaseExpression | None, call: cst.Call) -> str:
         if reference is None:
             base = ""
+        elif m.matches(reference, m.Subscript(slice=[m.SubscriptElement(m.Index(m.SimpleString()))])):
+            key = reference.slice[0].slice.value.evaluated_value  # type: ignore[attr-defined]
+            base = key if isinstance(key, str) and key.isidentifier() else ""  # `loaders["train"]`: train
         else:
             base = reference.attr.value if isinstance(reference, cst.Attribute) else code_of(reference)
         stem = re.sub(r"_?(data)?_?loader$", "", base, flags=re.IGNORECASE)
@@ -381,59 +388,100 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _plan_set_epoch(
         self, module: cst.Module, call: cst.Call, reference: cst.BaseExpression, bound_at: cst.CSTNode
     ) -> None:
-        loader = code_of(reference)
-        functions = script_functions(module)
+        """``set_epoch(epoch)`` at the top of the loop that counts the passes over the loader.
+
+        The loader is followed to every loop over it (``analysis.holders``): through
+        returns, arguments, ``self`` attributes and dict entries. From each loop the
+        enclosing loops are searched outwards, through the functions' callers, for the
+        one that counts epochs; the call is spelled with the name the loader has there.
+        """
+        holders = self.analysis.holders(call)
+        if not holders:
+            self.report(call, "DDP305", loader=code_of(reference))
+            return
         # `except StopIteration: it = iter(loader)` starts each new pass over the data: the
         # pass count is the sampler's own epoch, advanced there.
         out_of_data = m.ExceptHandler(type=m.Name("StopIteration"))
-        restarts = [h for h in self.analysis.findall(out_of_data) if self._mentions(h.body, loader)]  # type: ignore[attr-defined]
+        restarts = [h for h in self.analysis.findall(out_of_data) if self.analysis.reads_any(h.body, holders)]  # type: ignore[attr-defined]
         if restarts:
             for handler in restarts:
                 assert isinstance(handler, cst.ExceptHandler)
+                holder = self.analysis.reads_any(handler.body, holders)
+                assert holder is not None
                 planned = self.restarts.setdefault(handler, [])
                 if not m.findall(handler.body, m.Call(func=m.Attribute(attr=m.Name("set_epoch")))) and all(
-                    code_of(r) != loader for r in planned
+                    code_of(r) != holder.spelled for r in planned
                 ):
-                    planned.append(reference)
-                    self.report(handler, "DDP315", loader=loader)
+                    planned.append(cst.parse_expression(holder.spelled))
+                    self.report(handler, "DDP315", loader=holder.spelled)
             return
-        candidates: list[tuple[int, cst.For]] = []
-        for loop in self.analysis.findall(m.For(target=m.Name())):
-            assert isinstance(loop, cst.For) and isinstance(loop.target, cst.Name)
-            if self._mentions(loop.iter, loader) or not self._can_see(loop, bound_at, reference):
-                continue
-            if not self._reaches(loop.body, loader, functions, depth=2):
-                continue
-            preference = 1 if "ep" in loop.target.value.lower() else 0
-            candidates.append((preference, loop))
-        if not candidates:
-            passes = [loop for loop in self.analysis.nodes(cst.For) if self._mentions(loop.iter, loader)]
+        passes = self._passes(holders)
+        epoch_loops: dict[cst.For, Holder] = {}
+        for start in passes:
+            found = self._epoch_loop(start, holders)
+            if found is not None:
+                epoch_loops.setdefault(*found)
+        if not epoch_loops:
             # `while i < iterations: for x, y in loader: ...`: each turn of the while is a new pass.
-            repeats = [
-                loop for loop in self.analysis.nodes(cst.While)
-                if any(self._encloses(loop, p) for p in passes) and self._can_see(loop, bound_at, reference)
-            ]  # fmt: skip
+            repeats: dict[cst.While, Holder] = {}
+            for loop in self.analysis.nodes(cst.While):
+                holder = self._can_see(loop, holders)
+                if holder is not None and any(self._encloses(loop, p) for p in passes):
+                    repeats[loop] = holder
             innermost = [w for w in repeats if not any(o is not w and self._encloses(w, o) for o in repeats)]
             if innermost:
                 for loop in innermost:
                     planned = self.restarts.setdefault(loop, [])
-                    if all(code_of(r) != loader for r in planned):
-                        planned.append(reference)
-                        self.report(loop, "DDP315", loader=loader)
+                    if all(code_of(r) != repeats[loop].spelled for r in planned):
+                        planned.append(cst.parse_expression(repeats[loop].spelled))
+                        self.report(loop, "DDP315", loader=repeats[loop].spelled)
                 return
             if not passes or not all(self._runs_once(loop, depth=3) for loop in passes):
-                self.report(call, "DDP305", loader=loader)
+                self.report(call, "DDP305", loader=code_of(reference))
             return  # One pass over the data: a single order, and nothing to reshuffle.
-        best = max(p for p, _ in candidates)
-        chosen = [loop for p, loop in candidates if p == best]
-        # The innermost loop that runs epochs; an outer one repeats whole runs.
-        innermost = [loop for loop in chosen if not any(o is not loop and self._encloses(loop, o) for o in chosen)]
-        for loop in innermost:
+        for loop, holder in epoch_loops.items():
             if m.findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("set_epoch")))):
                 continue
             planned = self.set_epochs.setdefault(loop, [])
-            if all(code_of(r) != loader for r in planned):  # one call, if both branches of an `if` build it
-                planned.append(reference)
+            if all(code_of(r) != holder.spelled for r in planned):  # one call, if both branches of an `if` build it
+                planned.append(cst.parse_expression(holder.spelled))
+
+    def _passes(self, holders: list[Holder]) -> list[cst.CSTNode]:
+        """Where a pass over the loader starts: ``for ... in loader`` (or ``enumerate(loader)``), ``iter(loader)``."""
+        loops: list[cst.CSTNode] = [loop for loop in self.analysis.nodes(cst.For) if self.analysis.reads_any(loop.iter, holders)]
+        iterators = [
+            c for c in self.analysis.nodes(cst.Call)
+            if m.matches(c.func, m.Name("iter")) and self.analysis.reads_any(c, holders)
+            and not any(self.analysis.index[p.iter] <= self.analysis.index[c] <= self.analysis.last[p.iter] for p in loops)  # type: ignore[attr-defined]
+        ]  # fmt: skip
+        return loops + iterators
+
+    def _epoch_loop(self, start: cst.CSTNode, holders: list[Holder]) -> tuple[cst.For, Holder] | None:
+        """The loop that repeats the pass starting at ``start``: the innermost enclosing ``for`` whose
+        target names epochs, else the innermost one, searched through callers; with the loader's name there."""
+        found: list[tuple[cst.For, Holder]] = []
+        frontier: list[tuple[cst.CSTNode, int]] = [(start, 3)]
+        visited: set[int] = set()
+        while frontier:
+            node, depth = frontier.pop(0)
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            function = None
+            for ancestor in self.analysis.ancestors(node):
+                if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                    function = ancestor
+                    break
+                if (
+                    isinstance(ancestor, cst.For) and ancestor is not start and isinstance(ancestor.target, cst.Name)
+                    and not self.analysis.reads_any(ancestor.iter, holders)
+                    and (holder := self._can_see(ancestor, holders)) is not None
+                ):  # fmt: skip
+                    found.append((ancestor, holder))
+            if isinstance(function, cst.FunctionDef) and depth > 0:
+                frontier.extend((caller, depth - 1) for caller in self.analysis.callers(function))
+        named = [(loop, holder) for loop, holder in found if "ep" in loop.target.value.lower()]  # type: ignore[attr-defined]
+        return (named or found or [None])[0]
 
     def _runs_once(self, node: cst.CSTNode, depth: int) -> bool:
         """Whether ``node`` runs at most once per run: in no loop, in functions each called once."""
@@ -452,45 +500,40 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     # -- training data from elsewhere ------------------------------------------------
 
     def _report_data_from_elsewhere(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> None:
-        """A training loop whose batches come from no DataLoader of this file trains every process on the same data."""
-        from_loaders: set[str] = set()
-        functions = script_functions(analysis.module, analysis)
-        for loader in loaders:
-            parent = analysis.parents.get(loader)
-            if isinstance(parent, cst.Assign):
-                from_loaders |= {code_of(t.target).rsplit(".", 1)[-1] for t in parent.targets}
-            elif isinstance(parent, cst.Return):
-                function = next((a for a in analysis.ancestors(parent) if isinstance(a, cst.FunctionDef)), None)
-                if function is not None:
-                    from_loaders.add(function.name.value)
-            elif isinstance(parent, cst.Arg) and isinstance(call := analysis.parents.get(parent), cst.Call):
-                # `train(model, DataLoader(...))`: the loader is built straight into the parameter.
-                function = functions.get(code_of(call.func))
-                if function is not None and (parameter := parameter_for(function, call, parent)):
-                    from_loaders.add(parameter)
-        # Names derived from a loader: `it = iter(loader)`, `batches = enumerate(loader)`, and parameters it is passed as.
-        for _ in range(3):
-            for assign in analysis.nodes(cst.Assign):
-                if self._names_in(assign.value) & from_loaders:
-                    from_loaders |= {code_of(t.target).rsplit(".", 1)[-1] for t in assign.targets}
-            for call in analysis.nodes(cst.Call):
-                function = functions.get(code_of(call.func))
-                for arg in call.args if function is not None else ():
-                    if self._names_in(arg.value) & from_loaders and (p := parameter_for(function, call, arg)):  # type: ignore[arg-type]
-                        from_loaders.add(p)
+        """A training loop whose batches come from no DataLoader of this file trains every process on the same data.
+
+        The batches are judged by what produces them: the loop's iterable, or the fetch in a
+        loop that counts steps. A loader the loop also reads elsewhere, such as a validation
+        loader run every few steps, does not make them split.
+        """
+        holders = self._loader_holders(analysis, loaders)
         reported: set[int] = set()
+        unsplit = False
         for backward in analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward")))):
             loop = next((a for a in analysis.ancestors(backward) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
             if not isinstance(loop, (cst.For, cst.While)) or id(loop) in reported:
                 continue
             reported.add(id(loop))
             source = self._batch_source(loop)
-            if source is None or self._names_in(source if isinstance(loop, cst.For) and source is loop.iter else loop) & from_loaders:
+            if source is None or self._reaches(source, holders, depth=2):
                 continue
             where = self._bound_in_function(source, loop) or source
             self.report(where, "DDP317", source=code_of(source).strip())
-        if not loaders and not reported and self.facts.model_wraps:
+            unsplit = True
+        if not loaders and not unsplit and self.facts.model_wraps:
             self.report(self.facts.model_wraps[0], "DDP306")
+
+    def _loader_holders(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> list[Holder]:
+        """Where the file's loaders, and iterators over them (``it = iter(loader)``), are read."""
+        holders = [h for loader in loaders for h in analysis.holders(loader)]  # type: ignore[arg-type]
+        for _ in range(2):
+            derived = [
+                a.value for a in analysis.nodes(cst.Assign)
+                if m.matches(a.value, m.Call()) and analysis.reads_any(a.value, holders)
+            ]  # fmt: skip
+            known = {(h.spelled, id(h.scope)) for h in holders}
+            holders += [h for value in derived for h in analysis.holders(value) if (h.spelled, id(h.scope)) not in known]
+        return holders
 
     def _report_gpu_count_scaling(self, analysis: Analysis) -> None:
         """``batch_size *= n_gpu``, ``workers = 4 * torch.cuda.device_count()``: DataParallel's habits."""
@@ -534,16 +577,22 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return found | {a.attr.value for a in self.analysis.within(node, cst.Attribute)}
 
     def _batch_source(self, loop: cst.For | cst.While) -> cst.CSTNode | None:
-        """What a training loop takes its batches from: a for loop's iterable, a while loop's first fetch."""
+        """What a training loop takes its batches from: a for loop's iterable, or the fetch that produces them.
+
+        In a loop that counts steps the batch is fetched inside, as ``x, y = next(it)`` or
+        ``x, y = data.get_batch()``; a fetch in a loop nested inside (a periodic evaluation) is not it.
+        """
         if isinstance(loop, cst.For) and not self.matches(loop.iter, m.Call(func=m.Name("range"))):
             return loop.iter
-        # Counting steps: the batches are fetched inside, as `x, y = next(it)` or `x, y = get_batch()`.
+        nested = [n for n in self.analysis.within(loop.body, cst.For) + self.analysis.within(loop.body, cst.While)]  # type: ignore[operator]
         fetches = [
             a for a in self.analysis.within(loop.body, cst.Assign)
             if isinstance(a.value, cst.Call) and isinstance(a.targets[0].target, (cst.Tuple, cst.Name))
+            and not any(self.analysis.index[n] < self.analysis.index[a] <= self.analysis.last[n] for n in nested)
         ]  # fmt: skip
+        drawn = [a for a in fetches if m.matches(a.value, m.Call(func=m.Name("next")))]
         unpacked = [a for a in fetches if isinstance(a.targets[0].target, cst.Tuple)]
-        return (unpacked or fetches)[0].value if fetches else None
+        return (drawn or unpacked or fetches)[0].value if fetches else None
 
     def _bound_in_function(self, source: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
         """Where the one name a loop iterates is bound, in the loop's own function, if it is."""
@@ -557,41 +606,21 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _encloses(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         return bool(m.findall(outer.body, m.MatchIfTrue(lambda n: n is inner)))  # type: ignore[attr-defined]
 
-    @staticmethod
-    def _mentions(node: cst.CSTNode, loader: str) -> bool:
-        return any(
-            code_of(found) == loader for found in m.findall(node, m.Name() | m.Attribute())
-        )
-
-    def _reaches(self, node: cst.CSTNode, loader: str, functions: dict[str, cst.FunctionDef], depth: int) -> bool:
-        """Whether running ``node`` touches ``loader``, directly or through functions it calls."""
-        if self._mentions(node, loader):
+    def _reaches(self, node: cst.CSTNode, holders: list[Holder], depth: int) -> bool:
+        """Whether ``node`` reads a loader of this file, builds one, or calls a function of this file that does."""
+        if self.analysis.reads_any(node, holders) or self.analysis.findall_in(node, call_to(names.DATA_LOADER)):
             return True
         if depth == 0:
             return False
-        for found in m.findall(node, m.Call(func=m.Name() | m.Attribute(value=m.Name("self")))):
-            assert isinstance(found, cst.Call)
-            function = functions.get(code_of(found.func))
-            if function is not None and self._reaches(function.body, loader, functions, depth - 1):
+        for call in self.analysis.within(node, cst.Call):
+            function = self.analysis.callee(call)
+            if function is not None and self._reaches(function.body, holders, depth - 1):
                 return True
         return False
 
-    def _can_see(self, loop: cst.For, bound_at: cst.CSTNode, reference: cst.BaseExpression) -> bool:
-        """Whether ``reference`` at the loop means the loader bound at ``bound_at``."""
-        if m.matches(reference, m.Attribute(value=m.Name("self"))):
-            return self._enclosing_class(loop) is self._enclosing_class(bound_at) is not None
-        base = reference
-        while isinstance(base, cst.Attribute):
-            base = base.value
-        if not isinstance(base, cst.Name):
-            return False
-        scope = self.get_metadata(ScopeProvider, loop.body, None)
-        if scope is None or base.value not in scope:
-            return False
-        bound_here = self.get_metadata(ScopeProvider, bound_at)
-        return any(
-            isinstance(a, Assignment) and a.scope is bound_here for a in scope[base.value]
-        )
+    def _can_see(self, loop: cst.For | cst.While, holders: list[Holder]) -> Holder | None:
+        """The name under which code at ``loop`` sees the loader, if any: the insert must refer to it there."""
+        return next((h for h in holders if self.analysis.visible(h, loop)), None)
 
     def _enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
         while not isinstance(node, cst.Module):

@@ -730,3 +730,201 @@ if __name__ == "__main__":
     result = convert_source(source)
     assert "DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, shuffle=True))" in result.output
     assert "DDP312" in {f.code for f in result.findings}
+
+
+FACTORY = """import torch
+from torch.utils.data import DataLoader
+
+
+def create_data_loader(args):
+    trainloader = DataLoader(trainset, batch_size=128, shuffle=True, num_workers=2)
+    testloader = DataLoader(testset, batch_size=100, shuffle=False, num_workers=2)
+    return trainloader, testloader
+
+
+{train}
+
+
+def main(args):
+    net = torch.nn.DataParallel(Net())
+    {main}
+"""
+
+
+@pytest.mark.parametrize(
+    ("train", "main", "expected"),
+    [
+        pytest.param(
+            "def train(net, trainloader, optimizer, epoch):\n    for x, y in trainloader:\n        net(x).sum().backward()",
+            "trainloader, testloader = create_data_loader(args)\n"
+            "    for epoch in range(start_epoch, start_epoch + 200):\n        train(net, trainloader, optimizer, epoch)",
+            "        trainloader.sampler.set_epoch(epoch)\n        train(net, trainloader, optimizer, epoch)",
+            id="a tuple returned by a factory, passed to train() by position",
+        ),
+        pytest.param(
+            "def train(net, batches, optimizer, epoch):\n    for x, y in batches:\n        net(x).sum().backward()",
+            "train_data, test_data = create_data_loader(args)\n"
+            "    for epoch in range(args.epochs):\n        train(net, optimizer=optimizer, epoch=epoch, batches=train_data)",
+            "        train_data.sampler.set_epoch(epoch)\n        train(net, optimizer=optimizer",
+            id="passed by keyword under another name: spelled as the caller names it",
+        ),
+        pytest.param(
+            "def train(net, loader, epochs):\n    for epoch in range(epochs):\n        for x, y in loader:\n"
+            "            net(x).sum().backward()",
+            "train_data, _ = create_data_loader(args)\n    train(net, train_data, args.epochs)",
+            "    for epoch in range(epochs):\n        loader.sampler.set_epoch(epoch)\n        for x, y in loader:",
+            id="the epoch loop inside train(): spelled with the parameter",
+        ),
+    ],
+)
+def test_set_epoch_follows_a_loader_from_a_factory_to_its_epoch_loop(train: str, main: str, expected: str) -> None:
+    """Should put set_epoch in the loop that counts epochs, under the name the loader has there, and report nothing."""
+    from dp2ddp.api import convert_source
+
+    result = convert_source(FACTORY.format(train=train, main=main))
+    assert "sampler=DistributedSampler(trainset, shuffle=True)" in result.output
+    assert expected in result.output
+    assert result.output.count(".set_epoch(") == 1
+    assert not [f for f in result.findings if f.code in ("DDP305", "DDP306", "DDP317")]
+
+
+def test_set_epoch_for_a_loader_stored_on_self_goes_in_the_method_that_counts_epochs() -> None:
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, model, dataset, epochs):
+        self.model = torch.nn.DataParallel(model)
+        self.train_loader = DataLoader(dataset, batch_size=64, shuffle=True)
+        self.epochs = epochs
+
+    def step(self, batch):
+        x, y = batch
+        self.model(x).sum().backward()
+
+    def fit(self):
+        for epoch in range(self.epochs):
+            for batch in self.train_loader:
+                self.step(batch)
+
+
+if __name__ == "__main__":
+    Trainer(Net(), ds, 3).fit()
+"""
+    result = convert_source(source)
+    assert "        for epoch in range(self.epochs):\n            self.train_loader.sampler.set_epoch(epoch)\n" in result.output
+    assert not [f for f in result.findings if f.code in ("DDP305", "DDP317")]
+
+
+def test_set_epoch_for_a_loader_handed_to_a_trainer_class_uses_its_attribute() -> None:
+    """Should follow `Trainer(model, DataLoader(...))` into `__init__`, onto `self.loader`, and into `fit()`."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model = model
+        self.loader = loader
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            self.train_epoch()
+
+    def train_epoch(self):
+        for x, y in self.loader:
+            self.model(x).sum().backward()
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    trainer = Trainer(model, DataLoader(train_set, batch_size=64, shuffle=True))
+    trainer.fit(args.epochs)
+"""
+    result = convert_source(source)
+    assert "        for epoch in range(epochs):\n            self.loader.sampler.set_epoch(epoch)\n" in result.output
+    assert not [f for f in result.findings if f.code in ("DDP305", "DDP317")]
+
+
+def test_set_epoch_for_a_loader_in_a_dict_is_spelled_with_its_key() -> None:
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    loaders = {"train": DataLoader(train_set, batch_size=64, shuffle=True), "val": DataLoader(val_set, batch_size=64)}
+    for epoch in range(args.epochs):
+        for x, y in loaders["train"]:
+            model(x).sum().backward()
+        with torch.no_grad():
+            for x, y in loaders["val"]:
+                model(x)
+"""
+    result = convert_source(source)
+    assert '    for epoch in range(args.epochs):\n        loaders["train"].sampler.set_epoch(epoch)\n' in result.output
+    assert "sampler=DistributedSampler(train_set, shuffle=True)" in result.output
+    assert "sampler=evaluation_shard(val_set)" in result.output
+    assert not [f for f in result.findings if f.code in ("DDP305", "DDP317")]
+
+
+def test_set_epoch_is_not_put_where_the_loaders_name_means_something_else() -> None:
+    """Should not insert `loader.sampler.set_epoch` in a loop of a function whose `loader` is another object."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def train(net, loader):
+    for x, y in loader:
+        net(x).sum().backward()
+
+
+def evaluate(net, loader):
+    for epoch in range(3):
+        print(loader)
+
+
+def main(args):
+    net = torch.nn.DataParallel(Net())
+    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    for epoch in range(args.epochs):
+        train(net, loader)
+    evaluate(net, other)
+"""
+    result = convert_source(source)
+    assert result.output.count(".set_epoch(") == 1
+    assert "    for epoch in range(args.epochs):\n        loader.sampler.set_epoch(epoch)\n" in result.output
+
+
+def test_a_validation_loader_in_a_while_loop_does_not_hide_unsplit_training_batches() -> None:
+    """Should report the fetch: the loop reads val_loader, but its training batches come from get_batch()."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    val_loader = DataLoader(val_set, batch_size=8)
+    step = 0
+    while step < args.steps:
+        x, y = get_batch("train")
+        model(x, y).backward()
+        step += 1
+        if step % 100 == 0:
+            with torch.no_grad():
+                for vx, vy in val_loader:
+                    model(vx, vy)
+"""
+    result = convert_source(source)
+    assert [(f.line, f.code) for f in result.findings if f.code in ("DDP306", "DDP317")] == [(10, "DDP317")]

@@ -59,6 +59,10 @@ _TENSOR_FACTORIES = frozenset(
 _RESHAPES = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_full", "new_empty", "resize_"})
 # Draws sized by their argument: `zdist.sample((batch_size,))` from a torch.distributions object.
 _DRAWS = frozenset({"sample", "rsample", "sample_n"})
+# Batches drawn at random in the training loop: synthetic data, with no data set to split.
+_RANDOM_DRAWS = frozenset(
+    f"torch.{name}" for name in ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm", "normal")
+)
 # Process counts a literal batch size is checked against.
 COMMON_WORLD_SIZES = (2, 4, 8)
 
@@ -515,13 +519,37 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 continue
             reported.add(id(loop))
             source = self._batch_source(loop)
-            if source is None or self._reaches(source, holders, depth=2):
+            if source is None or self._reaches(source, holders, depth=2) or self._handed_in(source, loop):
                 continue
+            if self._draws_at_random(source):
+                continue  # `torch.randn(8, 4)`: noise drawn per step, no data set to split
             where = self._bound_in_function(source, loop) or source
             self.report(where, "DDP317", source=code_of(source).strip())
             unsplit = True
         if not loaders and not unsplit and self.facts.model_wraps:
             self.report(self.facts.model_wraps[0], "DDP306")
+
+    def _draws_at_random(self, source: cst.CSTNode) -> bool:
+        return any(
+            {q.name for q in self.analysis.qualified_names(c.func)} & _RANDOM_DRAWS for c in self.analysis.within(source, cst.Call)
+        )
+
+    def _handed_in(self, source: cst.CSTNode, loop: cst.For | cst.While) -> bool:
+        """Batches from a parameter of a function this file never calls: its callers, elsewhere, choose the data."""
+        function = next((a for a in self.analysis.ancestors(loop) if isinstance(a, cst.FunctionDef)), None)
+        if function is None or self.analysis.callers(function):
+            return False
+        # `loader`, `enumerate(loader)`, `tqdm(loader)`: the parameter itself is iterated.
+        while isinstance(source, cst.Call) and m.matches(source.func, m.Name() | m.Attribute()) and source.args:
+            if code_of(source.func).rsplit(".", 1)[-1] not in ("iter", "enumerate", "tqdm"):
+                return False
+            source = source.args[0].value
+        if not isinstance(source, cst.Name):
+            return False
+        scope = self.analysis.scopes.get(source)
+        return scope is not None and source.value in scope and any(
+            isinstance(getattr(a, "node", None), cst.Param) for a in scope[source.value]
+        )
 
     def _loader_holders(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> list[Holder]:
         """Where the file's loaders, and iterators over them (``it = iter(loader)``), are read."""

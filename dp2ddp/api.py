@@ -239,6 +239,11 @@ def _convert(
     code, findings = analysis.module.code, []
     for code, reported in _groups_applied(analysis, codemod_groups, options):
         findings += reported
+    if any(finding.severity == "error" for finding in findings):
+        # A codemod met something no edit makes safe, such as training data it cannot split: a
+        # run that looks distributed and is not would be worse than none, so the file stays as it was.
+        # Notes say what convert changed, and here it changed nothing.
+        return analysis.module.code, [finding for finding in findings if finding.severity != "note"]
     return code, findings
 
 

@@ -835,22 +835,27 @@ RULES: dict[str, Rule] = {
         Rule(
             "DDP317",
             "training-data-not-split",
-            "warning",
-            "training batches come from `{source}`, not from a DataLoader of this file, so convert cannot "
-            "split them: every process trains on the same data (with the same seed, on identical batches) "
-            "and DDP repeats the work: give each process its own, equally long share where the data is "
-            "built, for example through a DataLoader with a DistributedSampler",
+            "error",
+            "training batches come from `{source}`, not from a DataLoader of this file, so convert cannot split "
+            "them and every process would train on the same data; the file is left as it was: build the "
+            "training DataLoader in this file (from its dataset, with `batch_size=` and `shuffle=`) and iterate "
+            "it here, then convert again",
             doc=_doc(
                 "Finds a training loop (one that calls `backward()`) whose batches come from something other "
                 "than a DataLoader of the same file: a `get_batch()` method, an iterator over a token stream, "
-                "a loader built by a helper in another file.",
+                "a loader built by a helper in another file. The finding is at the line that produces the batches.",
                 "DDP averages the gradients of the processes. If every process sees the same batch, the "
                 "average equals one process's gradient: the run is no faster than one GPU, and the effective "
-                "batch is not what the learning rate was tuned for.",
-                "for data, target in corpus.get_iterator(\"train\", bsz):\n    model(data, target).backward()",
-                "loader = DataLoader(dataset, batch_size=bsz // dist.get_world_size(), sampler=DistributedSampler(dataset))\n"
-                "for data, target in loader:\n    model(data, target).backward()",
-                "No fix: the loop is left as it was.",
+                "batch is not what the learning rate was tuned for. Converting the rest of the script would "
+                "end in a run that looks distributed and is not, so nothing is converted. dp2ddp converts one "
+                "file at a time: a loader built in another module of the project cannot be split from here.",
+                "from data import build_loader\n\nloader = build_loader(args)\nfor epoch in range(args.epochs):\n"
+                "    for data, target in loader:\n        model(data, target).backward()",
+                "from data import build_dataset\n\ndataset = build_dataset(args)\n"
+                "loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True)\n"
+                "for epoch in range(args.epochs):\n    for data, target in loader:\n        model(data, target).backward()",
+                "No fix: the file is left as it was. Once the loader is built here, convert gives it a "
+                "DistributedSampler, divides the batch by the world size and calls `set_epoch`.",
             ),
         ),
         Rule(

@@ -928,3 +928,95 @@ def main(args):
 """
     result = convert_source(source)
     assert [(f.line, f.code) for f in result.findings if f.code in ("DDP306", "DDP317")] == [(10, "DDP317")]
+
+
+def test_a_helper_class_with_its_own_loaders_and_get_batch_is_sharded() -> None:
+    """Should shard the helper's training loader and advance its epoch where get_batch() restarts it."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class Data:
+    def __init__(self, train_set):
+        self.train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+        self.train_iter = iter(self.train_loader)
+
+    def get_batch(self):
+        try:
+            return next(self.train_iter)
+        except StopIteration:
+            self.train_iter = iter(self.train_loader)
+            return next(self.train_iter)
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    data = Data(train_set)
+    for step in range(args.steps):
+        x, y = data.get_batch()
+        model(x, y).backward()
+"""
+    result = convert_source(source)
+    assert "sampler=DistributedSampler(train_set, shuffle=True)" in result.output
+    assert "self.train_loader.sampler.set_epoch(self.train_loader.sampler.epoch + 1)" in result.output
+    assert not [f for f in result.findings if f.severity == "error"]
+
+
+def test_next_of_a_fresh_iterator_in_a_while_loop_reshuffles_every_turn() -> None:
+    """Should shard the loader and advance its epoch every turn: each iter() would otherwise repeat one order."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    while True:
+        x, y = next(iter(train_loader))
+        model(x, y).backward()
+"""
+    result = convert_source(source)
+    assert "    while True:\n        train_loader.sampler.set_epoch(train_loader.sampler.epoch + 1)\n" in result.output
+    assert not [f for f in result.findings if f.severity == "error"]
+
+
+def test_batches_from_a_loader_of_another_module_refuse_the_file_at_the_fetch() -> None:
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from data import build_loader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    it = iter(build_loader(args))
+    for step in range(args.steps):
+        batch = next(it)
+        model(batch).backward()
+"""
+    result = convert_source(source)
+    assert not result.changed
+    assert [(f.line, f.code, f.severity) for f in result.findings if f.code == "DDP317"] == [(9, "DDP317", "error")]
+
+
+def test_a_parameter_of_a_function_no_one_here_calls_is_the_callers_data() -> None:
+    """Should not refuse a library function that trains on the loader its caller, in another file, hands it."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+
+
+def train(model, loader):
+    for x, y in loader:
+        model(x, y).backward()
+
+
+model = torch.nn.DataParallel(Net())
+"""
+    result = convert_source(source)
+    assert not [f for f in result.findings if f.code == "DDP317"]
+    assert [f.code for f in result.findings if f.code == "DDP306"] == ["DDP306"]

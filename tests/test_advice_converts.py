@@ -345,6 +345,21 @@ CASES = [
         ),
         id="an optimizer over a module no wrap holds converts once the wrap holds both",
     ),
+    pytest.param(
+        "DDP317",
+        _script(
+            "from data import build_loader\n\nmodel = nn.DataParallel(nn.Linear(4, 1))\n",
+            TRAIN.replace(
+                "DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)",
+                "build_loader(batch_size=8)",
+            ),
+        ),
+        _script(
+            "from data import build_dataset\n\nmodel = nn.DataParallel(nn.Linear(4, 1))\n",
+            TRAIN.replace("TensorDataset(torch.randn(32, 4), torch.randn(32, 1))", "build_dataset()"),
+        ),
+        id="batches from a loader of another module convert once the DataLoader is built in this file",
+    ),
 ]
 
 

@@ -220,7 +220,9 @@ def test_a_directory_run_covers_every_file_in_order_and_lists_failures(tmp_path:
     shutil.copy(FIXTURES / "eval_with_grad" / "before.py", tree / "a" / "one.py")
     (tree / "a" / "plain.py").write_text("print('no model here')\n", encoding="utf-8")
     (tree / "b" / "broken.py").write_text("import torch\nmodel = torch.nn.DataParallel(net\n", encoding="utf-8")
-    shutil.copy(FIXTURES / "skipped_backward" / "before.py", tree / "b" / "skips.py")
+    skipped = (FIXTURES / "skipped_backward" / "before.py").read_text(encoding="utf-8")
+    # A batch of 6 does not divide by 4 or 8 processes: a warning beside the error.
+    (tree / "b" / "skips.py").write_text(skipped.replace("batch_size=8", "batch_size=6"), encoding="utf-8")
     report = tmp_path / "report.json"
     code, _ = run("convert", "--report", str(report), str(tree))
     assert code == 2  # the broken file; the report is written all the same
@@ -234,7 +236,7 @@ def test_a_directory_run_covers_every_file_in_order_and_lists_failures(tmp_path:
     assert "syntax error" in broken["reason"] and broken["changes"] == []
     assert "not be safe until the error below is fixed" in skips["reason"]
     # The errors that refuse the file, and the warning the conversion would give once they are fixed.
-    assert {item["code"] for item in skips["needs_human"]} == {"DDP220", "DDP305"}
+    assert {item["code"] for item in skips["needs_human"]} == {"DDP220", "DDP309"}
     # A note the batch section does not explain is listed for review.
     assert [c["code"] for c in one["batch"]] == ["DDP307"] and [i["code"] for i in one["review"]] == ["DDP313"]
 

@@ -126,13 +126,16 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._report_gpu_count_scaling(analysis)
         if not loaders:
             return
-        iterable_classes = {
-            c.name.value
-            for c in analysis.nodes(cst.ClassDef)
-            if any(self.matches(b.value, resolves_to(names.ITERABLE_DATASET)) for b in c.bases)
-        }
+        iterable = [
+            c for c in analysis.nodes(cst.ClassDef) if any(self.matches(b.value, resolves_to(names.ITERABLE_DATASET)) for b in c.bases)
+        ]  # fmt: skip
+        iterable_classes = {c.name.value for c in iterable}
+        splitting = {c.name.value for c in iterable if self._splits_itself(c)}
         for call in loaders:
             assert isinstance(call, cst.Call)
+            dataset = argument(call, 0, "dataset")
+            if dataset is not None and self._is_iterable_dataset(node, dataset, splitting):
+                continue  # its `__iter__` yields this process's share already
             self._plan_loader(node, call, only_loader=len(loaders) == 1, iterable_classes=iterable_classes)
         if not self.SHARDS_EVALUATION:
             analysis.sharded_loaders.update(self.plans)
@@ -264,6 +267,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             assigned = m.Assign(targets=[m.AssignTarget(m.Name(dataset.value))], value=built_by_class)
             return bool(self.analysis.findall(assigned))
         return False
+
+    def _splits_itself(self, dataset_class: cst.ClassDef) -> bool:
+        """An IterableDataset whose ``__iter__`` reads the process's rank and the world size: it shards its own stream."""
+        methods = [f for f in self.analysis.within(dataset_class, cst.FunctionDef) if f.name.value == "__iter__"]
+        read = {n.value for f in methods for n in self.analysis.within(f.body, cst.Name)}
+        return bool(read & {"get_rank", "rank"}) and bool(read & {"get_world_size", "world_size", "num_replicas"})
 
     def _dataset_name(self, reference: cst.BaseExpression | None, call: cst.Call) -> str:
         if reference is None:

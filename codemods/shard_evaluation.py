@@ -54,6 +54,22 @@ def {names.EVALUATION_SHARD_HELPER}(dataset) -> range:
 class ShardEvaluationCommand(AddDistributedSamplerCommand):
     DESCRIPTION = "Shard evaluation DataLoaders so every sample is evaluated exactly once, with no padding."
     SHARDS_EVALUATION: ClassVar[bool] = True
+    # A loader convert cannot split refuses the file when it trains; when it evaluates, every
+    # process evaluating the whole set is correct, only not faster.
+    KEPT_WHOLE: ClassVar[dict[str, str]] = {
+        "DDP302": "its IterableDataset takes no sampler",
+        "DDP304": "its dataset is built inside the call, where no sampler can share it (bind it to a name first)",
+        "DDP314": "its arguments come from `{arguments}`, which convert cannot see into (pass them by keyword)",
+    }
+
+    def report(self, node: cst.CSTNode, code: str, **values: object) -> None:
+        why = self.KEPT_WHOLE.get(code)
+        if why is None or not isinstance(node, cst.Call):
+            super().report(node, code, **values)
+            return
+        reference, _ = self._binding(self.analysis.module, node, self.analysis.parents[node])
+        loader = code_of(reference) if reference is not None else "this loader"
+        super().report(node, "DDP316", loader=loader, why=why.format(**values))
 
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)

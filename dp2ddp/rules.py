@@ -608,15 +608,25 @@ RULES: dict[str, Rule] = {
         Rule(
             "DDP302",
             "iterable-dataset",
-            "warning",
-            "DataLoader over an IterableDataset cannot take a sampler; left unchanged: "
-            "shard the stream by rank inside the dataset",
+            "error",
+            "training DataLoader over an IterableDataset, which takes no sampler, so convert cannot split it and "
+            "every process would train on the same stream; the file is left as it was: make the dataset's "
+            "`__iter__` yield only this process's share (every `dist.get_world_size()`-th item, from "
+            "`dist.get_rank()`), then convert again",
             doc=_doc(
-                "Finds a training DataLoader over an `IterableDataset`.",
-                "An iterable dataset takes no sampler; it must itself yield a different share on each process, or every process trains on the same stream.",
+                "Finds a training DataLoader over an `IterableDataset` of this file whose `__iter__` does not "
+                "split the stream by process.",
+                "An iterable dataset takes no sampler; it must itself yield a different share on each process, "
+                "or every process trains on the same stream and DDP repeats the work. A dataset whose `__iter__` "
+                "reads the rank and the world size splits itself, and convert leaves its loader as it is.",
+                "class TokenStream(IterableDataset):\n    def __iter__(self):\n        yield from read_tokens(self.path)\n\n"
                 "loader = DataLoader(TokenStream(path), batch_size=32)",
-                "# inside __iter__: skip items so that rank r yields every world_size-th one",
-                "No fix: the loader is left as it was.",
+                "class TokenStream(IterableDataset):\n    def __iter__(self):\n"
+                "        rank, world_size = dist.get_rank(), dist.get_world_size()\n"
+                "        for index, item in enumerate(read_tokens(self.path)):\n"
+                "            if index % world_size == rank:\n                yield item",
+                "No fix: the file is left as it was. Every process should yield equally many batches, or "
+                "the ones with more wait at the last step for the others.",
             ),
         ),
         Rule(
@@ -636,15 +646,17 @@ RULES: dict[str, Rule] = {
         Rule(
             "DDP304",
             "dataset-expression",
-            "warning",
-            "the dataset is built inside the DataLoader call of a non-assignment; "
-            "left unchanged: bind the dataset to a name first",
+            "error",
+            "the training dataset is built inside the DataLoader call of a statement that is not an assignment, "
+            "so convert cannot give the same dataset to a DistributedSampler; the file is left as it was: bind "
+            "the dataset to a name first, then convert again",
             doc=_doc(
                 "Finds a training DataLoader whose dataset is built inside the call, in a statement other than an assignment.",
-                "The DistributedSampler needs the same dataset object as the loader, so the dataset must have a name convert can bind before the statement.",
+                "The DistributedSampler needs the same dataset object as the loader, so the dataset must have a "
+                "name convert can bind before the statement. Left unsplit, every process would train on all the data.",
                 "for x, y in DataLoader(MNIST(root), batch_size=64, shuffle=True):",
                 "dataset = MNIST(root)\nfor x, y in DataLoader(dataset, batch_size=64, shuffle=True):",
-                "No fix: the loader is left as it was.",
+                "No fix: the file is left as it was.",
             ),
         ),
         Rule(
@@ -784,17 +796,21 @@ RULES: dict[str, Rule] = {
         Rule(
             "DDP314",
             "loader-arguments-unpacked",
-            "warning",
-            "DataLoader arguments come from `{arguments}`, which convert cannot see into; left unchanged, "
-            "so every process loads the whole dataset and the effective batch grows with the world size: "
-            "pass batch_size and shuffle by keyword, then run convert again",
+            "error",
+            "training DataLoader arguments come from `{arguments}`, which convert cannot see into, so it cannot "
+            "split the data and every process would train on all of it; the file is left as it was: pass "
+            "each argument by keyword, without `*` or `**` (`batch_size=64, shuffle=True, num_workers=2`), "
+            "then convert again",
             doc=_doc(
                 "Finds a training DataLoader whose arguments are unpacked from a dict or a list.",
                 "Whether the dict holds `shuffle`, `sampler` or `batch_size` is only known at run time, so "
-                "convert cannot add a DistributedSampler safely. Unsplit, every process trains on all the data.",
-                "train_kwargs = {\"batch_size\": 64, \"shuffle\": True}\nloader = DataLoader(ds, **train_kwargs)",
-                "loader = DataLoader(ds, batch_size=64, shuffle=True)",
-                "No fix: the loader is left as it was.",
+                "convert cannot add a DistributedSampler safely. Unsplit, every process trains on all the data "
+                "and the effective batch grows with the world size. An evaluation loader with unpacked "
+                "arguments is only kept whole on every process (DDP316).",
+                "train_kwargs = {\"batch_size\": 64, \"shuffle\": True, \"num_workers\": 2}\n"
+                "loader = DataLoader(ds, **train_kwargs)",
+                "loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=2)",
+                "No fix: the file is left as it was.",
             ),
         ),
         Rule(

@@ -176,8 +176,10 @@ class AddDistributedSamplerTest(CodemodTest):
                 "`batch_size=`, `shuffle=` and `drop_last=` instead and convert again; a batch sampler of your own "
                 "must yield only this process's batches: every world_size-th batch, from this process's rank, of "
                 "one list drawn with the same seed on every process each epoch, cut to a multiple of world_size",
-                "10:11: DDP302 DataLoader over an IterableDataset cannot take a sampler; left unchanged: "
-                "shard the stream by rank inside the dataset",
+                "10:11: DDP302 training DataLoader over an IterableDataset, which takes no sampler, so convert "
+                "cannot split it and every process would train on the same stream; the file is left as it was: "
+                "make the dataset's `__iter__` yield only this process's share (every `dist.get_world_size()`-th "
+                "item, from `dist.get_rank()`), then convert again",
             ],
         )
 
@@ -1020,3 +1022,62 @@ model = torch.nn.DataParallel(Net())
     result = convert_source(source)
     assert not [f for f in result.findings if f.code == "DDP317"]
     assert [f.code for f in result.findings if f.code == "DDP306"] == ["DDP306"]
+
+
+@pytest.mark.parametrize(
+    ("iterate", "refused"),
+    [
+        pytest.param("yield from range(32)", True, id="a stream every process reads whole"),
+        pytest.param(
+            "yield from range(dist.get_rank(), 32, dist.get_world_size())", False, id="a stream split by rank and world size"
+        ),
+    ],
+)
+def test_an_iterable_dataset_that_splits_itself_is_left_to_do_so(iterate: str, refused: bool) -> None:
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, IterableDataset
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        {iterate}
+
+
+model = torch.nn.DataParallel(Net())
+loader = DataLoader(Stream(), batch_size=8)
+for epoch in range(2):
+    for x in loader:
+        model(x).sum().backward()
+"""
+    result = convert_source(source)
+    assert result.changed is not refused
+    assert [f.code for f in result.findings if f.severity == "error"] == (["DDP302"] if refused else [])
+    assert "DistributedSampler" not in result.output
+
+
+def test_an_evaluation_loader_with_unpacked_arguments_is_kept_whole_and_does_not_refuse_the_file() -> None:
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    test_kwargs = {"batch_size": 10}
+    test_loader = DataLoader(test_set, **test_kwargs)
+    for epoch in range(2):
+        for x, y in train_loader:
+            model(x, y).backward()
+        with torch.no_grad():
+            for x, y in test_loader:
+                model(x, y)
+"""
+    result = convert_source(source)
+    assert "sampler=DistributedSampler(train_set, shuffle=True)" in result.output
+    assert "DataLoader(test_set, **test_kwargs)" in result.output
+    assert [(f.line, f.code) for f in result.findings if f.code in ("DDP314", "DDP316")] == [(9, "DDP316")]

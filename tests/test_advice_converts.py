@@ -360,6 +360,85 @@ CASES = [
         ),
         id="batches from a loader of another module convert once the DataLoader is built in this file",
     ),
+    pytest.param(
+        "DDP302",
+        _script(
+            """
+            from torch.utils.data import IterableDataset
+
+
+            class Stream(IterableDataset):
+                def __iter__(self):
+                    for index in range(32):
+                        yield torch.randn(4), torch.randn(1)
+
+
+            model = nn.DataParallel(nn.Linear(4, 1))
+            """,
+            TRAIN.replace("TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True", "Stream(), batch_size=8"),
+        ),
+        _script(
+            """
+            import torch.distributed as dist
+            from torch.utils.data import IterableDataset
+
+
+            class Stream(IterableDataset):
+                def __iter__(self):
+                    rank, world_size = dist.get_rank(), dist.get_world_size()
+                    for index in range(32):
+                        if index % world_size == rank:
+                            yield torch.randn(4), torch.randn(1)
+
+
+            model = nn.DataParallel(nn.Linear(4, 1))
+            """,
+            TRAIN.replace("TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True", "Stream(), batch_size=8"),
+        ),
+        id="an iterable dataset converts once its __iter__ yields this process's share",
+    ),
+    pytest.param(
+        "DDP304",
+        _script(
+            "model = nn.DataParallel(nn.Linear(4, 1))\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+            """
+            def train(loader):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+
+            train(DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True))
+            """,
+        ),
+        _script(
+            "model = nn.DataParallel(nn.Linear(4, 1))\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+            """
+            def train(loader):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+
+            dataset = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+            train(DataLoader(dataset, batch_size=8, shuffle=True))
+            """,
+        ),
+        id="a dataset built inside a loader handed to train() converts once it is bound to a name",
+    ),
+    pytest.param(
+        "DDP314",
+        _script(
+            "model = nn.DataParallel(nn.Linear(4, 1))\ntrain_kwargs = {'batch_size': 8, 'shuffle': True}\n",
+            TRAIN.replace("batch_size=8, shuffle=True)", "**train_kwargs)"),
+        ),
+        _script("model = nn.DataParallel(nn.Linear(4, 1))\n"),
+        id="loader arguments unpacked from a dict convert once they are passed by keyword",
+    ),
 ]
 
 

@@ -417,6 +417,32 @@ class Analysis:
     def _class_methods(cls: cst.ClassDef) -> list[cst.FunctionDef]:
         return [f for f in cls.body.body if isinstance(f, cst.FunctionDef)] if isinstance(cls.body, cst.IndentedBlock) else []
 
+    def loops_around(self, node: cst.CSTNode, depth: int = 3) -> list[cst.For | cst.While]:
+        """The loops that run ``node`` again and again, innermost first.
+
+        A loop in another function counts when it calls the function ``node`` is in:
+        ``for epoch in ...: train(...)`` runs every loop of ``train`` each epoch. The
+        callers are followed ``depth`` functions up.
+        """
+        found: list[cst.For | cst.While] = []
+        frontier: list[tuple[cst.CSTNode, int]] = [(node, depth)]
+        visited: set[int] = set()
+        while frontier:
+            current, left = frontier.pop(0)
+            if id(current) in visited:
+                continue
+            visited.add(id(current))
+            function = None
+            for ancestor in self.ancestors(current):
+                if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                    function = ancestor
+                    break
+                if isinstance(ancestor, (cst.For, cst.While)) and ancestor not in found:
+                    found.append(ancestor)
+            if isinstance(function, cst.FunctionDef) and left > 0:
+                frontier.extend((caller, left - 1) for caller in self.callers(function))
+        return found
+
     def reads_any(self, node: cst.CSTNode, holders: Collection[Holder]) -> Holder | None:
         """The first holder one of whose reads lies in ``node``'s subtree."""
         start, end = self.index[node], self.last[node]

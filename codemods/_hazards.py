@@ -36,7 +36,7 @@ from ._effects import is_rank_guard, opens_for_writing, tests_device_index
 from ._lifecycle import Hazard, ModelLifecycle
 
 if TYPE_CHECKING:
-    from ._analysis import Analysis
+    from ._analysis import Analysis, Holder
 
 # torch.distributed calls every process of the group must make; queries, point-to-point calls
 # (`if rank == 0: dist.send(...)` is how those are used) and RPC, which talks to one named worker, are not.
@@ -431,14 +431,14 @@ class DistributedHazards:
             sampler = argument(call, 3, "sampler")
             batch_sampler = argument(call, 4, "batch_sampler")
             if sampler is None and batch_sampler is None and not any(a.star for a in call.args):
-                if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(reference):
+                if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(call):
                     self._report(call, "DDP504", loader=code_of(reference) if reference is not None else "this loader")
                 continue
             distributed = self._distributed_sampler(sampler)
-            if distributed is not None and reference is not None:
-                if self._shuffles(sampler) and self._trains_on(reference):  # type: ignore[arg-type]
-                    self._set_epoch(call, reference, distributed)
-                self._evaluation_metrics(reference, sampler)  # type: ignore[arg-type]
+            if distributed is not None:
+                if self._shuffles(sampler) and self._trains_on(call):  # type: ignore[arg-type]
+                    self._set_epoch(call, distributed)
+                self._evaluation_metrics(call, reference, sampler)  # type: ignore[arg-type]
         if self._sharded_training and not self._reduces:
             self._plateau_steps()
 
@@ -457,21 +457,22 @@ class DistributedHazards:
     def _sharded_training(self) -> bool:
         return any(self.analysis.matches(c, call_to(names.DISTRIBUTED_SAMPLER)) for c in self.analysis.nodes(cst.Call))
 
-    def _evaluation_metrics(self, reference: cst.BaseExpression, sampler: cst.BaseExpression) -> None:
+    def _evaluation_metrics(self, call: cst.Call, reference: cst.BaseExpression | None, sampler: cst.BaseExpression) -> None:
         """An evaluation over a DistributedSampler: its padding counts samples twice, and ungathered sums cover one shard."""
         from ._results import loop_results
 
-        for loop, _ in self._iterations(reference):
+        for loop, holder in self._iterations(call):
             if any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in self.analysis.within(loop.body, cst.Call)):
                 continue
+            loader = code_of(reference) if reference is not None else holder.spelled
             results = loop_results(self.analysis, loop, training=False)
             metrics = [*results.sums, *results.means, *results.meters]
             if not metrics:
                 continue
             if not self._reduces:
-                self._report(loop.iter, "DDP513", metric=metrics[0], loader=code_of(reference))
+                self._report(loop.iter, "DDP513", metric=metrics[0], loader=loader)
             elif not self._drops_last(sampler):
-                self._report(loop.iter, "DDP512", metric=metrics[0], loader=code_of(reference))
+                self._report(loop.iter, "DDP512", metric=metrics[0], loader=loader)
             return
 
     def _sampler_argument(self, sampler: cst.BaseExpression, position: int, keyword: str) -> cst.BaseExpression | None:
@@ -521,63 +522,48 @@ class DistributedHazards:
                 return code_of(sampler)
         return None
 
-    def _iterations(self, reference: cst.BaseExpression) -> list[tuple[cst.For, cst.CSTNode]]:
-        """Each loop over the loader, with the node it is reached from: the loop itself, or a call that hands the loader over."""
-        found: list[tuple[cst.For, cst.CSTNode]] = []
-        spelled = code_of(reference)
+    def _iterations(self, call: cst.Call) -> list[tuple[cst.For, Holder]]:
+        """Each loop over the loader ``call`` builds, with the name the loader has there.
+
+        The loader is followed as convert follows it (``Analysis.holders``): through returns,
+        arguments, ``self`` attributes and dict entries.
+        """
+        holders = self.analysis.holders(call)
+        found: list[tuple[cst.For, Holder]] = []
         for loop in self.analysis.nodes(cst.For):
-            if spelled in self.analysis.reads(loop.iter):
-                found.append((loop, loop))
-        for call in self.analysis.nodes(cst.Call):
-            function = self._functions.get(code_of(call.func))
-            if function is None:
-                continue
-            for arg in call.args:
-                if code_of(arg.value) != spelled:
-                    continue
-                parameter = parameter_for(function, call, arg)
-                if parameter is None:
-                    continue
-                for loop in self.analysis.within(function.body, cst.For):
-                    if parameter in self.analysis.reads(loop.iter):
-                        found.append((loop, call))
+            holder = self.analysis.reads_any(loop.iter, holders)
+            if holder is not None:
+                found.append((loop, holder))
         return found
 
-    def _trains_on(self, reference: cst.BaseExpression | None) -> bool:
+    def _trains_on(self, call: cst.Call) -> bool:
         """Whether some loop over the loader calls ``backward()``: only then does an unsplit loader repeat the work."""
-        if reference is None:
-            return False
-        for loop, _ in self._iterations(reference):
+        for loop, _ in self._iterations(call):
             if any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in self.analysis.within(loop.body, cst.Call)):
                 return True
         return False
 
-    def _set_epoch(self, call: cst.Call, reference: cst.BaseExpression, sampler: str) -> None:
+    def _set_epoch(self, call: cst.Call, sampler: str) -> None:
         """A DistributedSampler iterated once per epoch needs ``set_epoch(epoch)`` in that epoch loop."""
-        spelled = code_of(reference)
-        owners = {spelled, f"{spelled}.sampler", f"{spelled}.batch_sampler"} | ({sampler} if sampler else set())
+        holders = self.analysis.holders(call)
         set_epochs = [
             c for c in self.analysis.nodes(cst.Call)
-            if m.matches(c.func, m.Attribute(attr=m.Name("set_epoch"))) and code_of(c.func.value) in owners  # type: ignore[attr-defined]
+            if m.matches(c.func, m.Attribute(attr=m.Name("set_epoch")))
+            and (self.analysis.reads_any(c.func.value, holders) or (sampler and code_of(c.func.value) == sampler))  # type: ignore[attr-defined]
         ]  # fmt: skip
-        for loop, reached_from in self._iterations(reference):
-            epoch_loop = self._enclosing_loop(reached_from)
-            if epoch_loop is None:
+        for loop, holder in self._iterations(call):
+            around = self.analysis.loops_around(loop)
+            if not around:
                 continue  # one pass over the data: the seed of epoch 0 is right
+            epoch_loop = around[0]
+            # Spelled as the epoch loop sees the loader, where the call belongs.
+            spelled = next((h.spelled for h in holders if self.analysis.visible(h, epoch_loop)), holder.spelled)
             if not set_epochs:
                 self._report(loop.iter, "DDP506", loader=spelled)
                 return
             if not any(self._inside(s, epoch_loop) and not self._inside(s, loop) for s in set_epochs):
                 self._report(set_epochs[0], "DDP507", loader=spelled)
                 return
-
-    def _enclosing_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
-        for ancestor in self.analysis.ancestors(node):
-            if isinstance(ancestor, (cst.For, cst.While)):
-                return ancestor
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
-                return None
-        return None
 
     def _inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return self.analysis.index[container] < self.analysis.index[node] <= self.analysis.last[container]

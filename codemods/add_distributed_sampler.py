@@ -473,26 +473,13 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         """The loop that repeats the pass starting at ``start``: the innermost enclosing ``for`` whose
         target names epochs, else the innermost one, searched through callers; with the loader's name there."""
         found: list[tuple[cst.For, Holder]] = []
-        frontier: list[tuple[cst.CSTNode, int]] = [(start, 3)]
-        visited: set[int] = set()
-        while frontier:
-            node, depth = frontier.pop(0)
-            if id(node) in visited:
-                continue
-            visited.add(id(node))
-            function = None
-            for ancestor in self.analysis.ancestors(node):
-                if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                    function = ancestor
-                    break
-                if (
-                    isinstance(ancestor, cst.For) and ancestor is not start and isinstance(ancestor.target, cst.Name)
-                    and not self.analysis.reads_any(ancestor.iter, holders)
-                    and (holder := self._can_see(ancestor, holders)) is not None
-                ):  # fmt: skip
-                    found.append((ancestor, holder))
-            if isinstance(function, cst.FunctionDef) and depth > 0:
-                frontier.extend((caller, depth - 1) for caller in self.analysis.callers(function))
+        for loop in self.analysis.loops_around(start):
+            if (
+                isinstance(loop, cst.For) and isinstance(loop.target, cst.Name)
+                and not self.analysis.reads_any(loop.iter, holders)
+                and (holder := self._can_see(loop, holders)) is not None
+            ):  # fmt: skip
+                found.append((loop, holder))
         named = [(loop, holder) for loop, holder in found if "ep" in loop.target.value.lower()]  # type: ignore[attr-defined]
         return (named or found or [None])[0]
 

@@ -326,3 +326,38 @@ def test_a_name_like_gpu_that_picks_no_gpu_is_no_rank_condition() -> None:
     """Should report nothing: this `gpu` counts GPUs; only the parameter `set_device` is given is the index."""
     source = _GPU_ARGUMENT.format(test="gpus == 0").replace("def train(gpu, args):", "def train(gpu, args):\n    gpus = torch.cuda.device_count()")
     assert [d.code for d in check_source(source).diagnostics if d.code == "DDP502"] == []
+
+
+def test_a_missing_set_epoch_is_found_through_a_factory_and_spelled_as_the_epoch_loop_names_the_loader() -> None:
+    """Should follow the loader as convert does: out of create_data_loader(), into main(), into train()."""
+    source = """import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def create_data_loader(trainset):
+    trainloader = DataLoader(trainset, batch_size=8, sampler=DistributedSampler(trainset))
+    return trainloader, None
+
+
+def train(model, batches):
+    for x, y in batches:
+        model(x).sum().backward()
+
+
+def main(trainset):
+    dist.init_process_group("gloo")
+    model = DDP(torch.nn.Linear(4, 2))
+    train_data, _ = create_data_loader(trainset)
+    for epoch in range(2):
+        train(model, train_data)
+
+
+if __name__ == "__main__":
+    main(None)
+"""
+    found = [(d.line, d.code, d.message.split("`")[1]) for d in check_source(source).diagnostics]
+    assert found == [(13, "DDP506", "train_data")]
+    fixed = source.replace("    for epoch in range(2):\n", "    for epoch in range(2):\n        train_data.sampler.set_epoch(epoch)\n")
+    assert [d.code for d in check_source(fixed).diagnostics] == []

@@ -514,7 +514,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if not isinstance(loop, (cst.For, cst.While)) or id(loop) in reported:
                 continue
             reported.add(id(loop))
-            source = self._batch_source(loop)
+            source = self._batch_source(loop, backward)  # type: ignore[arg-type]
             if source is None or self._reaches(source, holders, depth=2) or self._handed_in(source, loop):
                 continue
             if self._draws_at_random(source):
@@ -553,7 +553,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         for _ in range(2):
             derived = [
                 a.value for a in analysis.nodes(cst.Assign)
-                if m.matches(a.value, m.Call()) and analysis.reads_any(a.value, holders)
+                if m.matches(a.value, m.Call())
+                and (analysis.reads_any(a.value, holders) or any(self._encloses_node(a.value, loader) for loader in loaders))
             ]  # fmt: skip
             known = {(h.spelled, id(h.scope)) for h in holders}
             holders += [h for value in derived for h in analysis.holders(value) if (h.spelled, id(h.scope)) not in known]
@@ -600,23 +601,52 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         found = {n.value for n in self.analysis.within(node, cst.Name)}
         return found | {a.attr.value for a in self.analysis.within(node, cst.Attribute)}
 
-    def _batch_source(self, loop: cst.For | cst.While) -> cst.CSTNode | None:
+    def _batch_source(self, loop: cst.For | cst.While, backward: cst.Call) -> cst.CSTNode | None:
         """What a training loop takes its batches from: a for loop's iterable, or the fetch that produces them.
 
         In a loop that counts steps the batch is fetched inside, as ``x, y = next(it)`` or
-        ``x, y = data.get_batch()``; a fetch in a loop nested inside (a periodic evaluation) is not it.
+        ``x, y = data.get_batch()``: an assignment from a call whose values reach the loss that
+        ``backward`` differentiates. A fetch in a loop nested inside (a periodic evaluation) is not it,
+        nor a value the loss does not depend on (a learning rate for the step).
         """
         if isinstance(loop, cst.For) and not self.matches(loop.iter, m.Call(func=m.Name("range"))):
             return loop.iter
         nested = [n for n in self.analysis.within(loop.body, cst.For) + self.analysis.within(loop.body, cst.While)]  # type: ignore[operator]
-        fetches = [
+        assigns = [
             a for a in self.analysis.within(loop.body, cst.Assign)
-            if isinstance(a.value, cst.Call) and isinstance(a.targets[0].target, (cst.Tuple, cst.Name))
-            and not any(self.analysis.index[n] < self.analysis.index[a] <= self.analysis.last[n] for n in nested)
+            if not any(self.analysis.index[n] < self.analysis.index[a] <= self.analysis.last[n] for n in nested)
         ]  # fmt: skip
-        drawn = [a for a in fetches if m.matches(a.value, m.Call(func=m.Name("next")))]
-        unpacked = [a for a in fetches if isinstance(a.targets[0].target, cst.Tuple)]
-        return (drawn or unpacked or fetches)[0].value if fetches else None
+        loss = self.analysis.reads(backward.func.value)  # type: ignore[attr-defined]
+        fetches = [
+            a for a in assigns
+            if isinstance(a.value, cst.Call) and isinstance(a.targets[0].target, (cst.Tuple, cst.Name))
+            and self._flows_into(a, assigns) & loss
+        ]  # fmt: skip
+        # `out, aux = model(inputs)` computes from `inputs = get_batch()`: the batch is the first of the chain.
+        bound: set[str] = set()
+        roots = []
+        for fetch in fetches:
+            if not self.analysis.reads(fetch.value) & bound:
+                roots.append(fetch)
+            bound |= {n.value for t in fetch.targets for n in self.analysis.within(t.target, cst.Name)}
+        drawn = [a for a in roots if m.matches(a.value, m.Call(func=m.Name("next")))]
+        unpacked = [a for a in roots if isinstance(a.targets[0].target, cst.Tuple)]
+        return (drawn or unpacked or roots)[0].value if roots else None
+
+    def _flows_into(self, fetch: cst.Assign, assigns: list[cst.Assign]) -> set[str]:
+        """The names ``fetch`` binds, and the names bound from them, directly or not, by ``assigns``."""
+        flows = {n.value for t in fetch.targets for n in self.analysis.within(t.target, cst.Name)}
+        changed = True
+        while changed:
+            changed = False
+            for assign in assigns:
+                if assign is fetch or not self.analysis.reads(assign.value) & flows:
+                    continue
+                bound = {n.value for t in assign.targets for n in self.analysis.within(t.target, cst.Name)}
+                if not bound <= flows:
+                    flows |= bound
+                    changed = True
+        return flows
 
     def _bound_in_function(self, source: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
         """Where the one name a loop iterates is bound, in the loop's own function, if it is."""
@@ -626,6 +656,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if not bindings or len(bindings) != 1 or bindings[0] is None:
             return None
         return bindings[0].value
+
+    def _encloses_node(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+        return self.analysis.index[outer] < self.analysis.index[inner] <= self.analysis.last[outer]
 
     def _encloses(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         return bool(m.findall(outer.body, m.MatchIfTrue(lambda n: n is inner)))  # type: ignore[attr-defined]

@@ -1081,3 +1081,35 @@ def main(args):
     assert "sampler=DistributedSampler(train_set, shuffle=True)" in result.output
     assert "DataLoader(test_set, **test_kwargs)" in result.output
     assert [(f.line, f.code) for f in result.findings if f.code in ("DDP314", "DDP316")] == [(9, "DDP316")]
+
+
+@pytest.mark.parametrize(
+    ("fetch", "refused_at"),
+    [
+        pytest.param("batch = next(it)", None, id="next() of an iterator over the loader"),
+        pytest.param("batch = get_batch('train')", 11, id="a get_batch() of another file, after a learning-rate line"),
+    ],
+)
+def test_the_batch_is_the_fetch_the_loss_depends_on(fetch: str, refused_at: int | None) -> None:
+    """Should judge the fetch whose values reach the loss, not a learning rate computed first, nor the forward."""
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    it = iter(DataLoader(train_set, batch_size=32, shuffle=True))
+    step = 0
+    while step < args.steps:
+        lr = cosine(step)
+        {fetch}
+        out, aux = model(batch)
+        loss = out.mean() + aux
+        loss.backward()
+        step += 1
+"""
+    result = convert_source(source)
+    assert [f.line for f in result.findings if f.code == "DDP317"] == ([refused_at] if refused_at else [])
+    assert result.changed is (refused_at is None)

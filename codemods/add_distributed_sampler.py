@@ -517,6 +517,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             source = self._batch_source(loop, backward)  # type: ignore[arg-type]
             if source is None or self._reaches(source, holders, depth=2) or self._handed_in(source, loop):
                 continue
+            if self._never_bound(source):
+                continue  # a fragment: where its batches come from is not for this file to say
             if self._draws_at_random(source):
                 continue  # `torch.randn(8, 4)`: noise drawn per step, no data set to split
             where = self._bound_in_function(source, loop) or source
@@ -529,6 +531,16 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return any(
             {q.name for q in self.analysis.qualified_names(c.func)} & _RANDOM_DRAWS for c in self.analysis.within(source, cst.Call)
         )
+
+    def _never_bound(self, source: cst.CSTNode) -> bool:
+        """``for x, y in loader`` where this file binds ``loader`` nowhere, and imports nothing with ``*``."""
+        while isinstance(source, cst.Call) and m.matches(source.func, m.Name("iter") | m.Name("enumerate") | m.Name("next")):
+            if not source.args:
+                return False
+            source = source.args[0].value
+        if not isinstance(source, cst.Name) or self.analysis.findall(m.ImportFrom(names=m.ImportStar())):
+            return False
+        return self.analysis.bindings(source) is None
 
     def _handed_in(self, source: cst.CSTNode, loop: cst.For | cst.While) -> bool:
         """Batches from a parameter of a function this file never calls: its callers, elsewhere, choose the data."""

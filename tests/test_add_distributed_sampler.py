@@ -1113,3 +1113,23 @@ def main(args):
     result = convert_source(source)
     assert [f.line for f in result.findings if f.code == "DDP317"] == ([refused_at] if refused_at else [])
     assert result.changed is (refused_at is None)
+
+
+@pytest.mark.parametrize(
+    ("imports", "refused"),
+    [
+        pytest.param("", False, id="a fragment that binds its loader nowhere"),
+        pytest.param("from data import *\n", True, id="a loader a star import may bind"),
+    ],
+)
+def test_a_loader_bound_nowhere_is_refused_only_where_an_import_may_bind_it(imports: str, refused: bool) -> None:
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+{imports}
+model = torch.nn.DataParallel(Net())
+for x, y in loader:
+    model(x, y).backward()
+"""
+    result = convert_source(source)
+    assert any(f.code == "DDP317" for f in result.findings) is refused

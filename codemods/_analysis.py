@@ -390,7 +390,16 @@ class Analysis:
 
     def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
         """The calls of this file that run ``function``."""
-        return [c for c in self.nodes(cst.Call) if self.callee(c) is function]
+        return self._calls_by_callee.get(function, [])
+
+    @cached_property
+    def _calls_by_callee(self) -> dict[cst.FunctionDef, list[cst.Call]]:
+        found: dict[cst.FunctionDef, list[cst.Call]] = {}
+        for call in self.nodes(cst.Call):
+            function = self.callee(call)
+            if function is not None:
+                found.setdefault(function, []).append(call)
+        return found
 
     @cached_property
     def _functions(self) -> dict[str, cst.FunctionDef]:

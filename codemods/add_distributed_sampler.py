@@ -465,7 +465,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         iterators = [
             c for c in self.analysis.nodes(cst.Call)
             if m.matches(c.func, m.Name("iter")) and self.analysis.reads_any(c, holders)
-            and not any(self.analysis.index[p.iter] <= self.analysis.index[c] <= self.analysis.last[p.iter] for p in loops)  # type: ignore[attr-defined]
+            and not any(self._encloses_node(p.iter, c) for p in loops)  # type: ignore[attr-defined]
         ]  # fmt: skip
         return loops + iterators
 
@@ -528,9 +528,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(self.facts.model_wraps[0], "DDP306")
 
     def _draws_at_random(self, source: cst.CSTNode) -> bool:
-        return any(
-            {q.name for q in self.analysis.qualified_names(c.func)} & _RANDOM_DRAWS for c in self.analysis.within(source, cst.Call)
-        )
+        calls = self.analysis.within(source, cst.Call)
+        return any({q.name for q in self.analysis.qualified_names(c.func)} & _RANDOM_DRAWS for c in calls)
 
     def _never_bound(self, source: cst.CSTNode) -> bool:
         """``for x, y in loader`` where this file binds ``loader`` nowhere, and imports nothing with ``*``."""
@@ -623,10 +622,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         """
         if isinstance(loop, cst.For) and not self.matches(loop.iter, m.Call(func=m.Name("range"))):
             return loop.iter
-        nested = [n for n in self.analysis.within(loop.body, cst.For) + self.analysis.within(loop.body, cst.While)]  # type: ignore[operator]
+        nested: list[cst.CSTNode] = [*self.analysis.within(loop.body, cst.For), *self.analysis.within(loop.body, cst.While)]
         assigns = [
             a for a in self.analysis.within(loop.body, cst.Assign)
-            if not any(self.analysis.index[n] < self.analysis.index[a] <= self.analysis.last[n] for n in nested)
+            if not any(self._encloses_node(n, a) for n in nested)
         ]  # fmt: skip
         loss = self.analysis.reads(backward.func.value)  # type: ignore[attr-defined]
         fetches = [
@@ -670,7 +669,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return bindings[0].value
 
     def _encloses_node(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
-        return self.analysis.index[outer] < self.analysis.index[inner] <= self.analysis.last[outer]
+        """Whether ``inner`` is ``outer`` or lies in its subtree."""
+        return self.analysis.index[outer] <= self.analysis.index[inner] <= self.analysis.last[outer]
 
     def _encloses(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         return bool(m.findall(outer.body, m.MatchIfTrue(lambda n: n is inner)))  # type: ignore[attr-defined]

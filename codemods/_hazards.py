@@ -162,7 +162,9 @@ class DistributedHazards:
         return self.effects.functions
 
     def _in_helper(self, node: cst.CSTNode) -> bool:
-        return any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in self.analysis.ancestors(node))
+        return any(
+            isinstance(a, (cst.FunctionDef, cst.ClassDef)) and a.name.value in names.HELPERS for a in self.analysis.ancestors(node)
+        )
 
     # -- collectives some processes skip ----------------------------------------------------
 

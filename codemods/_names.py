@@ -34,6 +34,9 @@ DISTRIBUTED_SAMPLER = frozenset(
         "torch.utils.data.distributed.DistributedSampler",
     }
 )
+# Samplers convert turns into a DistributedSampler with the same shuffle.
+RANDOM_SAMPLER = frozenset({"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"})
+SEQUENTIAL_SAMPLER = frozenset({"torch.utils.data.SequentialSampler", "torch.utils.data.sampler.SequentialSampler"})
 ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )
@@ -51,6 +54,7 @@ METER_HELPER = "all_reduce_meter"
 EVALUATION_SHARD_HELPER = "evaluation_shard"
 LOCAL_DEVICE_HELPER = "local_device"
 LOAD_STATE_HELPER = "load_model_state"
+SHARDED_SAMPLER_HELPER = "ShardedSampler"
 HELPERS = frozenset(
     {
         SETUP_HELPER,
@@ -63,6 +67,7 @@ HELPERS = frozenset(
         EVALUATION_SHARD_HELPER,
         LOCAL_DEVICE_HELPER,
         LOAD_STATE_HELPER,
+        SHARDED_SAMPLER_HELPER,
     }
 )
 # Helpers that every process must call together.

@@ -25,9 +25,11 @@ from . import _names as names
 from ._analysis import Analysis
 from ._base import (
     Dp2ddpCodemod,
+    add_helper,
     argument,
     call_to,
     code_of,
+    import_torch_distributed,
     keyword_arg,
     parameter_for,
     prepend_statements,
@@ -41,15 +43,73 @@ SCALED_BY_GPUS = re.compile(r"batch|^bs$|workers", re.IGNORECASE)
 GPU_COUNT = re.compile(r"^(n_?gpus?|num_?gpus?|ngpus?|gpu_?count|n_?devices|num_?devices)$", re.IGNORECASE)
 GPU_LIST = re.compile(r"gpu|device", re.IGNORECASE)
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
-# What makes a loader with its own sampler one convert splits, or one that splits itself (DDP301).
-SAMPLER_ADVICE = {
-    "sampler": "give it a sampler that yields only this process's share: every world_size-th index, from "
-    "this process's rank, of one order drawn with the same seed on every process, reseeded each epoch",
-    "batch_sampler": "a BatchSampler over a RandomSampler or SequentialSampler is plain batching: pass "
-    "`batch_size=`, `shuffle=` and `drop_last=` instead and convert again; a batch sampler of your own must "
-    "yield only this process's batches: every world_size-th batch, from this process's rank, of one list "
-    "drawn with the same seed on every process each epoch, cut to a multiple of world_size",
-}
+# Keywords by which a sampler of the script's own takes the process's rank: it splits the data itself.
+SPLITS_ITSELF = frozenset({"rank", "num_replicas", "world_size", "local_rank"})
+SHARDED_SAMPLER_SOURCE = f'''
+class {names.SHARDED_SAMPLER_HELPER}(Sampler):
+    """This process's share of ``sampler``: items rank, rank + W, ... of one sequence every process draws alike.
+
+    For each pass the sampler draws with torch's, Python's and NumPy's generators (and its
+    own ``generator``) seeded by ``seed + epoch``, the same on every process, so the
+    processes agree on the sequence and a new pass draws a new one. The sequence is padded
+    from its start to a multiple of the world size, as DistributedSampler pads: a process
+    with one batch fewer would leave the others waiting in the last step. With
+    ``split_batches`` the items are batches, and each process takes its share of every
+    batch, so the batches and the global batch size stay the sampler's.
+    """
+
+    def __init__(self, sampler, seed=0, split_batches=False):
+        self.sampler = sampler
+        self.seed = seed
+        self.split_batches = split_batches
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __len__(self):
+        if self.split_batches:
+            return len(self.sampler)
+        return -(-len(self.sampler) // dist.get_world_size())
+
+    def __iter__(self):
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        items = self._draw()
+        # The next pass draws a new sequence, also where no epoch loop calls set_epoch.
+        self.epoch += 1
+        if self.split_batches:
+            for batch in items:
+                batch = list(batch)
+                yield batch[rank::world_size] or [batch[rank % len(batch)]]
+        else:
+            items += (items * world_size)[: -len(items) % world_size]
+            yield from items[rank::world_size]
+
+    def _draw(self):
+        seed = self.seed + self.epoch
+        numpy = sys.modules.get("numpy")  # a sampler can only draw from NumPy if the script imported it
+        generator = getattr(self.sampler, "generator", None)
+        own_state = generator.get_state() if isinstance(generator, torch.Generator) else None
+        python_state = random.getstate()
+        numpy_state = numpy.random.get_state() if numpy is not None else None
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(seed)
+            random.seed(seed)
+            if numpy is not None:
+                numpy.random.seed(seed % 2**32)
+            if own_state is not None:
+                generator.manual_seed(seed)
+            try:
+                return list(self.sampler)
+            finally:
+                random.setstate(python_state)
+                if numpy is not None:
+                    numpy.random.set_state(numpy_state)
+                if own_state is not None:
+                    generator.set_state(own_state)
+'''
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
 # Calls whose arguments size a tensor or a buffer for one step.
@@ -67,6 +127,10 @@ COMMON_WORLD_SIZES = (2, 4, 8)
 class _LoaderPlan:
     dataset: cst.BaseExpression
     hoisted_dataset: str | None  # name the dataset expression moves to
+    # The loader's own `sampler` or `batch_sampler` argument, split where it is built or wrapped at the loader.
+    own_sampler: str | None = None
+    wrap_at_loader: bool = False
+    built: cst.Call | None = None  # where that sampler is built, if in this file
 
 
 def is_training_loader(call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool) -> bool:
@@ -79,6 +143,11 @@ def is_training_loader(call: cst.Call, reference: cst.BaseExpression | None, onl
     shuffle = argument(call, SHUFFLE, "shuffle")
     if shuffle is not None and not m.matches(shuffle, m.Name("False") | m.Name("None")):
         return True
+    # A sampler or batch sampler of its own, unless it only reads the data in order, draws training batches.
+    for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
+        sampler = argument(call, position, keyword)
+        if sampler is not None and not m.matches(sampler, m.Name("None")) and "sequential" not in code_of(sampler).lower():
+            return True
     return only_loader
 
 
@@ -109,6 +178,16 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.per_process_calls: set[cst.Call] = set()
         # Loaders given `sampler=<a name only ever bound to None>`, with that name.
         self.placeholders: dict[cst.Call, str] = {}
+        # Sampler constructions to split, with how: "shuffle"/"sequential" (a DistributedSampler), or the
+        # loader argument they feed ("sampler"/"batch_sampler", wrapped in ShardedSampler).
+        self.sampler_edits: dict[cst.Call, str] = {}
+        # Loaders with no epoch loop for set_epoch: their shuffle moves into a ShardedSampler, which reshuffles itself.
+        self.self_advancing: set[cst.Call] = set()
+        # Loaders (as the epoch loop names them) whose batch sampler carries the epoch.
+        self.batch_sampled: set[str] = set()
+        self.helpers_needed = False
+        # Sampler bindings no loader reads any more.
+        self.dropped_lines: set[cst.SimpleStatementLine] = set()
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -134,12 +213,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             analysis.sharded_loaders.update(self.plans)
 
     def _plan_loader(self, module: cst.Module, call: cst.Call, only_loader: bool, iterable_classes: set[str]) -> None:
-        sampler = argument(call, SAMPLER, "sampler")
-        converted = call_to(names.DISTRIBUTED_SAMPLER) | m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER))
-        if sampler is not None and self.matches(sampler, converted):
-            if not self.SHARDS_EVALUATION and self.matches(sampler, call_to(names.DISTRIBUTED_SAMPLER)):
-                self._report_converted_batch(call)
-            return  # Converted already.
+        for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
+            sampler = argument(call, position, keyword)
+            if sampler is not None and self._is_sharded(sampler):
+                if not self.SHARDS_EVALUATION and not self.matches(sampler, m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER))):
+                    self._report_converted_batch(call)
+                return  # Converted already.
         parent = self.get_metadata(ParentNodeProvider, call)
         statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, (cst.Assign, cst.Return)) else None
         reference, bound_at = self._binding(module, call, parent)
@@ -149,14 +228,22 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             wanted = is_training_loader(call, reference, only_loader)
         if not wanted:
             return
+        own_sampler = None
         for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
             given = argument(call, position, keyword)
             if given is not None and keyword == "sampler" and self._is_placeholder(given):
                 # `train_sampler = None` ... `sampler=train_sampler`: no sampler at all.
                 self.placeholders[call] = given.value  # type: ignore[attr-defined]
+            elif given is not None and self.SHARDS_EVALUATION and self._is_sequential(given):
+                # An evaluation loader's SequentialSampler gives way to the evaluation shard.
+                self.placeholders[call] = code_of(given)
+                self._drop_if_only_for(given)
             elif given is not None and not m.matches(given, m.Name("None")):
-                self.report(call, "DDP301", argument=keyword, advice=SAMPLER_ADVICE[keyword])
-                return
+                if self.SHARDS_EVALUATION:
+                    return  # a sampler of its own picks what is evaluated: every process evaluates it whole
+                own_sampler = self._plan_own_sampler(call, keyword, given)
+                if own_sampler is None:
+                    return
         unpacked = next((a for a in call.args if a.star), None)
         if unpacked is not None:
             self.report(call, "DDP314", arguments=f"{unpacked.star}{code_of(unpacked.value)}")
@@ -165,7 +252,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # `DataLoader(data, 8, True, None)`: a sampler or batch sampler of None, by position, is no sampler.
         if len(positional) > SHUFFLE + 1 and all(m.matches(a.value, m.Name("None")) for a in positional[SHUFFLE + 1 :]):
             positional = positional[: SHUFFLE + 1]
-        if len(positional) > SHUFFLE + 1:
+        # A sampler or batch sampler of its own, by position, is split where it stands.
+        limit = BATCH_SAMPLER + 1 if own_sampler is not None else SHUFFLE + 1
+        if len(positional) > limit:
             self.report(call, "DDP303", count=len(positional))
             return
         dataset = argument(call, 0, "dataset")
@@ -175,14 +264,18 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(call, "DDP302")
             return
         hoisted_dataset = None
-        if not m.matches(dataset, m.Name() | m.Attribute()):
+        if own_sampler is None and not m.matches(dataset, m.Name() | m.Attribute()):
             if not isinstance(statement, cst.SimpleStatementLine):
                 self.report(call, "DDP304")
                 return
             hoisted_dataset = self._dataset_name(reference, call)
         if not self._may_shard(call, reference):
             return
-        plan = _LoaderPlan(dataset, hoisted_dataset)
+        if own_sampler is not None:
+            plan = _LoaderPlan(dataset, None, *own_sampler)
+            hoisted_dataset = None  # the sampler keeps its own dataset
+        else:
+            plan = _LoaderPlan(dataset, hoisted_dataset)
         self.plans[call] = plan
         sizing = self._sizes_per_step(call)
         if sizing is not None:
@@ -199,11 +292,144 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.hoists[statement] = plan
         if self.SHARDS_EVALUATION:
             return
-        self._report_batch(call)
-        if reference is None or bound_at is None:
-            self.report(call, "DDP305", loader="loader")
+        if own_sampler is not None and own_sampler[0] == "batch_sampler":
+            # No batch_size: the batches are the batch sampler's, each split over the processes (DDP321).
+            if reference is not None:
+                self.batch_sampled.add(code_of(reference))
         else:
+            self._report_batch(call)
+        if reference is None or bound_at is None:
+            if not self._runs_once(call, depth=3):
+                self._no_epoch_loop(call, "loader")
+        else:
+            if self._iterated_per_step(reference):
+                self._no_epoch_loop(call, code_of(reference), per_step=True)
+                return
             self._plan_set_epoch(module, call, reference, bound_at)
+
+    # -- samplers of the script's own -------------------------------------------------
+
+    def _plan_own_sampler(
+        self, call: cst.Call, keyword: str, given: cst.BaseExpression
+    ) -> tuple[str, bool, cst.Call | None] | None:
+        """Split the training loader's own sampler or batch sampler: ``(keyword, wrapped at the loader)``.
+
+        Where the sampler is built (inline, or bound once in this file), a
+        ``RandomSampler(data)`` or ``SequentialSampler(data)`` becomes a
+        DistributedSampler with that shuffle, and any other sampler is wrapped in
+        ShardedSampler there; one that comes from elsewhere is wrapped at the loader.
+        None where it cannot be split (reported) or splits the data itself.
+        """
+        built = self._sampler_built_at(given)
+        if built is not None and self._splits_itself(built):
+            self.report(given, "DDP323", sampler=code_of(built).split("(")[0])
+            return None
+        if built is None:
+            if isinstance(given, cst.Name) and any(
+                a is not None and m.matches(a.value, m.Name("None")) for a in self.analysis.bindings(given) or ()
+            ):
+                self.report(given, "DDP301", argument=keyword, sampler=code_of(given))
+                return None
+            self.report(given, "DDP321", sampler=code_of(given), split=self._split_note(keyword))
+            return keyword, True, None
+        if keyword == "sampler" and self._plain_sampler(built, names.RANDOM_SAMPLER):
+            self.sampler_edits[built] = "shuffle"
+        elif keyword == "sampler" and self._plain_sampler(built, names.SEQUENTIAL_SAMPLER):
+            self.sampler_edits[built] = "sequential"
+        else:
+            self.sampler_edits[built] = keyword
+            self.report(built, "DDP321", sampler=code_of(built.func), split=self._split_note(keyword))
+        return keyword, False, built
+
+    def _drop_if_only_for(self, given: cst.BaseExpression) -> None:
+        """``eval_sampler = SequentialSampler(data)``, read only by the loader that no longer takes it, goes too."""
+        if not isinstance(given, cst.Name) or self._sampler_built_at(given) is None:
+            return
+        assign = self.analysis.bindings(given)[0]  # type: ignore[index]
+        line = self.analysis.parents.get(assign)
+        target = assign.targets[0].target  # type: ignore[union-attr]
+        commented = isinstance(line, cst.SimpleStatementLine) and (
+            any(empty.comment for empty in line.leading_lines) or line.trailing_whitespace.comment is not None
+        )
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(target, cst.Name) and not commented:
+            if len(self.analysis.references(target)) == 1:
+                self.dropped_lines.add(line)
+
+    def _split_note(self, keyword: str) -> str:
+        if keyword == "sampler":
+            return "each process takes every world_size-th index"
+        if self.keep_per_process_batch:
+            return "each process takes every world_size-th batch, whole"
+        return "each process takes its share of every batch, so the global batch stays the sampler's"
+
+    def _sampler_built_at(self, given: cst.BaseExpression) -> cst.Call | None:
+        """The call that builds the sampler: ``given`` itself, or the one assignment of the name ``given``."""
+        if isinstance(given, cst.Call):
+            return given
+        if not isinstance(given, cst.Name):
+            return None
+        bindings = self.analysis.bindings(given)
+        if not bindings or len(bindings) != 1 or bindings[0] is None or len(bindings[0].targets) != 1:
+            return None
+        value = bindings[0].value
+        return value if isinstance(value, cst.Call) else None
+
+    def _plain_sampler(self, built: cst.Call, kind: frozenset[str]) -> bool:
+        """``RandomSampler(data)`` with no replacement, sample count or generator: DistributedSampler's order."""
+        return self.matches(built, call_to(kind)) and len(built.args) == 1 and not built.args[0].star and (
+            built.args[0].keyword is None or built.args[0].keyword.value == "data_source"
+        )
+
+    def _splits_itself(self, built: cst.Call) -> bool:
+        """A sampler that is told the process's rank, or is distributed by name, yields one process's share already."""
+        keywords = {a.keyword.value for a in built.args if a.keyword is not None}
+        return bool(keywords & SPLITS_ITSELF) or "distributed" in code_of(built.func).lower()
+
+    def _is_sequential(self, given: cst.BaseExpression) -> bool:
+        built = self._sampler_built_at(given)
+        return built is not None and self._plain_sampler(built, names.SEQUENTIAL_SAMPLER)
+
+    def _is_sharded(self, given: cst.BaseExpression) -> bool:
+        """A sampler convert has split already: a DistributedSampler or ShardedSampler, inline or by name."""
+        built = self._sampler_built_at(given)
+        split = call_to(names.DISTRIBUTED_SAMPLER) | m.Call(
+            func=m.Name(names.EVALUATION_SHARD_HELPER) | m.Name(names.SHARDED_SAMPLER_HELPER)
+        )
+        return built is not None and self.matches(built, split)
+
+    def _iterated_per_step(self, reference: cst.BaseExpression) -> bool:
+        """``next(iter(loader))`` inside a loop: every step starts a new pass over the loader."""
+        loader = code_of(reference)
+        for found in self.analysis.findall(m.Call(func=m.Name("iter"), args=[m.Arg()])):
+            assert isinstance(found, cst.Call)
+            if code_of(found.args[0].value) != loader:
+                continue
+            if any(isinstance(a, cst.ExceptHandler) for a in self.analysis.ancestors(found)):
+                continue  # restarting after StopIteration: a new epoch, which set_epoch handles
+            if any(isinstance(a, (cst.For, cst.While)) for a in self.analysis.ancestors(found)):
+                return True
+        return False
+
+    def _no_epoch_loop(self, call: cst.Call, loader: str, per_step: bool = False) -> None:
+        """No loop to call set_epoch from: the loader's sampler advances its epoch on every pass instead."""
+        plan = self.plans.get(call)
+        if plan is None:
+            return
+        edit = self.sampler_edits.get(plan.built) if plan.built is not None else None
+        if plan.own_sampler is None:
+            if self._unshuffled(call):
+                return  # one order every pass, as before: nothing to advance
+            self.self_advancing.add(call)
+        elif edit == "sequential":
+            return
+        elif edit == "shuffle":
+            self.sampler_edits[plan.built] = "sampler"  # type: ignore[index]  # a DistributedSampler would repeat one order
+        why = "each step starts a new pass with `iter()`" if per_step else "no epoch loop was found"
+        self.report(call, "DDP322", loader=loader, why=why)
+
+    def _unshuffled(self, call: cst.Call) -> bool:
+        shuffle = argument(call, SHUFFLE, "shuffle")
+        return shuffle is None or m.matches(shuffle, m.Name("False"))
 
     def _binding(
         self, module: cst.Module, call: cst.Call, parent: cst.CSTNode
@@ -422,7 +648,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                         self.report(loop, "DDP315", loader=loader)
                 return
             if not passes or not all(self._runs_once(loop, depth=3) for loop in passes):
-                self.report(call, "DDP305", loader=loader)
+                self._no_epoch_loop(call, loader)
             return  # One pass over the data: a single order, and nothing to reshuffle.
         best = max(p for p, _ in candidates)
         chosen = [loop for p, loop in candidates if p == best]
@@ -603,9 +829,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     # -- rewriting ------------------------------------------------------------------
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        edit = self.sampler_edits.get(original_node)
+        if edit is not None:
+            return self._split_sampler(updated_node, edit)
         plan = self.plans.get(original_node)
         if plan is None:
             return updated_node
+        if plan.own_sampler is not None:
+            return self._split_own_sampler(original_node, updated_node, plan)
         dataset = cst.Name(plan.hoisted_dataset) if plan.hoisted_dataset else plan.dataset
         shuffle = argument(updated_node, SHUFFLE, "shuffle") or cst.Name("False")
         placeholder = self.placeholders.get(original_node)
@@ -613,7 +844,17 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             shuffle, m.Comparison(left=m.Name(placeholder), comparisons=[m.ComparisonTarget(m.Is(), m.Name("None"))])
         ):
             shuffle = cst.Name("True")  # `shuffle=(train_sampler is None)` with the sampler always None
-        sampler = self._sampler(dataset, shuffle)
+        if original_node in self.self_advancing:
+            # No epoch loop calls set_epoch: a sampler that reshuffles on every pass by itself.
+            AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "RandomSampler")
+            order: cst.BaseExpression = cst.Call(func=cst.Name("RandomSampler"), args=[cst.Arg(dataset)])
+            if not m.matches(shuffle, m.Name("True")):
+                AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "SequentialSampler")
+                sequential = cst.Call(func=cst.Name("SequentialSampler"), args=[cst.Arg(dataset)])
+                order = cst.IfExp(test=shuffle, body=order, orelse=sequential)
+            sampler = self._sharded(order)
+        else:
+            sampler = self._sampler(dataset, shuffle)
         args: list[cst.Arg] = []
         placed = False
         for position, arg in enumerate(updated_node.args):
@@ -643,6 +884,30 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             args.insert(after + 1, keyword_arg("sampler", sampler, comma if after + 1 < len(args) else cst.MaybeSentinel.DEFAULT))
         return updated_node.with_changes(args=args)
 
+    def _split_sampler(self, sampler: cst.Call, edit: str) -> cst.Call:
+        if edit in ("shuffle", "sequential"):
+            return self._sampler(sampler.args[0].value, cst.Name("True" if edit == "shuffle" else "False"))
+        return self._sharded(sampler, batches=edit == "batch_sampler")
+
+    def _sharded(self, sampler: cst.BaseExpression, batches: bool = False) -> cst.Call:
+        self.helpers_needed = True
+        args = [cst.Arg(sampler)]
+        if batches and not self.keep_per_process_batch:
+            args.append(keyword_arg("split_batches", cst.Name("True")))
+        return cst.Call(func=cst.Name(names.SHARDED_SAMPLER_HELPER), args=args)
+
+    def _split_own_sampler(self, original_node: cst.Call, updated_node: cst.Call, plan: _LoaderPlan) -> cst.Call:
+        """The loader keeps its own sampler, split where it is built or wrapped here; the batch is divided as usual."""
+        args: list[cst.Arg] = []
+        for position, arg in enumerate(updated_node.args):
+            keyword = arg.keyword.value if arg.keyword else ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler")[position]
+            if keyword == "batch_size" and original_node not in self.per_process_calls:
+                arg = arg.with_changes(value=self._per_process(arg.value, original_node))
+            elif keyword == plan.own_sampler and plan.wrap_at_loader:
+                arg = arg.with_changes(value=self._sharded(arg.value, batches=keyword == "batch_sampler"))
+            args.append(arg)
+        return updated_node.with_changes(args=args)
+
     def _sampler(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:
         AddImportsVisitor.add_needed_import(self.context, "torch.utils.data.distributed", "DistributedSampler")
         return cst.Call(func=cst.Name("DistributedSampler"), args=[cst.Arg(dataset), keyword_arg("shuffle", shuffle)])
@@ -662,6 +927,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if original_node in self.dropped_lines:
+            return cst.RemoveFromParent()  # type: ignore[return-value]
         plan = self.hoists.get(original_node)
         if plan is None or plan.hoisted_dataset is None:
             return updated_node
@@ -679,9 +946,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         assert isinstance(original_node.target, cst.Name)
         epoch = original_node.target.value
         calls = [
-            cst.parse_statement(f"{code_of(reference)}.sampler.set_epoch({epoch})") for reference in references
+            cst.parse_statement(f"{code_of(reference)}.{self._epoch_holder(reference)}.set_epoch({epoch})")
+            for reference in references
         ]
         return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
+
+    def _epoch_holder(self, reference: cst.BaseExpression) -> str:
+        """The loader attribute that holds the epoch: its batch sampler, where that is what convert split."""
+        return "batch_sampler" if code_of(reference) in self.batch_sampled else "sampler"
 
     def leave_While(self, original_node: cst.While, updated_node: cst.While) -> cst.While:
         return self._restart(original_node, updated_node)
@@ -695,9 +967,16 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if not references:
             return updated_node
         calls = [
-            cst.parse_statement(f"{code_of(r)}.sampler.set_epoch({code_of(r)}.sampler.epoch + 1)") for r in references
+            cst.parse_statement(f"{code_of(r)}.{self._epoch_holder(r)}.set_epoch({code_of(r)}.{self._epoch_holder(r)}.epoch + 1)")
+            for r in references
         ]
         return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        return updated_node
+        if not self.helpers_needed:
+            return updated_node
+        for module_name in ("random", "sys", "torch"):
+            AddImportsVisitor.add_needed_import(self.context, module_name)
+        AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "Sampler")
+        import_torch_distributed(self.context, self.facts.distributed_alias)
+        return add_helper(updated_node, self.facts, names.SHARDED_SAMPLER_HELPER, SHARDED_SAMPLER_SOURCE)

@@ -239,6 +239,10 @@ def _convert(
     code, findings = analysis.module.code, []
     for code, reported in _groups_applied(analysis, codemod_groups, options):
         findings += reported
+    if any(finding.severity == "error" for finding in findings):
+        # A codemod found something no edit makes safe (an unsplit training loader): the file stays as it
+        # was, and every error and warning is listed at once. Notes said what was changed, so they go.
+        return analysis.module.code, [finding for finding in findings if finding.severity != "note"]
     return code, findings
 
 

@@ -587,22 +587,22 @@ RULES: dict[str, Rule] = {
         ),
         Rule(
             "DDP301",
-            "loader-has-sampler",
-            "warning",
-            "DataLoader already has `{argument}=`; left unchanged, so every process loads all the data: {advice}",
+            "sampler-sometimes-none",
+            "error",
+            "`{argument}={sampler}` is None on some paths and a sampler on others; convert cannot tell which "
+            "one this run takes and cannot split the training data, so the file is left as it was: build the "
+            "sampler on every path (`RandomSampler(dataset)` where it was None and the loader shuffled) and "
+            "convert again",
             doc=_doc(
-                "Finds a training DataLoader that already has a `sampler=` or `batch_sampler=`.",
-                "A DistributedSampler cannot be added next to another sampler, nor inside a batch sampler "
-                "convert cannot read; the script's sampler has to be made aware of the processes. Unsplit, "
-                "every process trains on all the data.",
-                "loader = DataLoader(ds, batch_sampler=BatchSampler(RandomSampler(ds), batch_size=32, drop_last=True))",
-                "# A batch sampler over a random or sequential sampler is plain batching: say so, and convert\n"
-                "# splits it with a DistributedSampler.\n"
-                "loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)\n"
-                "# A batch sampler of your own (buckets, aspect-ratio groups): make it yield this process's batches\n"
-                "# only: draw the whole epoch's batches with a generator seeded by seed + epoch (the same on every\n"
-                "# process), drop the batches past a multiple of world_size, and keep batches[rank::world_size].",
-                "No fix: the loader is left as it was.",
+                "Finds a training DataLoader whose sampler is bound to None on one path and to a sampler on another.",
+                "Convert splits a sampler where it is built, and replaces a sampler that is always None with a "
+                "DistributedSampler. A name that is sometimes one and sometimes the other cannot be split either "
+                "way without knowing the path, and an unsplit loader trains every process on all the data.",
+                "sampler = None\nif args.balanced:\n    sampler = WeightedRandomSampler(weights, len(weights))\n"
+                "loader = DataLoader(ds, batch_size=32, shuffle=sampler is None, sampler=sampler)",
+                "sampler = RandomSampler(ds)\nif args.balanced:\n    sampler = WeightedRandomSampler(weights, len(weights))\n"
+                "loader = DataLoader(ds, batch_size=32, sampler=sampler)",
+                "No fix: the whole file is left as it was.",
             ),
         ),
         Rule(
@@ -866,6 +866,59 @@ RULES: dict[str, Rule] = {
                 "args.batch_size *= torch.cuda.device_count()\nargs.workers *= torch.cuda.device_count()",
                 "args.batch_size *= dist.get_world_size()  # the global batch, divided again per process",
                 "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP321",
+            "sampler-sharded",
+            "note",
+            "`{sampler}` is split across processes by ShardedSampler: every process draws the same sequence "
+            "(seeded with seed + epoch), and {split}",
+            doc=_doc(
+                "Finds a training loader's own sampler or batch sampler (a SubsetRandomSampler, a "
+                "WeightedRandomSampler, a class of the script's, one imported from elsewhere) and wraps it.",
+                "A DistributedSampler only replaces plain shuffling. Any other sampler must still yield one "
+                "process's share: unsplit, every process trains on all the data, and the epoch does W times the work.",
+                "loader = DataLoader(ds, batch_size=64, sampler=WeightedRandomSampler(weights, len(weights)))",
+                "loader = DataLoader(ds, batch_size=64 // dist.get_world_size(),\n"
+                "                    sampler=ShardedSampler(WeightedRandomSampler(weights, len(weights))))",
+                "Safe: each pass, ShardedSampler seeds the random generators the sampler can draw from (torch, "
+                "Python's `random`, NumPy, the sampler's own generator) identically on every process, keeps items "
+                "rank, rank + W, ... and pads the sequence so every process gets as many. Together the processes "
+                "draw what the original drew. A sampler that draws from some other source of randomness (its own "
+                "`numpy.random.Generator`, a clock) would differ between processes: seed it from `set_epoch`.",
+            ),
+        ),
+        Rule(
+            "DDP322",
+            "sampler-advances-itself",
+            "note",
+            "`{loader}` gets a sampler that reshuffles on every pass by itself, because {why}: a "
+            "DistributedSampler without `set_epoch` would repeat one order",
+            doc=_doc(
+                "Finds a shuffled training loader with no epoch loop to call `set_epoch` from: batches fetched with "
+                "`next(iter(loader))` each step, a loader in a helper with its own `get_batch()`, a loop convert cannot see.",
+                "A DistributedSampler shuffles by the epoch it is given. Without `set_epoch` every pass repeats "
+                "one order, and `next(iter(loader))` returns the same batch at every step.",
+                "for step in range(steps):\n    x, y = next(iter(loader))",
+                "loader = DataLoader(ds, batch_size=32 // dist.get_world_size(), sampler=ShardedSampler(RandomSampler(ds)))",
+                "Safe: ShardedSampler counts its own passes, so every `iter()` starts a new order, the same on "
+                "every process.",
+            ),
+        ),
+        Rule(
+            "DDP323",
+            "sampler-splits-itself",
+            "warning",
+            "`{sampler}` is told the process's rank or is distributed by name, so it is taken to yield this "
+            "process's share already and is left as it was: check that it does",
+            doc=_doc(
+                "Finds a training loader's sampler that takes `rank`, `num_replicas` or `world_size`, or whose name says it is distributed.",
+                "Such a sampler splits the data itself; splitting it again would leave each process a W-th of its share.",
+                "sampler = BalancedDistributedSampler(ds, num_replicas=world_size, rank=rank)",
+                "# nothing to change if it yields every world_size-th item from rank; otherwise wrap the plain\n"
+                "# sampler and let convert split it",
+                "No fix: the sampler is left as it was.",
             ),
         ),
         Rule(

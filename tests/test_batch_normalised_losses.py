@@ -265,7 +265,7 @@ class ConvertReportsTest(CodemodTest):
                 loss = criterion(model(x), y)
                 (loss * dist.get_world_size()).backward()
         """
-        self.assertCodemod(before, after, expected_warnings=[f"7:5: DDP310 " + RULES["DDP310"].message.format(loss="loss")])
+        self.assertCodemod(before, after, expected_warnings=["7:5: DDP310 " + RULES["DDP310"].message.format(loss="loss")])
 
 
 DDP_SCRIPT = """\

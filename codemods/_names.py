@@ -226,3 +226,12 @@ SUMMARY_WRITER_METHODS = frozenset(
         "add_audio",
     }
 )
+# Losses whose "mean" is not a plain mean over samples when they carry class weights (the
+# sum of the targets' weights divides), and, for cross-entropy, the loss of in-batch contrastive training.
+CROSS_ENTROPY_LOSS = frozenset({"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"})
+NLL_LOSS = frozenset({"torch.nn.NLLLoss", "torch.nn.modules.loss.NLLLoss"})
+CROSS_ENTROPY = frozenset({"torch.nn.functional.cross_entropy"})
+NLL = frozenset({"torch.nn.functional.nll_loss"})
+ARANGE = frozenset({"torch.arange"})
+MATRIX_PRODUCTS = frozenset({"torch.matmul", "torch.mm"})
+EINSUM = frozenset({"torch.einsum"})

@@ -32,6 +32,68 @@ def _doc(what: str, why: str, example: str, instead: str, fix: str) -> str:
     )
 
 
+# Convert warns about these losses when it converts a DataParallel script, and check finds them in a
+# DDP script (DDP319/DDP515, DDP320/DDP516): one hazard, so one wording.
+WEIGHTED_LOSS_MESSAGE = (
+    "`{loss}` averages with class weights `{weight}`, so it divides by the sum of the weights of the batch's "
+    "targets: under DDP each process divides by the sum of its own share's, not the whole batch's, and the "
+    "objective changes; to keep it, compute the loss with `reduction=\"sum\"` and divide by the weight sum over "
+    "all processes: `total = {weight}[{target}].sum()`, `dist.all_reduce(total)`, "
+    "`loss = loss_sum * dist.get_world_size() / total` (the `* world_size` cancels DDP's averaging of gradients)"
+)
+WEIGHTED_LOSS_WHY = (
+    "With class weights, the mean cross-entropy is the weighted sum of the samples' losses divided by the sum of "
+    "their targets' weights. DataParallel computed it on the gathered outputs, so it divided by the whole batch's "
+    "weight sum. Under DDP each process computes it on its share and divides by its share's weight sum, which "
+    "differs from process to process: averaging the processes' gradients no longer gives the whole batch's "
+    "gradient, and rare, heavily weighted classes pull harder or weaker than they did. A measured pair of runs "
+    "differed from the first step (a loss of 1.1246 against 1.1182)."
+)
+WEIGHTED_LOSS_EXAMPLE = (
+    "criterion = nn.CrossEntropyLoss(weight=class_weights)\nloss = criterion(model(x), y)\nloss.backward()"
+)
+WEIGHTED_LOSS_INSTEAD = (
+    "criterion = nn.CrossEntropyLoss(weight=class_weights, reduction=\"sum\")\n"
+    "total = class_weights[y].sum()  # the weight sum of this process's share\n"
+    "dist.all_reduce(total)  # ... and of the whole batch\n"
+    "# DDP averages gradients over processes: `* world_size` turns that average back into the sum\n"
+    "loss = criterion(model(x), y) * dist.get_world_size() / total\n"
+    "loss.backward()"
+)
+IN_BATCH_NEGATIVES_MESSAGE = (
+    "`{loss}` is a contrastive loss with in-batch negatives (labels `{labels}`): under DDP each process scores "
+    "its samples only against its own share of the batch, so it sees fewer negatives and the objective changes; "
+    "to keep them, gather the embeddings of every process with `torch.distributed.nn.functional.all_gather` "
+    "(it keeps gradients), build the similarity against the gathered set, and use the labels "
+    "`torch.arange(n) + dist.get_rank() * n`"
+)
+IN_BATCH_NEGATIVES_WHY = (
+    "In-batch contrastive training scores every sample against every other sample of the batch: the other "
+    "samples are the negatives. DataParallel computed the loss on the gathered outputs, so each sample had the "
+    "whole batch as negatives. Under DDP each process builds the similarity matrix from its own share only, so "
+    "each sample has 1/world_size as many negatives: the task is easier, the loss lower, and what the model "
+    "learns changes. `dist.all_gather` would gather the embeddings but drops their gradients; "
+    "`torch.distributed.nn.functional.all_gather` keeps them."
+)
+IN_BATCH_NEGATIVES_EXAMPLE = (
+    "logits = image_features @ text_features.T / temperature\n"
+    "labels = torch.arange(logits.size(0), device=logits.device)\n"
+    "loss = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2\n"
+    "loss.backward()"
+)
+IN_BATCH_NEGATIVES_INSTEAD = (
+    "import torch.distributed.nn.functional as dist_nn\n\n"
+    "# every process's embeddings, with gradients flowing back to the process that computed them\n"
+    "all_images = torch.cat(dist_nn.all_gather(image_features))\n"
+    "all_texts = torch.cat(dist_nn.all_gather(text_features))\n"
+    "n = image_features.size(0)\n"
+    "labels = torch.arange(n, device=image_features.device) + dist.get_rank() * n\n"
+    "loss = (F.cross_entropy(image_features @ all_texts.T / temperature, labels)\n"
+    "        + F.cross_entropy(text_features @ all_images.T / temperature, labels)) / 2\n"
+    "loss.backward()  # DDP averages the processes' gradients: the mean over the whole batch"
+)
+
+
 def is_check_rule(code: str) -> bool:
     """DDP5xx: hazards ``check`` finds in a script that runs DDP; the other codes are convert's findings."""
     return code.startswith("DDP5")
@@ -869,6 +931,7 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+<<<<<<< HEAD
             "DDP321",
             "sampler-sharded",
             "note",
@@ -919,6 +982,34 @@ RULES: dict[str, Rule] = {
                 "# nothing to change if it yields every world_size-th item from rank; otherwise wrap the plain\n"
                 "# sampler and let convert split it",
                 "No fix: the sampler is left as it was.",
+=======
+            "DDP319",
+            "weighted-loss-per-process",
+            "warning",
+            WEIGHTED_LOSS_MESSAGE,
+            doc=_doc(
+                "Finds a cross-entropy or NLL loss with class weights and `reduction=\"mean\"` (given or by default) "
+                "whose value reaches `backward()`.",
+                WEIGHTED_LOSS_WHY,
+                WEIGHTED_LOSS_EXAMPLE,
+                WEIGHTED_LOSS_INSTEAD,
+                "No fix: the loss is left as it was, and the conversion goes on.",
+            ),
+        ),
+        Rule(
+            "DDP320",
+            "in-batch-negatives-per-process",
+            "warning",
+            IN_BATCH_NEGATIVES_MESSAGE,
+            doc=_doc(
+                "Finds a contrastive cross-entropy whose value reaches `backward()`: labels `torch.arange(n)` over a "
+                "similarity matrix of two batches of embeddings (`a @ b.T`, `torch.mm`, `torch.einsum`, scaled by a "
+                "temperature or not), as SimCLR- and CLIP-style training writes it.",
+                IN_BATCH_NEGATIVES_WHY,
+                IN_BATCH_NEGATIVES_EXAMPLE,
+                IN_BATCH_NEGATIVES_INSTEAD,
+                "No fix: the loss is left as it was, and the conversion goes on.",
+>>>>>>> losses
             ),
         ),
         Rule(
@@ -1351,6 +1442,34 @@ RULES: dict[str, Rule] = {
                 "scheduler.step(val_loss)",
                 "loss = torch.tensor(val_loss)\ndist.all_reduce(loss)\nscheduler.step(loss.item() / dist.get_world_size())",
                 "No fix: the call is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP515",
+            "weighted-loss-in-ddp",
+            "warning",
+            WEIGHTED_LOSS_MESSAGE,
+            doc=_doc(
+                "Finds, in a script that runs DDP, a cross-entropy or NLL loss with class weights and "
+                "`reduction=\"mean\"` (given or by default) whose value reaches `backward()`.",
+                WEIGHTED_LOSS_WHY,
+                WEIGHTED_LOSS_EXAMPLE,
+                WEIGHTED_LOSS_INSTEAD,
+                "No fix: the loss is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP516",
+            "in-batch-negatives-in-ddp",
+            "warning",
+            IN_BATCH_NEGATIVES_MESSAGE,
+            doc=_doc(
+                "Finds, in a script that runs DDP, a contrastive cross-entropy whose value reaches `backward()`: "
+                "labels `torch.arange(n)` over a similarity matrix of two batches of embeddings.",
+                IN_BATCH_NEGATIVES_WHY,
+                IN_BATCH_NEGATIVES_EXAMPLE,
+                IN_BATCH_NEGATIVES_INSTEAD,
+                "No fix: the loss is left as it was.",
             ),
         ),
         Rule(

@@ -39,8 +39,8 @@ class AddDistributedSamplerTest(CodemodTest):
             before,
             after,
             expected_warnings=[
-                "5:49: DDP307 global batch kept: each process loads `args.batch_size // world_size` samples; "
-                "the global batch changes unless it divides by the number of processes"
+                "5:49: DDP307 global batch `args.batch_size` -> `args.batch_size` (kept): each of the world_size processes "
+                "loads `args.batch_size // world_size`; the global batch changes unless it divides by the number of processes"
             ],
         )
 
@@ -79,7 +79,7 @@ class AddDistributedSamplerTest(CodemodTest):
             before,
             after,
             expected_warnings=[
-                "4:53: DDP307 global batch kept: each process loads `64 // world_size` samples; "
+                "4:53: DDP307 global batch `64` -> `64` (kept): each of the world_size processes loads `64 // world_size`; "
                 "64 divides by 2, 4, 8 processes"
             ],
         )
@@ -107,6 +107,8 @@ class AddDistributedSamplerTest(CodemodTest):
             expected_warnings=[
                 "4:54: DDP309 global batch 10 does not divide by 4, 8 processes: each process loads "
                 "`10 // world_size` and the global batch shrinks there; pick a multiple of the process count",
+                "4:54: DDP307 global batch `10` -> `10` (kept): each of the world_size processes loads `10 // world_size`; "
+                "10 does not divide by 4, 8 processes, where the global batch shrinks",
                 "4:10: DDP305 no epoch loop found for `loader`: call `loader.sampler.set_epoch(epoch)` "
                 "at the start of every epoch, or every epoch repeats one order",
             ],
@@ -132,8 +134,8 @@ class AddDistributedSamplerTest(CodemodTest):
             after,
             keep_per_process_batch=True,
             expected_warnings=[
-                "4:16: DDP308 per-process batch kept: the effective batch becomes `32 * world_size`; "
-                "scale the learning rate to match",
+                "4:16: DDP308 global batch `32` -> `32 * world_size`: each process loads `32` (`--batch per-process`); "
+                "the optimizers' learning rates are scaled by world_size (DDP330; DDP331 where convert could not)",
                 "4:16: DDP305 no epoch loop found for `train_loader`: call `train_loader.sampler.set_epoch(epoch)` "
                 "at the start of every epoch, or every epoch repeats one order",
             ],
@@ -387,8 +389,8 @@ class AddDistributedSamplerTest(CodemodTest):
             before,
             after,
             expected_warnings=[
-                "4:16: DDP308 per-process batch kept: the effective batch becomes `1 * world_size`; "
-                "scale the learning rate to match",
+                "4:16: DDP308 global batch `1` -> `1 * world_size`: each process loads `1` (a batch of 1 cannot be divided: "
+                "`1 // world_size` is 0); scale the learning rate to match",
                 "4:16: DDP305 no epoch loop found for `train_loader`: call `train_loader.sampler.set_epoch(epoch)` "
                 "at the start of every epoch, or every epoch repeats one order",
             ],
@@ -643,7 +645,7 @@ class NoSamplerSpellingsTest(CodemodTest):
                 for x in loader:
                     model(x).sum().backward()
         """
-        self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch kept: each process loads `8 // world_size` samples; 8 divides by 2, 4, 8 processes"])
+        self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch `8` -> `8` (kept): each of the world_size processes loads `8 // world_size`; 8 divides by 2, 4, 8 processes"])
 
     def test_sampler_none_by_position_gives_way_to_the_distributed_sampler(self) -> None:
         """Should read `DataLoader(data, 8, True, None)` as no sampler, not as a fourth argument it cannot place."""
@@ -668,7 +670,7 @@ class NoSamplerSpellingsTest(CodemodTest):
                 for x in loader:
                     model(x).sum().backward()
         """
-        self.assertCodemod(before, after, expected_warnings=["4:27: DDP307 global batch kept: each process loads `8 // world_size` samples; 8 divides by 2, 4, 8 processes"])
+        self.assertCodemod(before, after, expected_warnings=["4:27: DDP307 global batch `8` -> `8` (kept): each of the world_size processes loads `8 // world_size`; 8 divides by 2, 4, 8 processes"])
 
     def test_one_line_epoch_loop_becomes_a_block_for_set_epoch(self) -> None:
         """Should turn `for epoch in range(2): train(...)` into a block that calls set_epoch first."""
@@ -700,7 +702,7 @@ class NoSamplerSpellingsTest(CodemodTest):
                 loader.sampler.set_epoch(epoch)
                 train()
         """
-        self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch kept: each process loads `8 // world_size` samples; 8 divides by 2, 4, 8 processes"])
+        self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch `8` -> `8` (kept): each of the world_size processes loads `8 // world_size`; 8 divides by 2, 4, 8 processes"])
 
 
 def test_a_noise_batch_drawn_with_the_loaders_batch_keeps_the_batch_per_process() -> None:

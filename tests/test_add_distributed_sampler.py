@@ -732,3 +732,91 @@ if __name__ == "__main__":
     result = convert_source(source)
     assert "DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, shuffle=True))" in result.output
     assert "DDP312" in {f.code for f in result.findings}
+
+
+class GpuCountScalingTest(CodemodTest):
+    TRANSFORM = AddDistributedSamplerCommand
+
+    def test_a_gpu_count_that_scales_the_loaders_batch_becomes_the_world_size(self) -> None:
+        """Should scale by the world size where the batch reaches the loader after setup, drop a worker factor, and report the rest."""
+        before = """
+            import torch
+            from torch.utils.data import DataLoader
+
+            BATCH = 64
+            BATCH *= torch.cuda.device_count()
+
+            def main(args, n_gpus):
+                args.batch_size *= torch.cuda.device_count()
+                n_gpu = torch.cuda.device_count()
+                eval_batch = args.eval_batch * n_gpu
+                workers = 4 * n_gpu
+                other_workers = 2 * n_gpus
+                model = wrap_ddp(Net())
+                train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=workers)
+                other_loader = DataLoader(other_set, batch_size=BATCH, shuffle=True, num_workers=other_workers)
+                for epoch in range(args.epochs):
+                    for x, y in train_loader:
+                        pass
+                    for x, y in other_loader:
+                        pass
+
+            if __name__ == "__main__":
+                main(parse(), 2)
+        """
+        after = """
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            BATCH = 64
+            BATCH *= torch.cuda.device_count()
+
+            def main(args, n_gpus):
+                args.batch_size *= dist.get_world_size()
+                n_gpu = torch.cuda.device_count()
+                eval_batch = args.eval_batch * n_gpu
+                workers = 4
+                other_workers = 2 * n_gpus
+                model = wrap_ddp(Net())
+                train_loader = DataLoader(train_set, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True), num_workers=workers)
+                other_loader = DataLoader(other_set, batch_size=BATCH // dist.get_world_size(), sampler=DistributedSampler(other_set, shuffle=True), num_workers=other_workers)
+                for epoch in range(args.epochs):
+                    train_loader.sampler.set_epoch(epoch)
+                    other_loader.sampler.set_epoch(epoch)
+                    for x, y in train_loader:
+                        pass
+                    for x, y in other_loader:
+                        pass
+
+            if __name__ == "__main__":
+                main(parse(), 2)
+        """
+        habit = "a DataParallel habit that DDP changes: "
+        divided = (
+            "convert divides the loader's batch by the world size, which keeps this global batch only while the count "
+            "equals the number of processes (one node, one process per GPU): scale by dist.get_world_size() instead"
+        )
+        kept = "the global batch changes unless it divides by the number of processes"
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                # At import, before the process group exists.
+                f"5:1: DDP318 `BATCH` is scaled by the GPU count `torch.cuda.device_count()`, {habit}{divided}",
+                "8:5: DDP335 `args.batch_size` was scaled by the GPU count `torch.cuda.device_count()`, a DataParallel "
+                "habit: it is scaled by `dist.get_world_size()` instead, the number of processes, which is the GPU count "
+                "on one node and stays right on several",
+                # Reaches no loader.
+                f"10:5: DDP318 `eval_batch` is scaled by the GPU count `n_gpu`, {habit}{divided}",
+                "11:5: DDP335 `workers` was scaled by the GPU count `n_gpu`, a DataParallel habit: the factor is "
+                "dropped, since each process starts its own loader: `workers = 4`",
+                # A count passed in: not provably the GPU count.
+                f"12:5: DDP318 `other_workers` is scaled by the GPU count `n_gpus`, {habit}each process now starts that "
+                "many loader workers: drop the scaling",
+                "14:53: DDP307 global batch `args.batch_size` -> `args.batch_size` (kept): each of the world_size "
+                f"processes loads `args.batch_size // world_size`; {kept}",
+                f"15:53: DDP307 global batch `BATCH` -> `BATCH` (kept): each of the world_size processes loads `BATCH // world_size`; {kept}",
+            ],
+        )

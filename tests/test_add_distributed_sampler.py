@@ -820,3 +820,52 @@ class GpuCountScalingTest(CodemodTest):
                 f"15:53: DDP307 global batch `BATCH` -> `BATCH` (kept): each of the world_size processes loads `BATCH // world_size`; {kept}",
             ],
         )
+
+    def test_a_batch_times_a_name_bound_to_the_gpu_count_becomes_the_world_size(self) -> None:
+        """Should replace `n_gpu` where `n_gpu = torch.cuda.device_count()` is its only binding and the product reaches the loader."""
+        before = """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main(args):
+                n_gpu = torch.cuda.device_count()
+                batch_size = args.per_gpu_batch * n_gpu
+                model = wrap_ddp(Net())
+                train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+                for epoch in range(args.epochs):
+                    for x, y in train_loader:
+                        pass
+
+            if __name__ == "__main__":
+                main(parse())
+        """
+        after = """
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            def main(args):
+                n_gpu = torch.cuda.device_count()
+                batch_size = args.per_gpu_batch * dist.get_world_size()
+                model = wrap_ddp(Net())
+                train_loader = DataLoader(train_set, batch_size=batch_size // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True))
+                for epoch in range(args.epochs):
+                    train_loader.sampler.set_epoch(epoch)
+                    for x, y in train_loader:
+                        pass
+
+            if __name__ == "__main__":
+                main(parse())
+        """
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                "6:5: DDP335 `batch_size` was scaled by the GPU count `n_gpu`, a DataParallel habit: it is scaled by "
+                "`dist.get_world_size()` instead, the number of processes, which is the GPU count on one node and "
+                "stays right on several",
+                "8:53: DDP307 global batch `batch_size` -> `batch_size` (kept): each of the world_size processes loads "
+                "`batch_size // world_size`; the global batch changes unless it divides by the number of processes",
+            ],
+        )

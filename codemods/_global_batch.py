@@ -79,7 +79,7 @@ def _after_setup_at_module_level(analysis: Analysis, node: cst.CSTNode, entry: s
     top = next(a for a in chain if analysis.parents.get(a) is module)
     if m.matches(top, MAIN_GUARD):
         # Setup goes after the guard's own CUDA_VISIBLE_DEVICES assignments.
-        visible = [a for a in analysis.findall_in(top, VISIBLE_DEVICES)]
+        visible = analysis.findall_in(top, VISIBLE_DEVICES)
         return entry == "top" or all(analysis.is_after(node, a) for a in visible)
     if entry != "top":
         return False  # runs at import, before the `__main__` block sets up

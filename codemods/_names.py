@@ -235,3 +235,23 @@ NLL = frozenset({"torch.nn.functional.nll_loss"})
 ARANGE = frozenset({"torch.arange"})
 MATRIX_PRODUCTS = frozenset({"torch.matmul", "torch.mm"})
 EINSUM = frozenset({"torch.einsum"})
+# torch.optim's optimizers, each of which takes `lr` second (`SGD(params, lr=...)`).
+OPTIMIZERS = frozenset(
+    f"torch.optim.{name}"
+    for name in (
+        "SGD", "Adam", "AdamW", "Adamax", "Adadelta", "Adagrad", "Adafactor", "ASGD", "LBFGS", "NAdam", "RAdam",
+        "RMSprop", "Rprop", "SparseAdam",
+    )
+) | frozenset(
+    f"torch.optim.{module}.{name}"
+    for module, name in (
+        ("sgd", "SGD"), ("adam", "Adam"), ("adamw", "AdamW"), ("adamax", "Adamax"), ("adadelta", "Adadelta"),
+        ("adagrad", "Adagrad"), ("_adafactor", "Adafactor"), ("asgd", "ASGD"), ("lbfgs", "LBFGS"), ("nadam", "NAdam"),
+        ("radam", "RAdam"), ("rmsprop", "RMSprop"), ("rprop", "Rprop"), ("sparse_adam", "SparseAdam"),
+    )
+)  # fmt: skip
+# Schedulers that set the learning rate from bounds of their own, with those bounds' positions after the optimizer.
+CYCLIC_SCHEDULERS: dict[str, tuple[str, ...]] = {
+    "torch.optim.lr_scheduler.OneCycleLR": ("max_lr",),
+    "torch.optim.lr_scheduler.CyclicLR": ("base_lr", "max_lr"),
+}

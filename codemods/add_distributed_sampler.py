@@ -36,6 +36,7 @@ from ._base import (
     resolves_to,
     script_functions,
 )
+from ._global_batch import add_batch_args, runs_after_setup
 
 RestartT = TypeVar("RestartT", cst.ExceptHandler, cst.While)
 # Values a DataParallel script scales by its GPU count, and the names it counts GPUs by.
@@ -155,19 +156,15 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     DESCRIPTION = "Give the training DataLoader a DistributedSampler, keep the global batch, call set_epoch."
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument(
-            "--keep-per-process-batch",
-            dest="keep_per_process_batch",
-            action="store_true",
-            help="Keep batch_size per process; the effective batch grows with the world size.",
-        )
+        add_batch_args(arg_parser)
 
     # The evaluation codemod shares this machinery and shards the other loaders.
     SHARDS_EVALUATION: ClassVar[bool] = False
 
-    def __init__(self, context: CodemodContext, keep_per_process_batch: bool = False) -> None:
+    def __init__(self, context: CodemodContext, batch: str = "global", keep_per_process_batch: bool = False) -> None:
         super().__init__(context)
-        self.keep_per_process_batch = keep_per_process_batch
+        # `keep_per_process_batch=True` is the option's old spelling.
+        self.keep_per_process_batch = keep_per_process_batch or batch == "per-process"
         self.plans: dict[cst.Call, _LoaderPlan] = {}
         self.hoists: dict[cst.SimpleStatementLine, _LoaderPlan] = {}
         self.set_epochs: dict[cst.For, list[cst.BaseExpression]] = {}
@@ -188,6 +185,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.helpers_needed = False
         # Sampler bindings no loader reads any more.
         self.dropped_lines: set[cst.SimpleStatementLine] = set()
+        # `batch_size *= torch.cuda.device_count()` and the like -> the value with the GPU count replaced.
+        self.gpu_count_scaling: dict[cst.AugAssign | cst.Assign, cst.BaseExpression] = {}
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -285,8 +284,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if size is not None and size < 2:
             # A batch of 1 cannot be split: `1 // world_size` is 0, which DataLoader refuses.
             self.per_process_calls.add(call)
-            if not self.SHARDS_EVALUATION:
-                self.report(argument(call, BATCH_SIZE, "batch_size"), "DDP308", batch=str(size))  # type: ignore[arg-type]
         if hoisted_dataset is not None:
             assert isinstance(statement, cst.SimpleStatementLine)
             self.hoists[statement] = plan
@@ -296,6 +293,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             # No batch_size: the batches are the batch sampler's, each split over the processes (DDP321).
             if reference is not None:
                 self.batch_sampled.add(code_of(reference))
+            self._report_batches(call, own_sampler[2])
         else:
             self._report_batch(call)
         if reference is None or bound_at is None:
@@ -584,23 +582,48 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(size, "DDP309", size=size.evaluated_value, misses=", ".join(misses))
 
     def _report_batch(self, call: cst.Call) -> None:
+        """State the global batch before and after, with why it is divided or kept per process."""
         batch = argument(call, BATCH_SIZE, "batch_size")
-        if call in self.per_process_calls:
+        size = self._literal_batch(call) if batch is not None else 1
+        if batch is None or call in self.per_process_calls or self.keep_per_process_batch:
+            if size is not None and size < 2:
+                reason = f"a batch of {size} cannot be divided: `{size} // world_size` is 0"
+            elif call in self.per_process_calls:
+                reason = f"`{code_of(batch)}` also sizes something per step"  # type: ignore[arg-type]
+            else:
+                reason = "`--batch per-process`"
+            if self.keep_per_process_batch:
+                learning_rate = "the optimizers' learning rates are scaled by world_size (DDP330; DDP331 where convert could not)"
+            elif call in self.per_process_calls and not (size is not None and size < 2):
+                learning_rate = "scale the learning rate to match, or divide the batch where it is defined, for every use"
+            else:
+                learning_rate = "scale the learning rate to match"
+            where = batch if batch is not None and size is not None and size < 2 else call
+            self.report(where, "DDP308", batch=code_of(batch) if batch is not None else "1", reason=reason, learning_rate=learning_rate)
             return
-        if batch is None or self.keep_per_process_batch:
-            # DataLoader's default batch of 1 cannot be split, so it stays per process.
-            self.report(call, "DDP308", batch=code_of(batch) if batch is not None else "1")
-            return
-        shown, where = code_of(batch), batch
         divisibility = "the global batch changes unless it divides by the number of processes"
-        size = self._literal_batch(call)
         if size is not None:
             misses = [str(w) for w in COMMON_WORLD_SIZES if size % w]
             if misses:
-                self.report(where, "DDP309", size=size, misses=", ".join(misses))
-                return
-            divisibility = f"{size} divides by {', '.join(map(str, COMMON_WORLD_SIZES))} processes"
-        self.report(where, "DDP307", batch=shown, divisibility=divisibility)
+                self.report(batch, "DDP309", size=size, misses=", ".join(misses))
+                divisibility = f"{size} does not divide by {', '.join(misses)} processes, where the global batch shrinks"
+            else:
+                divisibility = f"{size} divides by {', '.join(map(str, COMMON_WORLD_SIZES))} processes"
+        self.report(batch, "DDP307", batch=code_of(batch), divisibility=divisibility)
+
+    def _report_batches(self, call: cst.Call, built: cst.Call | None) -> None:
+        """The global batch of a loader whose batch sampler makes the batches: its ``batch_size``, if it has one."""
+        size = None if built is None else next(
+            (a.value for a in built.args if a.keyword is not None and a.keyword.value == "batch_size"), None
+        )
+        batch = code_of(size) if size is not None else "len(batch)"
+        if self.keep_per_process_batch:
+            reason = "`--batch per-process`: each process takes whole batches of the batch sampler, every world_size-th"
+            learning_rate = "the optimizers' learning rates are scaled by world_size (DDP330; DDP331 where convert could not)"
+            self.report(call, "DDP308", batch=batch, reason=reason, learning_rate=learning_rate)
+        else:
+            divisibility = "each of the batch sampler's batches is split between the processes"
+            self.report(call, "DDP307", batch=batch, divisibility=divisibility)
 
     # -- finding the epoch loop ----------------------------------------------------
 
@@ -719,7 +742,25 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(self.facts.model_wraps[0], "DDP306")
 
     def _report_gpu_count_scaling(self, analysis: Analysis) -> None:
-        """``batch_size *= n_gpu``, ``workers = 4 * torch.cuda.device_count()``: DataParallel's habits."""
+        """``batch_size *= n_gpu``, ``workers = 4 * torch.cuda.device_count()``: DataParallel's habits.
+
+        Where the value provably reaches a DataLoader and the count is provably
+        ``torch.cuda.device_count()``, a batch is scaled by the world size instead
+        (the count of processes, which is the GPU count on one node) and a worker
+        count loses the factor, since each process starts its own loader.
+        """
+        loaders = [c for c in analysis.findall(call_to(names.DATA_LOADER)) if isinstance(c, cst.Call)]
+        batches: set[str] = set()
+        workers: set[str] = set()
+        for loader in loaders:
+            parent = analysis.parents.get(loader)
+            reference = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+            batch = argument(loader, BATCH_SIZE, "batch_size")
+            if batch is not None and is_training_loader(loader, reference, len(loaders) == 1):
+                batches |= analysis.reads(batch)
+            count = argument(loader, 5, "num_workers")
+            if count is not None:
+                workers |= analysis.reads(count)
         for node in analysis.nodes(cst.AugAssign) + analysis.nodes(cst.Assign):  # type: ignore[operator]
             targets = [node.target] if isinstance(node, cst.AugAssign) else [t.target for t in node.targets]
             scaled = [code_of(t) for t in targets if SCALED_BY_GPUS.search(code_of(t).rsplit(".", 1)[-1])]
@@ -732,15 +773,76 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             count = next((f for f in factors if self._counts_gpus(f)), None)
             if count is None:
                 continue
+            feeds = len(targets) == 1 and self._is_device_count(count)
             if "worker" in scaled[0].lower():
+                if feeds and isinstance(node, cst.Assign) and len(factors) > 1 and analysis.flows_from({scaled[0]}) & workers:
+                    value = self._with_factor(node.value, count, None)
+                    self.gpu_count_scaling[node] = value
+                    what = f"the factor is dropped, since each process starts its own loader: `{scaled[0]} = {code_of(value)}`"
+                    self.report(node, "DDP335", target=scaled[0], count=code_of(count), what=what)
+                    continue
                 advice = "each process now starts that many loader workers: drop the scaling"
             else:
+                if feeds and analysis.flows_from({scaled[0]}) & batches and runs_after_setup(analysis, node):
+                    world_size = cst.parse_expression(f"{self.distributed_at(node)}.get_world_size()")
+                    self.gpu_count_scaling[node] = self._with_factor(node.value, count, world_size)
+                    what = (
+                        f"it is scaled by `{code_of(world_size)}` instead, the number of processes, which is the GPU "
+                        "count on one node and stays right on several"
+                    )
+                    self.report(node, "DDP335", target=scaled[0], count=code_of(count), what=what)
+                    continue
                 advice = (
                     "convert divides the loader's batch by the world size, which keeps this global batch only "
                     "while the count equals the number of processes (one node, one process per GPU): "
                     "scale by dist.get_world_size() instead"
                 )
             self.report(node, "DDP318", target=scaled[0], count=code_of(count), advice=advice)
+
+    def _is_device_count(self, value: cst.BaseExpression) -> bool:
+        """``torch.cuda.device_count()``, or a name or attribute every assignment of which binds it."""
+        device_count = call_to({"torch.cuda.device_count"})
+        if self.matches(value, device_count):
+            return True
+        if not isinstance(value, (cst.Name, cst.Attribute)):
+            return False
+        spelled = code_of(value)
+        assigned = [
+            a for a in self.analysis.nodes(cst.Assign) if any(code_of(t.target) == spelled for t in a.targets)
+        ] + [a for a in self.analysis.nodes(cst.AugAssign) if code_of(a.target) == spelled]  # fmt: skip
+        if isinstance(value, cst.Name):
+            bindings = self.analysis.bindings(value)
+            if not bindings or any(b is None for b in bindings):
+                return False  # a parameter, an import or a loop target: any value
+        return bool(assigned) and all(isinstance(a, cst.Assign) and self.matches(a.value, device_count) for a in assigned)
+
+    def _with_factor(
+        self, value: cst.BaseExpression, count: cst.BaseExpression, replacement: cst.BaseExpression | None
+    ) -> cst.BaseExpression:
+        """``value`` with the factor ``count`` replaced by ``replacement``, or dropped where that is None."""
+        if value is count:
+            assert replacement is not None
+            return replacement
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
+            if replacement is None and value.right is count:
+                return value.left
+            if replacement is None and value.left is count:
+                return value.right
+            return value.with_changes(
+                left=self._with_factor(value.left, count, replacement),
+                right=self._with_factor(value.right, count, replacement),
+            )
+        return value
+
+    def leave_AugAssign(self, original_node: cst.AugAssign, updated_node: cst.AugAssign) -> cst.AugAssign:
+        value = self.gpu_count_scaling.get(original_node)
+        return updated_node if value is None else updated_node.with_changes(value=value)
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        value = self.gpu_count_scaling.get(original_node)
+        if value is None or not updated_node.value.deep_equals(original_node.value):
+            return updated_node  # another codemod edited the value: leave it to that one
+        return updated_node.with_changes(value=value)
 
     def _factors(self, value: cst.BaseExpression) -> list[cst.BaseExpression]:
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):

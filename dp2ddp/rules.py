@@ -7,6 +7,8 @@ that fill the code's message template, so wording stays consistent between
 
 from __future__ import annotations
 
+import re
+import string
 from dataclasses import dataclass
 from typing import Literal
 
@@ -741,10 +743,10 @@ RULES: dict[str, Rule] = {
             "DDP307",
             "global-batch-kept",
             "note",
-            "global batch kept: each process loads `{batch} // world_size` samples; "
-            "{divisibility}",
+            "global batch `{batch}` -> `{batch}` (kept): each of the world_size processes loads "
+            "`{batch} // world_size`; {divisibility}",
             doc=_doc(
-                "Notes that a training loader's batch is divided by the world size, which keeps the global batch.",
+                "Notes that a training loader's batch is divided by the world size, which keeps the global batch (`--batch global`, the default). The message states the global batch before and after.",
                 "DataParallel's `batch_size` was the global batch split over GPUs. Dividing it keeps the learning rate right; a batch that does not divide evenly changes it slightly.",
                 "DataLoader(ds, batch_size=128, shuffle=True)",
                 "DataLoader(ds, batch_size=128 // dist.get_world_size(), sampler=DistributedSampler(ds, shuffle=True))",
@@ -755,11 +757,15 @@ RULES: dict[str, Rule] = {
             "DDP308",
             "per-process-batch-kept",
             "note",
-            "per-process batch kept: the effective batch becomes `{batch} * world_size`; "
-            "scale the learning rate to match",
+            "global batch `{batch}` -> `{batch} * world_size`: each process loads `{batch}` ({reason}); "
+            "{learning_rate}",
             doc=_doc(
-                "Notes that a training loader keeps its batch per process (`--keep-per-process-batch`, or a batch of 1).",
-                "Each process loads the full batch, so the effective batch is the world size times larger; a learning rate tuned for the old batch may be too small.",
+                "Notes that a training loader keeps its batch per process: under `--batch per-process`, for a batch of 1, "
+                "which cannot be divided, or for a batch value that also sizes a tensor per step (`DDP312`). The message "
+                "states the global batch before and after, and what happens to the learning rate.",
+                "Each process loads the full batch, so the effective batch is the world size times larger; a learning rate "
+                "tuned for the old batch may be too small. Under `--batch per-process` convert scales each optimizer's "
+                "learning rate by the world size (`DDP330`) and says where it could not (`DDP331`).",
                 "DataLoader(ds, batch_size=32, shuffle=True)  # 4 processes: 128 per step",
                 "optimizer = SGD(model.parameters(), lr=base_lr * dist.get_world_size())",
                 "Safe: nothing is divided; the report states the new effective batch.",
@@ -931,7 +937,6 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
-<<<<<<< HEAD
             "DDP321",
             "sampler-sharded",
             "note",
@@ -982,7 +987,9 @@ RULES: dict[str, Rule] = {
                 "# nothing to change if it yields every world_size-th item from rank; otherwise wrap the plain\n"
                 "# sampler and let convert split it",
                 "No fix: the sampler is left as it was.",
-=======
+            ),
+        ),
+        Rule(
             "DDP319",
             "weighted-loss-per-process",
             "warning",
@@ -1009,7 +1016,109 @@ RULES: dict[str, Rule] = {
                 IN_BATCH_NEGATIVES_EXAMPLE,
                 IN_BATCH_NEGATIVES_INSTEAD,
                 "No fix: the loss is left as it was, and the conversion goes on.",
->>>>>>> losses
+            ),
+        ),
+        Rule(
+            "DDP330",
+            "learning-rate-scaled",
+            "note",
+            "learning rate `{lr}` -> `{scaled}`: each process keeps the batch (`--batch per-process`), so one "
+            "step averages world_size times the samples, and the linear scaling rule scales the rate with it",
+            doc=_doc(
+                "Notes that an optimizer's learning rate is multiplied by the world size under `--batch per-process`.",
+                "Each process loads DataParallel's whole batch, so the gradient DDP averages comes from world_size "
+                "times the samples and the run takes world_size times fewer steps. Kept as it was, the rate tuned "
+                "for the smaller batch trains more slowly; the linear scaling rule multiplies it by the batch's growth. "
+                "Very large rates may need a warm-up.",
+                "optimizer = optim.SGD(model.parameters(), lr=args.lr)",
+                "optimizer = optim.SGD(model.parameters(), lr=args.lr * dist.get_world_size())",
+                "Safe where the rate was tuned for the DataParallel batch; review it for schedules with a warm-up of their own.",
+            ),
+        ),
+        Rule(
+            "DDP331",
+            "learning-rate-not-scaled",
+            "warning",
+            "this optimizer's learning rate is not scaled, though each process keeps the batch (`--batch per-process`) "
+            "and one step sees world_size times the samples: {why}; {advice}",
+            doc=_doc(
+                "Finds a `torch.optim` optimizer whose learning rate convert cannot scale under `--batch per-process`: "
+                "none is given, parameter groups set their own, the arguments are unpacked, or the optimizer is built "
+                "before the process group exists.",
+                "The global batch grows by the world size. A rate left as it was trains as if the batch had not grown: "
+                "more slowly, and differently from the DataParallel run.",
+                "optimizer = optim.SGD([{\"params\": head, \"lr\": 0.1}, {\"params\": body}], lr=0.01)",
+                "world_size = dist.get_world_size()\n"
+                "optimizer = optim.SGD([{\"params\": head, \"lr\": 0.1 * world_size}, {\"params\": body}], lr=0.01 * world_size)",
+                "No fix: the optimizer is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP332",
+            "cyclic-learning-rate-not-scaled",
+            "warning",
+            "`{scheduler}` sets the learning rate itself from `{argument}={value}`, which the optimizer's scaled rate "
+            "does not reach: write `{argument}={value} * dist.get_world_size()` to follow the linear scaling rule",
+            doc=_doc(
+                "Finds a `OneCycleLR` or `CyclicLR` scheduler in a script whose optimizers convert scaled under "
+                "`--batch per-process`.",
+                "These schedulers overwrite the optimizer's rate on every step from their own `max_lr` and `base_lr`, "
+                "so the scaled `lr=` has no effect and the run trains with the rates of the smaller batch.",
+                "scheduler = OneCycleLR(optimizer, max_lr=0.1, total_steps=steps)",
+                "scheduler = OneCycleLR(optimizer, max_lr=0.1 * dist.get_world_size(), total_steps=steps)",
+                "No fix: the scheduler is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP333",
+            "steps-per-epoch-scaled",
+            "note",
+            "steps per epoch counted in global batches: `{before}` -> `{after}`, since each process keeps the batch "
+            "(`--batch per-process`) and one step takes world_size of them",
+            doc=_doc(
+                "Notes that a count of steps per epoch, the dataset's length divided by the training loader's batch, "
+                "is divided by the world size as well under `--batch per-process`.",
+                "Each process loads its own batch of the sampler's share, so an epoch has world_size times fewer steps. "
+                "A schedule built on the old count (a total step count, a warm-up, a cosine length) would run "
+                "world_size times too long and never reach its end.",
+                "iters_per_epoch = len(train_set) // args.batch_size",
+                "iters_per_epoch = len(train_set) // (args.batch_size * dist.get_world_size())",
+                "Safe: `len(train_loader)` counts the same steps; it is left as it was wherever the script uses it.",
+            ),
+        ),
+        Rule(
+            "DDP334",
+            "steps-per-epoch-unclear",
+            "warning",
+            "`{expression}` divides by the training loader's batch `{batch}`, {why}; under `--batch per-process` one "
+            "step takes world_size batches: if it counts steps, divide by `({batch} * dist.get_world_size())`, or use "
+            "`len(loader)`",
+            doc=_doc(
+                "Finds a count divided by the training loader's batch under `--batch per-process` where the count is "
+                "not provably the length of the loader's dataset, or that runs before the process group exists.",
+                "Steps per epoch counted with the per-process batch are world_size times too many: a schedule built on "
+                "them never reaches its end.",
+                "iters_per_epoch = args.num_train // args.batch_size",
+                "iters_per_epoch = len(train_loader)",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP335",
+            "gpu-count-scaling-replaced",
+            "note",
+            "`{target}` was scaled by the GPU count `{count}`, a DataParallel habit: {what}",
+            doc=_doc(
+                "Notes that a batch size scaled by the GPU count now scales by the world size, and that a worker count "
+                "scaled by it drops the factor. Only where the value provably reaches a DataLoader, the count is "
+                "`torch.cuda.device_count()` (directly or through a name bound to it), and for a batch, where the line "
+                "runs after the process group is set up; `DDP318` reports the others.",
+                "DataParallel runs one process for all GPUs: a per-GPU batch times the GPU count was its global batch, "
+                "and one loader needed workers for all of them. Under DDP the world size is the number of processes, "
+                "which is the GPU count on one node and stays right on several, and each process has its own loader.",
+                "args.batch_size *= torch.cuda.device_count()\nnum_workers = 4 * torch.cuda.device_count()",
+                "args.batch_size *= dist.get_world_size()\nnum_workers = 4",
+                "Safe: on one node the batch is the same number; each process starts the workers one GPU had.",
             ),
         ),
         Rule(
@@ -1612,3 +1721,17 @@ def section(doc: str, heading: str) -> str | None:
         if found is not None:
             found.append(line)
     return None if found is None else "\n".join(found).strip()
+
+
+def values_of(code: str, message: str) -> dict[str, str] | None:
+    """The values that filled ``code``'s message template to give ``message``; ``None`` when it does not fit."""
+    template = RULES[code].message
+    pattern, seen = "", set()
+    for literal, field_name, _, _ in string.Formatter().parse(template):
+        pattern += re.escape(literal)
+        if field_name is None:
+            continue
+        pattern += f"(?P={field_name})" if field_name in seen else f"(?P<{field_name}>.*?)"
+        seen.add(field_name)
+    match = re.fullmatch(pattern, message, re.DOTALL)
+    return match.groupdict() if match else None

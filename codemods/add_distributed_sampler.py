@@ -324,7 +324,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return None
         if built is None:
             if isinstance(given, cst.Name) and any(
-                a is not None and m.matches(a.value, m.Name("None")) for a in self.analysis.bindings(given) or ()
+                a is not None and m.matches(a.value, m.Name("None")) for a in self._bindings_reaching(given)
             ):
                 self.report(given, "DDP301", argument=keyword, sampler=code_of(given))
                 return None
@@ -422,7 +422,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return
         elif edit == "shuffle":
             self.sampler_edits[plan.built] = "sampler"  # type: ignore[index]  # a DistributedSampler would repeat one order
-        why = "each step starts a new pass with `iter()`" if per_step else "no epoch loop was found"
+        why = "a loop starts its passes with `iter()`" if per_step else "no epoch loop was found"
         self.report(call, "DDP322", loader=loader, why=why)
 
     def _unshuffled(self, call: cst.Call) -> bool:
@@ -548,8 +548,20 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return False
         if value.value == "None":
             return True
-        assigns = self.analysis.bindings(value)
+        assigns = self._bindings_reaching(value)
         return bool(assigns) and all(a is not None and m.matches(a.value, m.Name("None")) for a in assigns)  # type: ignore[union-attr]
+
+    def _bindings_reaching(self, name: cst.Name) -> list[cst.Assign | None]:
+        """The bindings of ``name`` that can hold when it is read: not those written after it outside any loop around both."""
+        assigns = self.analysis.bindings(name) or []
+        loops = {id(a) for a in self.analysis.ancestors(name) if isinstance(a, (cst.For, cst.While))}
+
+        def reaches(assign: cst.Assign | None) -> bool:
+            if assign is None or self.analysis.index[assign] < self.analysis.index[name]:
+                return True
+            return any(id(a) in loops for a in self.analysis.ancestors(assign))
+
+        return [a for a in assigns if reaches(a)]
 
     def _literal_batch(self, call: cst.Call) -> int | None:
         """The loader's batch size when it is a literal, or a name bound once, at module level, to one."""

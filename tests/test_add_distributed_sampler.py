@@ -874,3 +874,26 @@ class GpuCountScalingTest(CodemodTest):
                 "`batch_size // world_size`; the global batch changes unless it divides by the number of processes",
             ],
         )
+
+
+def test_a_sampler_rebound_only_after_the_loader_is_built_is_no_sampler() -> None:
+    """`train_sampler = None`, the loader, then a per-epoch `train_sampler = ...` that no loader reads: shuffled as before."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    train_sampler = None
+    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=(train_sampler is None), sampler=train_sampler)
+    for epoch in range(2):
+        if args.resample:
+            train_sampler = Balanced(ds)
+        for x, y in loader:
+            model(x).sum().backward()
+"""
+    result = convert_source(source)
+    assert "DataLoader(ds, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(ds, shuffle=True))" in result.output
+    assert not [f for f in result.findings if f.severity == "error"]

@@ -3,7 +3,8 @@
 Usage: python -m torch.distributed.run ... -- tests/rank_probe.py OUT_DIR SCRIPT [ARGS...]
 
 It wraps ``BatchSampler.__iter__`` so every pass of every DataLoader is
-recorded with the sampler type and dataset length, ``torch.save`` so
+recorded with the sampler type, dataset length and batch sizes, the optimizers'
+constructor so each optimizer's learning rate is recorded, ``torch.save`` so
 every checkpoint this process writes is recorded, and DDP's constructor so
 the parameters of every DDP model can be fingerprinted when the script
 ends, then runs SCRIPT as ``__main__``. At exit it writes
@@ -26,6 +27,8 @@ from torch.utils.data.sampler import BatchSampler
 passes: list[dict[str, object]] = []
 saves: list[str] = []
 ddp_models: list[torch.nn.Module] = []
+learning_rates: list[float] = []
+_optimizer_init = torch.optim.Optimizer.__init__
 _batch_sampler_iter = BatchSampler.__iter__
 _torch_save = torch.save
 _ddp_init = torch.nn.parallel.DistributedDataParallel.__init__
@@ -48,6 +51,12 @@ def _fingerprints() -> list[str]:
     return found
 
 
+def _recording_optimizer_init(self, params, defaults, *args, **kwargs):  # type: ignore[no-untyped-def]
+    if "lr" in defaults:
+        learning_rates.append(float(defaults["lr"]))
+    _optimizer_init(self, params, defaults, *args, **kwargs)
+
+
 def _recording_save(obj, f, *args, **kwargs):  # type: ignore[no-untyped-def]
     saves.append(str(f))
     return _torch_save(obj, f, *args, **kwargs)
@@ -58,16 +67,19 @@ def _recording_iter(self: BatchSampler):  # type: ignore[no-untyped-def]
         "sampler": type(self.sampler).__name__,
         "dataset_size": len(getattr(self.sampler, "dataset", getattr(self.sampler, "data_source", ()))),
         "indices": [],
+        "batch_sizes": [],
     }
     passes.append(record)
     for batch in _batch_sampler_iter(self):
         record["indices"].extend(int(i) for i in batch)  # type: ignore[union-attr]
+        record["batch_sizes"].append(len(batch))  # type: ignore[union-attr]
         yield batch
 
 
 def _write() -> None:
     out = Path(sys_argv_out) / f"rank{os.environ.get('RANK', '0')}.json"
-    record = {"world_size": int(os.environ.get("WORLD_SIZE", "1")), "passes": passes, "saves": saves, "replicas": _fingerprints()}
+    record = {"world_size": int(os.environ.get("WORLD_SIZE", "1")), "passes": passes, "saves": saves, "replicas": _fingerprints(),
+              "learning_rates": learning_rates}
     out.write_text(json.dumps(record))
 
 
@@ -76,6 +88,7 @@ if __name__ == "__main__":
     BatchSampler.__iter__ = _recording_iter  # type: ignore[method-assign]
     torch.save = _recording_save
     torch.nn.parallel.DistributedDataParallel.__init__ = _recording_ddp_init  # type: ignore[method-assign]
+    torch.optim.Optimizer.__init__ = _recording_optimizer_init  # type: ignore[method-assign]
     atexit.register(_write)
     sys.argv = [script, *script_args]
     sys.path.insert(0, str(Path(script).resolve().parent))

@@ -28,7 +28,8 @@ TRAINED = [
     "eval_kept_whole", "plateau_on_losses", "eval_kwargs_kept_whole", "rebound_model_name", "nested_gpu_conditions",
     "init_after_wrap_moved", "reinit_after_wrap", "gpu_argument_guarded_print", "loss_skip_agreed",
     "dist_bound_in_function", "dataset_downloads_once", "device_from_helper", "step_counter_stop", "wrap_branch_with_else",
-    "set_device_first_gpu", "gan_noise_batch", "loader_from_factory",
+    "set_device_first_gpu", "gan_noise_batch", "random_sampler_explicit", "weighted_loss_reported",
+    "contrastive_in_batch_reported", "loader_from_factory",
 ]  # fmt: skip
 
 
@@ -101,6 +102,27 @@ def test_converted_fixture_trains_on_two_processes_with_disjoint_data(case: str,
         assert sharded[0][0]["indices"] != sharded[0][1]["indices"]
     # DDP kept every replica identical: bitwise-equal parameters on both ranks at the end.
     assert ranks[0]["replicas"], "the converted script built no DDP model"
+    assert ranks[0]["replicas"] == ranks[1]["replicas"], "the ranks ended with different weights"
+
+
+def test_batch_per_process_keeps_each_processs_batch_and_scales_the_learning_rate(tmp_path: Path) -> None:
+    """Under --batch per-process each rank loads its own half in DataParallel's whole batches, at W times the rate."""
+    from dp2ddp.api import ConvertOptions, convert_source
+
+    script = tmp_path / "train.py"
+    before = (FIXTURES / "mnist_argparse" / "before.py").read_text(encoding="utf-8")
+    script.write_text(convert_source(before, ConvertOptions(batch="per-process")).output, encoding="utf-8")
+    completed, ranks = run_under_torchrun(script, tmp_path, "--batch-size", "8", "--train-size", "48", "--lr", "0.05")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert [rank["world_size"] for rank in ranks] == [2, 2]
+    sharded = [[p for p in rank["passes"] if p["sampler"] == "DistributedSampler"] for rank in ranks]
+    assert len(sharded[0]) == len(sharded[1]) == 2  # two epochs
+    for first, second in zip(*sharded):
+        assert set(first["indices"]).isdisjoint(second["indices"])
+        assert sorted(first["indices"] + second["indices"]) == list(range(48))
+        # Each process steps on the original batch of 8, so a step sees 16 samples in all.
+        assert first["batch_sizes"] == second["batch_sizes"] == [8, 8, 8]
+    assert [rank["learning_rates"] for rank in ranks] == [[0.1], [0.1]]
     assert ranks[0]["replicas"] == ranks[1]["replicas"], "the ranks ended with different weights"
 
 

@@ -129,6 +129,15 @@ COMMON_WORLD_SIZES = (2, 4, 8)
 
 
 @dataclass(frozen=True)
+class _Unpacked:
+    """``DataLoader(data, **name)`` where the file shows every key ``name`` can hold."""
+
+    name: str
+    always: frozenset[str]  # keys every path puts in
+    maybe: frozenset[str]  # keys some path adds
+
+
+@dataclass(frozen=True)
 class _LoaderPlan:
     dataset: cst.BaseExpression
     hoisted_dataset: str | None  # name the dataset expression moves to
@@ -187,6 +196,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # Loaders (as the epoch loop names them) whose batch sampler carries the epoch.
         self.batch_sampled: set[str] = set()
         self.helpers_needed = False
+        # Loaders whose arguments come from a dict the file shows whole, with its keys.
+        self.unpacked: dict[cst.Call, _Unpacked] = {}
         # Sampler bindings no loader reads any more.
         self.dropped_lines: set[cst.SimpleStatementLine] = set()
         # `batch_size *= torch.cuda.device_count()` and the like -> the value with the GPU count replaced.
@@ -252,9 +263,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     return
         unpacked = next((a for a in call.args if a.star), None)
         if unpacked is not None:
-            self.report(call, "DDP314", arguments=f"{unpacked.star}{code_of(unpacked.value)}")
-            return
-        positional = [a for a in call.args if a.keyword is None]
+            keys = None if self.SHARDS_EVALUATION or own_sampler is not None else self._unpacked_keys(call, unpacked)
+            if keys is None:
+                self.report(call, "DDP314", arguments=f"{unpacked.star}{code_of(unpacked.value)}")
+                return
+            self.unpacked[call] = keys
+        positional = [a for a in call.args if a.keyword is None and not a.star]
         # `DataLoader(data, 8, True, None)`: a sampler or batch sampler of None, by position, is no sampler.
         if len(positional) > SHUFFLE + 1 and all(m.matches(a.value, m.Name("None")) for a in positional[SHUFFLE + 1 :]):
             positional = positional[: SHUFFLE + 1]
@@ -360,6 +374,59 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if len(self.analysis.references(target)) == 1:
                 self.dropped_lines.add(line)
 
+    def _unpacked_keys(self, call: cst.Call, unpacked: cst.Arg) -> _Unpacked | None:
+        """The keys of ``**kwargs`` when the file shows all of them: a dict literal, grown only by literal updates.
+
+        ``train_kwargs = {"batch_size": 64}`` then ``train_kwargs.update({"shuffle": True})``
+        in a branch (the MNIST example's shape): which keys are always there, and which may
+        be, is then known, and none of them may be a sampler.
+        """
+        name = unpacked.value
+        if unpacked.star != "**" or not isinstance(name, cst.Name) or len(call.args) != 2 or call.args[0].keyword or call.args[0].star:
+            return None
+        bindings = self.analysis.bindings(name)
+        if not bindings or len(bindings) != 1 or bindings[0] is None or not isinstance(bindings[0].value, cst.Dict):
+            return None
+        always = self._literal_keys(bindings[0].value)
+        if always is None:
+            return None
+        maybe: set[str] = set()
+        for use in self.analysis.references(bindings[0].targets[0].target):  # type: ignore[arg-type]
+            if use is name:
+                continue
+            method = self.analysis.parents.get(use)
+            update = self.analysis.parents.get(method) if isinstance(method, cst.Attribute) else None
+            if not (
+                isinstance(method, cst.Attribute) and method.attr.value == "update" and isinstance(update, cst.Call)
+                and len(update.args) == 1 and self.analysis.index[update] < self.analysis.index[call]
+            ):  # fmt: skip
+                return None  # handed on, subscripted or updated from elsewhere: its keys are not known
+            added = self._dict_keys(update.args[0].value)
+            if added is None:
+                return None
+            maybe |= added
+        if (always | maybe) & {"sampler", "batch_sampler", "dataset"}:
+            return None
+        return _Unpacked(name.value, frozenset(always), frozenset(maybe - always))
+
+    def _dict_keys(self, value: cst.BaseExpression) -> set[str] | None:
+        """The keys of a dict literal, or of the one dict literal a name is bound to (``cuda_kwargs``)."""
+        if isinstance(value, cst.Name):
+            bindings = self.analysis.bindings(value)
+            if not bindings or len(bindings) != 1 or bindings[0] is None:
+                return None
+            value = bindings[0].value
+        return self._literal_keys(value) if isinstance(value, cst.Dict) else None
+
+    @staticmethod
+    def _literal_keys(mapping: cst.Dict) -> set[str] | None:
+        keys = set()
+        for element in mapping.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                return None
+            keys.add(element.key.evaluated_value)
+        return keys  # type: ignore[return-value]
+
     def _split_note(self, keyword: str) -> str:
         if keyword == "sampler":
             return "each process takes every world_size-th index"
@@ -433,6 +500,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.report(call, "DDP322", loader=loader, why=why)
 
     def _unshuffled(self, call: cst.Call) -> bool:
+        if call in self.unpacked:
+            return "shuffle" not in self.unpacked[call].always | self.unpacked[call].maybe
         shuffle = argument(call, SHUFFLE, "shuffle")
         return shuffle is None or m.matches(shuffle, m.Name("False"))
 
@@ -615,6 +684,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     def _report_batch(self, call: cst.Call) -> None:
         """State the global batch before and after, with why it is divided or kept per process."""
+        keys = self.unpacked.get(call)
+        if keys is not None and "batch_size" in keys.always and not self.keep_per_process_batch:
+            batch_code = f'{keys.name}["batch_size"]'
+            self.report(call, "DDP307", batch=batch_code, divisibility="the global batch changes unless it divides by the number of processes")
+            return
         batch = argument(call, BATCH_SIZE, "batch_size")
         size = self._literal_batch(call) if batch is not None else 1
         if batch is None or call in self.per_process_calls or self.keep_per_process_batch:
@@ -1049,6 +1123,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return updated_node
         if plan.own_sampler is not None:
             return self._split_own_sampler(original_node, updated_node, plan)
+        if original_node in self.unpacked:
+            return self._split_unpacked(original_node, updated_node, plan)
         dataset = cst.Name(plan.hoisted_dataset) if plan.hoisted_dataset else plan.dataset
         shuffle = argument(updated_node, SHUFFLE, "shuffle") or cst.Name("False")
         placeholder = self.placeholders.get(original_node)
@@ -1119,6 +1195,43 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 arg = arg.with_changes(value=self._sharded(arg.value, batches=keyword == "batch_sampler"))
             args.append(arg)
         return updated_node.with_changes(args=args)
+
+    def _split_unpacked(self, original_node: cst.Call, updated_node: cst.Call, plan: _LoaderPlan) -> cst.Call:
+        """``DataLoader(data, **kwargs)``: the batch and shuffle are overridden in the unpacked dict, the sampler added."""
+        keys = self.unpacked[original_node]
+        name = keys.name
+        overrides: list[cst.BaseDictElement] = [cst.StarredDictElement(cst.Name(name))]
+        if "batch_size" in keys.always and original_node not in self.per_process_calls:
+            batch = self._per_process(cst.parse_expression(f'{name}["batch_size"]'), original_node)
+            overrides.append(cst.DictElement(cst.SimpleString('"batch_size"'), batch))
+        shuffle: cst.BaseExpression = cst.Name("False")
+        if keys.always & {"shuffle"}:
+            shuffle = cst.parse_expression(f'{name}["shuffle"]')
+        elif keys.maybe & {"shuffle"}:
+            shuffle = cst.parse_expression(f'{name}.get("shuffle", False)')
+        if "shuffle" in keys.always | keys.maybe:
+            # A sampler and shuffle=True together are refused by DataLoader; the sampler shuffles instead.
+            overrides.append(cst.DictElement(cst.SimpleString('"shuffle"'), cst.Name("False")))
+        kwargs = cst.Dict(overrides) if len(overrides) > 1 else cst.Name(name)
+        if original_node in self.self_advancing:
+            AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "RandomSampler")
+            AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "SequentialSampler")
+            order = cst.IfExp(
+                test=shuffle,
+                body=cst.Call(func=cst.Name("RandomSampler"), args=[cst.Arg(plan.dataset)]),
+                orelse=cst.Call(func=cst.Name("SequentialSampler"), args=[cst.Arg(plan.dataset)]),
+            )
+            sampler: cst.Call = self._sharded(order)
+        else:
+            sampler = self._sampler(plan.dataset, shuffle)
+        dataset = updated_node.args[0]
+        return updated_node.with_changes(
+            args=[
+                dataset,
+                cst.Arg(kwargs, star="**", comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                keyword_arg("sampler", sampler),
+            ]
+        )
 
     def _sampler(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:
         AddImportsVisitor.add_needed_import(self.context, "torch.utils.data.distributed", "DistributedSampler")

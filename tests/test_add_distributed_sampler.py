@@ -1280,3 +1280,59 @@ for x, y in loader:
 """
     result = convert_source(source)
     assert any(f.code == "DDP317" for f in result.findings) is refused
+
+
+@pytest.mark.parametrize(
+    ("update", "shuffle"),
+    [
+        pytest.param("train_kwargs.update({'shuffle': True, 'num_workers': 1})", 'train_kwargs.get("shuffle", False)', id="a literal update"),
+        pytest.param("cuda_kwargs = {'shuffle': True}\n        train_kwargs.update(cuda_kwargs)", 'train_kwargs.get("shuffle", False)', id="a named dict"),
+        pytest.param("pass", "False", id="no shuffle at all"),
+    ],
+)
+def test_unpacked_loader_arguments_the_file_shows_whole_are_split(update: str, shuffle: str) -> None:
+    """The MNIST example's `DataLoader(data, **train_kwargs)`: batch and shuffle overridden, a DistributedSampler added."""
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    train_kwargs = {{'batch_size': args.batch_size}}
+    if torch.cuda.is_available():
+        {update}
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(data, **train_kwargs)
+    for epoch in range(2):
+        for x, y in train_loader:
+            model(x).sum().backward()
+"""
+    result = convert_source(source)
+    batch = '"batch_size": train_kwargs["batch_size"] // dist.get_world_size()'
+    assert f"sampler=DistributedSampler(data, shuffle={shuffle})" in result.output
+    assert batch in result.output
+    assert ('"shuffle": False' in result.output) is (shuffle != "False")
+    assert "train_loader.sampler.set_epoch(epoch)" in result.output
+    assert not [f for f in result.findings if f.severity == "error"]
+
+
+def test_unpacked_loader_arguments_that_may_hold_a_sampler_are_refused() -> None:
+    """A dict that also carries `sampler` cannot take a second one: refused with DDP314."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    train_kwargs = {'batch_size': 8, 'sampler': Balanced(data)}
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(data, **train_kwargs)
+    for epoch in range(2):
+        for x, y in train_loader:
+            model(x).sum().backward()
+"""
+    result = convert_source(source)
+    assert [f.code for f in result.findings if f.severity == "error"] == ["DDP314"]
+    assert result.output == source

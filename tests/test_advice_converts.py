@@ -463,11 +463,11 @@ CASES = [
     pytest.param(
         "DDP314",
         _script(
-            "model = nn.DataParallel(nn.Linear(4, 1))\ntrain_kwargs = {'batch_size': 8, 'shuffle': True}\n",
+            "model = nn.DataParallel(nn.Linear(4, 1))\ntrain_kwargs = dict(batch_size=8, shuffle=True)\n",
             TRAIN.replace("batch_size=8, shuffle=True)", "**train_kwargs)"),
         ),
         _script("model = nn.DataParallel(nn.Linear(4, 1))\n"),
-        id="loader arguments unpacked from a dict convert once they are passed by keyword",
+        id="loader arguments unpacked from a dict convert cannot read convert once they are passed by keyword",
     ),
 ]
 

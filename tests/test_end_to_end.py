@@ -28,7 +28,7 @@ TRAINED = [
     "eval_kept_whole", "plateau_on_losses", "eval_kwargs_kept_whole", "rebound_model_name", "nested_gpu_conditions",
     "init_after_wrap_moved", "reinit_after_wrap", "gpu_argument_guarded_print", "loss_skip_agreed",
     "dist_bound_in_function", "dataset_downloads_once", "device_from_helper", "step_counter_stop", "wrap_branch_with_else",
-    "set_device_first_gpu", "gan_noise_batch", "random_sampler_explicit", "weighted_loss_reported",
+    "set_device_first_gpu", "gan_noise_batch", "random_sampler_explicit", "unpacked_loader_kwargs", "weighted_loss_reported",
     "contrastive_in_batch_reported", "loader_from_factory",
 ]  # fmt: skip
 

@@ -671,6 +671,8 @@ def sampler_pair(workdir: Path, sampler: str, *edits: tuple[str, str]) -> tuple[
         pytest.param(WEIGHTED, (), id="WeightedRandomSampler"),
         pytest.param(CUSTOM, (), id="a sampler class of the script's own"),
         pytest.param(SUBSET, [("range(args.epochs)", "range(1, args.epochs + 1)")], id="set_epoch counted from 1"),
+        pytest.param(SUBSET, [("sampler=sampler)", "sampler=sampler, num_workers=1, persistent_workers=True)")],
+                     id="persistent workers: one DataLoader iterator, a pass per epoch"),
     ],
 )  # fmt: skip
 def test_a_sampler_sharded_by_sharded_sampler_is_equivalent(sampler: str, edits: list, tmp_path: Path) -> None:

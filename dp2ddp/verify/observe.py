@@ -87,7 +87,7 @@ class Observer:
         self._wrapped_storages: set[int] = set()
         self._sampler_ids: dict[int, int] = {}
         self._loaders_path = name.with_suffix(".loaders.jsonl")
-        self._loader_passes: dict[int, dict[str, Any]] = {}
+        self._loader_passes: list[dict[str, Any]] = []
         self._datasets: dict[int, int] = {}
         self._last_pass: dict[str, Any] | None = None
         self._sampler_passes: dict[int, int] = {}
@@ -204,16 +204,22 @@ class Observer:
         next_index = dataloader._BaseDataLoaderIter._next_index
 
         def recorded(iterator: Any) -> Any:
+            # A pass begins where the DataLoader makes a new sampler iterator: a new DataLoader iterator, or
+            # persistent workers' iterator reset for the next epoch.
+            new_pass = getattr(iterator, "_dp2ddp_observed", None) is not iterator._sampler_iter
+            iterator._dp2ddp_observed = iterator._sampler_iter
             index = next_index(iterator)
-            record = self._loader_passes.get(id(iterator))
-            if record is None:
+            if new_pass:
                 dataset = iterator._dataset
-                number = self._datasets.setdefault(id(dataset), len(self._datasets))
-                self._keep.append(iterator)
-                passes = sum(1 for other in self._loader_passes.values() if other["loader"] == number)
-                record = {"loader": number, "pass": passes, "training": False, **_drawn_by(iterator._index_sampler),
-                          "indices": []}  # fmt: skip
-                self._loader_passes[id(iterator)] = record
+                if id(dataset) not in self._datasets:
+                    self._datasets[id(dataset)] = len(self._datasets)
+                    self._keep.append(dataset)  # so its id is not reused
+                number = self._datasets[id(dataset)]
+                passes = sum(1 for other in self._loader_passes if other["loader"] == number)
+                iterator._dp2ddp_record = {"loader": number, "pass": passes, "training": False,
+                                           **_drawn_by(iterator._index_sampler), "indices": []}  # fmt: skip
+                self._loader_passes.append(iterator._dp2ddp_record)
+            record = iterator._dp2ddp_record
             if record.get("split_batches") and isinstance(index, list) and len(index) == 1:
                 record["single_batches"] += 1  # a batch shorter than the world size, lent whole to each rank
             if len(record["indices"]) < MAX_INDICES:
@@ -241,5 +247,5 @@ class Observer:
             self._params.close()
         self._samplers.close()
         with self._loaders_path.open("w") as loaders:
-            for record in self._loader_passes.values():
+            for record in self._loader_passes:
                 loaders.write(json.dumps(record) + "\n")

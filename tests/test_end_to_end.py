@@ -134,9 +134,8 @@ def assert_sampler_split(reference: dict, ranks: list[dict]) -> None:
     world = len(ranks)
     per_rank = [_sharded_passes(rank) for rank in ranks]
     drawn_by = per_rank[0][0]
-    original = [
-        p for p in reference["passes"] if (p["sampler"], p["dataset_size"]) == (drawn_by["inner"], drawn_by["dataset_size"])
-    ]  # fmt: skip
+    drew = (drawn_by["inner"], drawn_by["dataset_size"])
+    original = [p for p in reference["passes"] if (p["sampler"], p["dataset_size"]) == drew]
     assert original, f"the original never iterated a {drawn_by['inner']} over {drawn_by['dataset_size']} samples"
     expected = original[0]["indices"]
     first = [passes[0]["indices"] for passes in per_rank]
@@ -151,7 +150,9 @@ def assert_sampler_split(reference: dict, ranks: list[dict]) -> None:
         if drawn_by["split_batches"]:
             # A batch shorter than the world size is lent to the ranks it cannot feed: one sample each.
             steps = zip(*(_batches(passes[0]) for passes in per_rank))
-            padding = sum(world - len({i for batch in step for i in batch}) for step in steps if all(len(b) == 1 for b in step))
+            padding = sum(
+                world - len({i for batch in step for i in batch}) for step in steps if all(len(b) == 1 for b in step)
+            )
         else:
             padding = world - 1  # the sequence is padded from its start to a multiple of the world size
             assert len({len(indices) for indices in first}) == 1, [len(i) for i in first]
@@ -173,10 +174,11 @@ def _pass(sampler: str, indices: list[int], inner: str | None = None, size: int 
 def test_the_split_check_rejects_ranks_that_each_draw_the_whole_sampler() -> None:
     """Without the live runs: a split that covers the original passes; every rank drawing it all does not."""
     reference = {"passes": [_pass("SubsetRandomSampler", [5, 0, 3, 6, 1, 2])]}
+    epochs = [[[5, 3, 1], [2, 6, 0]], [[0, 6, 2], [1, 3, 5]]]  # per rank, per epoch
     split = [
-        {"passes": [_pass("ShardedSampler", [5, 3, 1], "SubsetRandomSampler"), _pass("ShardedSampler", [2, 6, 0], "SubsetRandomSampler")], "replicas": ["a"]},
-        {"passes": [_pass("ShardedSampler", [0, 6, 2], "SubsetRandomSampler"), _pass("ShardedSampler", [1, 3, 5], "SubsetRandomSampler")], "replicas": ["a"]},
-    ]  # fmt: skip
+        {"passes": [_pass("ShardedSampler", indices, "SubsetRandomSampler") for indices in rank], "replicas": ["a"]}
+        for rank in epochs
+    ]
     assert_sampler_split(reference, split)
     whole = [{**rank, "passes": [_pass("ShardedSampler", [5, 0, 3, 6, 1, 2], "SubsetRandomSampler")] * 2} for rank in split]
     with pytest.raises(AssertionError, match="drew 6 samples in common"):

@@ -651,10 +651,43 @@ class BalancedSampler(torch.utils.data.Sampler):
 def main():'''
 
 
-def sampler_pair(workdir: Path, sampler: str, *edits: tuple[str, str]) -> tuple[Path, Path]:
-    """tests/data/sharded_sampler with ``sampler`` in place of its SubsetRandomSampler, and ``edits`` to after.py."""
+CHUNKED_BATCH_SAMPLER = '''
+class ChunkedBatchSampler(torch.utils.data.Sampler):
+    """A batch sampler of the script's own: each pass its indices shuffled and cut into batches."""
+
+    def __init__(self, indices, batch_size):
+        self.indices, self.batch_size = indices, batch_size
+
+    def __len__(self):
+        return -(-len(self.indices) // self.batch_size)
+
+    def __iter__(self):
+        order = [self.indices[i] for i in torch.randperm(len(self.indices)).tolist()]
+        return iter([order[start:start + self.batch_size] for start in range(0, len(order), self.batch_size)])
+
+
+def main():'''
+LOADER = "loader = DataLoader(dataset, batch_size=args.batch_size // dist.get_world_size(), sampler=sampler)"
+BATCHES = [
+    ("def main():", CHUNKED_BATCH_SAMPLER),
+    (LOADER.replace(" // dist.get_world_size()", ""),
+     "loader = DataLoader(dataset, batch_sampler=ChunkedBatchSampler(train_idx, args.batch_size))"),
+]  # fmt: skip
+SPLIT_BATCHES = [
+    ("def main():", CHUNKED_BATCH_SAMPLER),
+    (LOADER, "loader = DataLoader(dataset, batch_sampler=ShardedSampler(ChunkedBatchSampler(train_idx, args.batch_size), "
+             "split_batches=True))"),
+    ("        sampler.set_epoch(epoch)\n", "        loader.batch_sampler.set_epoch(epoch)\n"),
+]  # fmt: skip
+
+
+def sampler_pair(
+    workdir: Path, sampler: str, *edits: tuple[str, str], before: list[tuple[str, str]] | None = None
+) -> tuple[Path, Path]:
+    """tests/data/sharded_sampler with ``sampler`` in place of its SubsetRandomSampler, ``edits`` to after.py
+    and ``before`` to before.py."""
     scripts = []
-    for part, extra in (("before", ()), ("after", edits)):
+    for part, extra in (("before", before or ()), ("after", edits)):
         text = (SHARDED_PAIR / f"{part}.py").read_text()
         for old, new in ((SUBSET, sampler), ("def main():", BALANCED_SAMPLER), *extra):
             assert old in text, f"the pair no longer has {old!r}"
@@ -665,19 +698,22 @@ def sampler_pair(workdir: Path, sampler: str, *edits: tuple[str, str]) -> tuple[
 
 
 @pytest.mark.parametrize(
-    ("sampler", "edits"),
+    ("sampler", "edits", "before_edits"),
     [
-        pytest.param(SUBSET, (), id="SubsetRandomSampler"),
-        pytest.param(WEIGHTED, (), id="WeightedRandomSampler"),
-        pytest.param(CUSTOM, (), id="a sampler class of the script's own"),
-        pytest.param(SUBSET, [("range(args.epochs)", "range(1, args.epochs + 1)")], id="set_epoch counted from 1"),
-        pytest.param(SUBSET, [("sampler=sampler)", "sampler=sampler, num_workers=1, persistent_workers=True)")],
+        pytest.param(SUBSET, (), None, id="SubsetRandomSampler"),
+        pytest.param(WEIGHTED, (), None, id="WeightedRandomSampler"),
+        pytest.param(CUSTOM, (), None, id="a sampler class of the script's own"),
+        pytest.param(SUBSET, SPLIT_BATCHES, BATCHES, id="a batch sampler of the script's own, split batch by batch"),
+        pytest.param(SUBSET, [("range(args.epochs)", "range(1, args.epochs + 1)")], None, id="set_epoch counted from 1"),
+        pytest.param(SUBSET, [("sampler=sampler)", "sampler=sampler, num_workers=1, persistent_workers=True)")], None,
                      id="persistent workers: one DataLoader iterator, a pass per epoch"),
     ],
 )  # fmt: skip
-def test_a_sampler_sharded_by_sharded_sampler_is_equivalent(sampler: str, edits: list, tmp_path: Path) -> None:
+def test_a_sampler_sharded_by_sharded_sampler_is_equivalent(
+    sampler: str, edits: list, before_edits: list | None, tmp_path: Path
+) -> None:
     """The reference draws each epoch's sequence as the converted run's ShardedSampler does: the losses line up."""
-    before, after = sampler_pair(tmp_path, sampler, *edits)
+    before, after = sampler_pair(tmp_path, sampler, *edits, before=before_edits)
     code, output, document = run_verify(tmp_path, str(before), "--converted", str(after))
     assert code == 0, output
     assert document["verdict"] == "equivalent"

@@ -223,8 +223,9 @@ def seeded_sampler_order() -> None:
         if getattr(iterator, "_dp2ddp_sampler_iter", None) is not iterator._sampler_iter:
             index_sampler = iterator._index_sampler
             if type(index_sampler) is BatchSampler:
-                if _drawn_as_sharded(index_sampler.sampler):
-                    batches = BatchSampler(seeded(index_sampler.sampler), index_sampler.batch_size, index_sampler.drop_last)  # type: ignore[arg-type]
+                sampler = index_sampler.sampler
+                if _drawn_as_sharded(sampler):
+                    batches = BatchSampler(seeded(sampler), index_sampler.batch_size, index_sampler.drop_last)  # type: ignore[arg-type]
                     iterator._sampler_iter = iter(batches)
             elif _drawn_as_sharded(index_sampler):
                 iterator._sampler_iter = seeded(index_sampler)

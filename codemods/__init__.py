@@ -4,7 +4,8 @@ The codemods come in two groups. Every codemod in a group plans against one
 analysis of the same tree, and the group's edits are made in one traversal.
 
 - The first group plans against the script as written: the DataParallel swap,
-  the samplers, the summed losses and the metric reductions. The metric
+  the samplers, the learning rate under ``--batch per-process``, the summed
+  losses and the metric reductions. The metric
   reductions read what the sampler codemod will shard and which losses will
   be scaled from the analysis, where those codemods publish their plans.
 - The second group plans against the first group's output, because guarding
@@ -30,6 +31,7 @@ GROUPS: tuple[tuple[tuple[str, str], ...], ...] = (
     (
         ("replace_data_parallel", "ReplaceDataParallelCommand"),
         ("add_distributed_sampler", "AddDistributedSamplerCommand"),
+        ("scale_learning_rate", "ScaleLearningRateCommand"),
         ("scale_summed_losses", "ScaleSummedLossesCommand"),
         ("shard_evaluation", "ShardEvaluationCommand"),
         ("gather_metrics", "GatherMetricsCommand"),

@@ -36,7 +36,7 @@ from libcst.metadata import (
 if TYPE_CHECKING:
     from ._base import ScriptFacts
     from ._effects import DeviceIndices, ProcessEffects
-    from ._lifecycle import ModelLifecycle
+    from ._lifecycle import Hazard, ModelLifecycle
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 MISSING = object()
@@ -298,6 +298,13 @@ class Analysis:
         from ._lifecycle import ModelLifecycle
 
         return ModelLifecycle(self)
+
+    @cached_property
+    def batch_normalised_losses(self) -> tuple[Hazard, ...]:
+        """Training losses whose value depends on the share of the batch a process sees: convert warns, check reports."""
+        from ._losses import batch_normalised_losses
+
+        return batch_normalised_losses(self)
 
 
 def _matched_types(matcher: m.BaseMatcherNode) -> set[type] | None:

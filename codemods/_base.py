@@ -153,7 +153,8 @@ def distributed_alias_at(analysis: Analysis, node: cst.CSTNode) -> str:
 
 
 def defined_functions(module: cst.Module) -> set[str]:
-    return {s.name.value for s in module.body if isinstance(s, cst.FunctionDef)}
+    """Functions and classes the module defines at its top level."""
+    return {s.name.value for s in module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
 
 
 NO_SPACE = cst.SimpleWhitespace("")
@@ -343,7 +344,7 @@ def _in_module_class(analysis: Analysis, node: cst.CSTNode) -> bool:
 
 def inside_helper(analysis: Analysis, node: cst.CSTNode) -> bool:
     """Whether ``node`` is in one of the helpers dp2ddp adds (``wrap_ddp``, ``all_reduce_sum``, ...)."""
-    return any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in analysis.ancestors(node))
+    return any(isinstance(a, (cst.FunctionDef, cst.ClassDef)) and a.name.value in names.HELPERS for a in analysis.ancestors(node))
 
 
 class Dp2ddpCodemod(CodemodCommand, ABC):
@@ -442,10 +443,10 @@ def helper_insertion_index(module: cst.Module) -> int:
     return index
 
 
-def parse_helper(source: str) -> cst.FunctionDef:
-    """Parse a helper template into a function with two blank lines before it."""
+def parse_helper(source: str) -> cst.FunctionDef | cst.ClassDef:
+    """Parse a helper template into a function or class with two blank lines before it."""
     statement = cst.parse_statement(source)
-    assert isinstance(statement, cst.FunctionDef)
+    assert isinstance(statement, (cst.FunctionDef, cst.ClassDef))
     return statement.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
 
 
@@ -458,7 +459,7 @@ def add_helper(module: cst.Module, facts: ScriptFacts, name: str, source: str) -
     return insert_helper(module, parse_helper(source))
 
 
-def insert_helper(module: cst.Module, helper: cst.FunctionDef) -> cst.Module:
+def insert_helper(module: cst.Module, helper: cst.FunctionDef | cst.ClassDef) -> cst.Module:
     """Insert ``helper`` right after the leading imports."""
     body = list(module.body)
     index = helper_insertion_index(module)

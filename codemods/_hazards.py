@@ -4,8 +4,9 @@ A converted script and a hand-written DDP script face the same hazards, and
 the analysis that lets ``convert`` avoid them finds them here: side effects
 every process repeats (``ProcessEffects``), collectives some processes skip
 (``ProcessEffects.collectives_in``), training loaders without a
-``DistributedSampler`` (the sampler codemod's ``is_training_loader``) and the
-model's life-cycle around the DDP wrap (``ModelLifecycle``). Each hazard is a
+``DistributedSampler`` (the sampler codemod's ``is_training_loader``), the
+model's life-cycle around the DDP wrap (``ModelLifecycle``) and losses each
+process normalises by its own share (``Analysis.batch_normalised_losses``). Each hazard is a
 rule code with its node; ``dp2ddp.check`` turns them into diagnostics.
 
 Facts the analysis cannot establish produce no finding: a linter that cries
@@ -68,6 +69,9 @@ LIFECYCLE_CODES = {
     "DDP222": "DDP525",
     "DDP223": "DDP526",
 }
+
+# Losses normalised by the batch a process sees (``_losses.py``), which convert reports, under their check codes.
+LOSS_CODES = {"DDP319": "DDP515", "DDP320": "DDP516"}
 
 
 def _one_process(analysis: Analysis, test: cst.BaseExpression) -> bool:
@@ -139,6 +143,7 @@ class DistributedHazards:
         self._devices()
         if self.wraps or self.helper_wraps:
             self._lifecycle()
+            self._batch_normalised_losses()
         if self.initialises and self._is_script:
             # Side effects and data splitting are a script's business; a library that starts a
             # process group in a function prints for whoever calls it.
@@ -162,7 +167,9 @@ class DistributedHazards:
         return self.effects.functions
 
     def _in_helper(self, node: cst.CSTNode) -> bool:
-        return any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in self.analysis.ancestors(node))
+        return any(
+            isinstance(a, (cst.FunctionDef, cst.ClassDef)) and a.name.value in names.HELPERS for a in self.analysis.ancestors(node)
+        )
 
     # -- collectives some processes skip ----------------------------------------------------
 
@@ -689,6 +696,13 @@ class DistributedHazards:
                 continue  # a second backward through a copy of the model, which DDP does not hold
             if hazard.code in LIFECYCLE_CODES:
                 self.hazards.append(Hazard(hazard.node, LIFECYCLE_CODES[hazard.code], hazard.values))
+
+    # -- losses each process computes on its share ----------------------------------------------
+
+    def _batch_normalised_losses(self) -> None:
+        """Weighted means and in-batch negatives: the losses convert warns about, computed by a DDP model's processes."""
+        for hazard in self.analysis.batch_normalised_losses:
+            self.hazards.append(Hazard(hazard.node, LOSS_CODES[hazard.code], hazard.values))
 
     def _move_to_its_own_device(self, move: cst.Call) -> bool:
         """A move inside a later wrap's arguments, which runs before that wrap, or to a device a wrap binds to."""

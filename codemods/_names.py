@@ -34,6 +34,9 @@ DISTRIBUTED_SAMPLER = frozenset(
         "torch.utils.data.distributed.DistributedSampler",
     }
 )
+# Samplers convert turns into a DistributedSampler with the same shuffle.
+RANDOM_SAMPLER = frozenset({"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"})
+SEQUENTIAL_SAMPLER = frozenset({"torch.utils.data.SequentialSampler", "torch.utils.data.sampler.SequentialSampler"})
 ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )
@@ -51,6 +54,7 @@ METER_HELPER = "all_reduce_meter"
 EVALUATION_SHARD_HELPER = "evaluation_shard"
 LOCAL_DEVICE_HELPER = "local_device"
 LOAD_STATE_HELPER = "load_model_state"
+SHARDED_SAMPLER_HELPER = "ShardedSampler"
 HELPERS = frozenset(
     {
         SETUP_HELPER,
@@ -63,6 +67,7 @@ HELPERS = frozenset(
         EVALUATION_SHARD_HELPER,
         LOCAL_DEVICE_HELPER,
         LOAD_STATE_HELPER,
+        SHARDED_SAMPLER_HELPER,
     }
 )
 # Helpers that every process must call together.
@@ -221,3 +226,32 @@ SUMMARY_WRITER_METHODS = frozenset(
         "add_audio",
     }
 )
+# Losses whose "mean" is not a plain mean over samples when they carry class weights (the
+# sum of the targets' weights divides), and, for cross-entropy, the loss of in-batch contrastive training.
+CROSS_ENTROPY_LOSS = frozenset({"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"})
+NLL_LOSS = frozenset({"torch.nn.NLLLoss", "torch.nn.modules.loss.NLLLoss"})
+CROSS_ENTROPY = frozenset({"torch.nn.functional.cross_entropy"})
+NLL = frozenset({"torch.nn.functional.nll_loss"})
+ARANGE = frozenset({"torch.arange"})
+MATRIX_PRODUCTS = frozenset({"torch.matmul", "torch.mm"})
+EINSUM = frozenset({"torch.einsum"})
+# torch.optim's optimizers, each of which takes `lr` second (`SGD(params, lr=...)`).
+OPTIMIZERS = frozenset(
+    f"torch.optim.{name}"
+    for name in (
+        "SGD", "Adam", "AdamW", "Adamax", "Adadelta", "Adagrad", "Adafactor", "ASGD", "LBFGS", "NAdam", "RAdam",
+        "RMSprop", "Rprop", "SparseAdam",
+    )
+) | frozenset(
+    f"torch.optim.{module}.{name}"
+    for module, name in (
+        ("sgd", "SGD"), ("adam", "Adam"), ("adamw", "AdamW"), ("adamax", "Adamax"), ("adadelta", "Adadelta"),
+        ("adagrad", "Adagrad"), ("_adafactor", "Adafactor"), ("asgd", "ASGD"), ("lbfgs", "LBFGS"), ("nadam", "NAdam"),
+        ("radam", "RAdam"), ("rmsprop", "RMSprop"), ("rprop", "Rprop"), ("sparse_adam", "SparseAdam"),
+    )
+)  # fmt: skip
+# Schedulers that set the learning rate from bounds of their own, with those bounds' positions after the optimizer.
+CYCLIC_SCHEDULERS: dict[str, tuple[str, ...]] = {
+    "torch.optim.lr_scheduler.OneCycleLR": ("max_lr",),
+    "torch.optim.lr_scheduler.CyclicLR": ("base_lr", "max_lr"),
+}

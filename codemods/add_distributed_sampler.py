@@ -25,15 +25,18 @@ from . import _names as names
 from ._analysis import Analysis
 from ._base import (
     Dp2ddpCodemod,
+    add_helper,
     argument,
     call_to,
     code_of,
+    import_torch_distributed,
     keyword_arg,
     parameter_for,
     prepend_statements,
     resolves_to,
     script_functions,
 )
+from ._global_batch import add_batch_args, runs_after_setup
 
 RestartT = TypeVar("RestartT", cst.ExceptHandler, cst.While)
 # Values a DataParallel script scales by its GPU count, and the names it counts GPUs by.
@@ -41,15 +44,73 @@ SCALED_BY_GPUS = re.compile(r"batch|^bs$|workers", re.IGNORECASE)
 GPU_COUNT = re.compile(r"^(n_?gpus?|num_?gpus?|ngpus?|gpu_?count|n_?devices|num_?devices)$", re.IGNORECASE)
 GPU_LIST = re.compile(r"gpu|device", re.IGNORECASE)
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
-# What makes a loader with its own sampler one convert splits, or one that splits itself (DDP301).
-SAMPLER_ADVICE = {
-    "sampler": "give it a sampler that yields only this process's share: every world_size-th index, from "
-    "this process's rank, of one order drawn with the same seed on every process, reseeded each epoch",
-    "batch_sampler": "a BatchSampler over a RandomSampler or SequentialSampler is plain batching: pass "
-    "`batch_size=`, `shuffle=` and `drop_last=` instead and convert again; a batch sampler of your own must "
-    "yield only this process's batches: every world_size-th batch, from this process's rank, of one list "
-    "drawn with the same seed on every process each epoch, cut to a multiple of world_size",
-}
+# Keywords by which a sampler of the script's own takes the process's rank: it splits the data itself.
+SPLITS_ITSELF = frozenset({"rank", "num_replicas", "world_size", "local_rank"})
+SHARDED_SAMPLER_SOURCE = f'''
+class {names.SHARDED_SAMPLER_HELPER}(Sampler):
+    """This process's share of ``sampler``: items rank, rank + W, ... of one sequence every process draws alike.
+
+    For each pass the sampler draws with torch's, Python's and NumPy's generators (and its
+    own ``generator``) seeded by ``seed + epoch``, the same on every process, so the
+    processes agree on the sequence and a new pass draws a new one. The sequence is padded
+    from its start to a multiple of the world size, as DistributedSampler pads: a process
+    with one batch fewer would leave the others waiting in the last step. With
+    ``split_batches`` the items are batches, and each process takes its share of every
+    batch, so the batches and the global batch size stay the sampler's.
+    """
+
+    def __init__(self, sampler, seed=0, split_batches=False):
+        self.sampler = sampler
+        self.seed = seed
+        self.split_batches = split_batches
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __len__(self):
+        if self.split_batches:
+            return len(self.sampler)
+        return -(-len(self.sampler) // dist.get_world_size())
+
+    def __iter__(self):
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        items = self._draw()
+        # The next pass draws a new sequence, also where no epoch loop calls set_epoch.
+        self.epoch += 1
+        if self.split_batches:
+            for batch in items:
+                batch = list(batch)
+                yield batch[rank::world_size] or [batch[rank % len(batch)]]
+        else:
+            items += (items * world_size)[: -len(items) % world_size]
+            yield from items[rank::world_size]
+
+    def _draw(self):
+        seed = self.seed + self.epoch
+        numpy = sys.modules.get("numpy")  # a sampler can only draw from NumPy if the script imported it
+        generator = getattr(self.sampler, "generator", None)
+        own_state = generator.get_state() if isinstance(generator, torch.Generator) else None
+        python_state = random.getstate()
+        numpy_state = numpy.random.get_state() if numpy is not None else None
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(seed)
+            random.seed(seed)
+            if numpy is not None:
+                numpy.random.seed(seed % 2**32)
+            if own_state is not None:
+                generator.manual_seed(seed)
+            try:
+                return list(self.sampler)
+            finally:
+                random.setstate(python_state)
+                if numpy is not None:
+                    numpy.random.set_state(numpy_state)
+                if own_state is not None:
+                    generator.set_state(own_state)
+'''
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
 BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
 # Calls whose arguments size a tensor or a buffer for one step.
@@ -67,6 +128,10 @@ COMMON_WORLD_SIZES = (2, 4, 8)
 class _LoaderPlan:
     dataset: cst.BaseExpression
     hoisted_dataset: str | None  # name the dataset expression moves to
+    # The loader's own `sampler` or `batch_sampler` argument, split where it is built or wrapped at the loader.
+    own_sampler: str | None = None
+    wrap_at_loader: bool = False
+    built: cst.Call | None = None  # where that sampler is built, if in this file
 
 
 def is_training_loader(call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool) -> bool:
@@ -79,6 +144,11 @@ def is_training_loader(call: cst.Call, reference: cst.BaseExpression | None, onl
     shuffle = argument(call, SHUFFLE, "shuffle")
     if shuffle is not None and not m.matches(shuffle, m.Name("False") | m.Name("None")):
         return True
+    # A sampler or batch sampler of its own, unless it only reads the data in order, draws training batches.
+    for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
+        sampler = argument(call, position, keyword)
+        if sampler is not None and not m.matches(sampler, m.Name("None")) and "sequential" not in code_of(sampler).lower():
+            return True
     return only_loader
 
 
@@ -86,19 +156,15 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     DESCRIPTION = "Give the training DataLoader a DistributedSampler, keep the global batch, call set_epoch."
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument(
-            "--keep-per-process-batch",
-            dest="keep_per_process_batch",
-            action="store_true",
-            help="Keep batch_size per process; the effective batch grows with the world size.",
-        )
+        add_batch_args(arg_parser)
 
     # The evaluation codemod shares this machinery and shards the other loaders.
     SHARDS_EVALUATION: ClassVar[bool] = False
 
-    def __init__(self, context: CodemodContext, keep_per_process_batch: bool = False) -> None:
+    def __init__(self, context: CodemodContext, batch: str = "global", keep_per_process_batch: bool = False) -> None:
         super().__init__(context)
-        self.keep_per_process_batch = keep_per_process_batch
+        # `keep_per_process_batch=True` is the option's old spelling.
+        self.keep_per_process_batch = keep_per_process_batch or batch == "per-process"
         self.plans: dict[cst.Call, _LoaderPlan] = {}
         self.hoists: dict[cst.SimpleStatementLine, _LoaderPlan] = {}
         self.set_epochs: dict[cst.For, list[cst.BaseExpression]] = {}
@@ -109,6 +175,18 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.per_process_calls: set[cst.Call] = set()
         # Loaders given `sampler=<a name only ever bound to None>`, with that name.
         self.placeholders: dict[cst.Call, str] = {}
+        # Sampler constructions to split, with how: "shuffle"/"sequential" (a DistributedSampler), or the
+        # loader argument they feed ("sampler"/"batch_sampler", wrapped in ShardedSampler).
+        self.sampler_edits: dict[cst.Call, str] = {}
+        # Loaders with no epoch loop for set_epoch: their shuffle moves into a ShardedSampler, which reshuffles itself.
+        self.self_advancing: set[cst.Call] = set()
+        # Loaders (as the epoch loop names them) whose batch sampler carries the epoch.
+        self.batch_sampled: set[str] = set()
+        self.helpers_needed = False
+        # Sampler bindings no loader reads any more.
+        self.dropped_lines: set[cst.SimpleStatementLine] = set()
+        # `batch_size *= torch.cuda.device_count()` and the like -> the value with the GPU count replaced.
+        self.gpu_count_scaling: dict[cst.AugAssign | cst.Assign, cst.BaseExpression] = {}
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -134,12 +212,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             analysis.sharded_loaders.update(self.plans)
 
     def _plan_loader(self, module: cst.Module, call: cst.Call, only_loader: bool, iterable_classes: set[str]) -> None:
-        sampler = argument(call, SAMPLER, "sampler")
-        converted = call_to(names.DISTRIBUTED_SAMPLER) | m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER))
-        if sampler is not None and self.matches(sampler, converted):
-            if not self.SHARDS_EVALUATION and self.matches(sampler, call_to(names.DISTRIBUTED_SAMPLER)):
-                self._report_converted_batch(call)
-            return  # Converted already.
+        for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
+            sampler = argument(call, position, keyword)
+            if sampler is not None and self._is_sharded(sampler):
+                if not self.SHARDS_EVALUATION and not self.matches(sampler, m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER))):
+                    self._report_converted_batch(call)
+                return  # Converted already.
         parent = self.get_metadata(ParentNodeProvider, call)
         statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, (cst.Assign, cst.Return)) else None
         reference, bound_at = self._binding(module, call, parent)
@@ -149,14 +227,22 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             wanted = is_training_loader(call, reference, only_loader)
         if not wanted:
             return
+        own_sampler = None
         for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
             given = argument(call, position, keyword)
             if given is not None and keyword == "sampler" and self._is_placeholder(given):
                 # `train_sampler = None` ... `sampler=train_sampler`: no sampler at all.
                 self.placeholders[call] = given.value  # type: ignore[attr-defined]
+            elif given is not None and self.SHARDS_EVALUATION and self._is_sequential(given):
+                # An evaluation loader's SequentialSampler gives way to the evaluation shard.
+                self.placeholders[call] = code_of(given)
+                self._drop_if_only_for(given)
             elif given is not None and not m.matches(given, m.Name("None")):
-                self.report(call, "DDP301", argument=keyword, advice=SAMPLER_ADVICE[keyword])
-                return
+                if self.SHARDS_EVALUATION:
+                    return  # a sampler of its own picks what is evaluated: every process evaluates it whole
+                own_sampler = self._plan_own_sampler(call, keyword, given)
+                if own_sampler is None:
+                    return
         unpacked = next((a for a in call.args if a.star), None)
         if unpacked is not None:
             self.report(call, "DDP314", arguments=f"{unpacked.star}{code_of(unpacked.value)}")
@@ -165,7 +251,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # `DataLoader(data, 8, True, None)`: a sampler or batch sampler of None, by position, is no sampler.
         if len(positional) > SHUFFLE + 1 and all(m.matches(a.value, m.Name("None")) for a in positional[SHUFFLE + 1 :]):
             positional = positional[: SHUFFLE + 1]
-        if len(positional) > SHUFFLE + 1:
+        # A sampler or batch sampler of its own, by position, is split where it stands.
+        limit = BATCH_SAMPLER + 1 if own_sampler is not None else SHUFFLE + 1
+        if len(positional) > limit:
             self.report(call, "DDP303", count=len(positional))
             return
         dataset = argument(call, 0, "dataset")
@@ -175,14 +263,18 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(call, "DDP302")
             return
         hoisted_dataset = None
-        if not m.matches(dataset, m.Name() | m.Attribute()):
+        if own_sampler is None and not m.matches(dataset, m.Name() | m.Attribute()):
             if not isinstance(statement, cst.SimpleStatementLine):
                 self.report(call, "DDP304")
                 return
             hoisted_dataset = self._dataset_name(reference, call)
         if not self._may_shard(call, reference):
             return
-        plan = _LoaderPlan(dataset, hoisted_dataset)
+        if own_sampler is not None:
+            plan = _LoaderPlan(dataset, None, *own_sampler)
+            hoisted_dataset = None  # the sampler keeps its own dataset
+        else:
+            plan = _LoaderPlan(dataset, hoisted_dataset)
         self.plans[call] = plan
         sizing = self._sizes_per_step(call)
         if sizing is not None:
@@ -192,18 +284,150 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if size is not None and size < 2:
             # A batch of 1 cannot be split: `1 // world_size` is 0, which DataLoader refuses.
             self.per_process_calls.add(call)
-            if not self.SHARDS_EVALUATION:
-                self.report(argument(call, BATCH_SIZE, "batch_size"), "DDP308", batch=str(size))  # type: ignore[arg-type]
         if hoisted_dataset is not None:
             assert isinstance(statement, cst.SimpleStatementLine)
             self.hoists[statement] = plan
         if self.SHARDS_EVALUATION:
             return
-        self._report_batch(call)
-        if reference is None or bound_at is None:
-            self.report(call, "DDP305", loader="loader")
+        if own_sampler is not None and own_sampler[0] == "batch_sampler":
+            # No batch_size: the batches are the batch sampler's, each split over the processes (DDP321).
+            if reference is not None:
+                self.batch_sampled.add(code_of(reference))
+            self._report_batches(call, own_sampler[2])
         else:
+            self._report_batch(call)
+        if reference is None or bound_at is None:
+            if not self._runs_once(call, depth=3):
+                self._no_epoch_loop(call, "loader")
+        else:
+            if self._iterated_per_step(reference):
+                self._no_epoch_loop(call, code_of(reference), per_step=True)
+                return
             self._plan_set_epoch(module, call, reference, bound_at)
+
+    # -- samplers of the script's own -------------------------------------------------
+
+    def _plan_own_sampler(
+        self, call: cst.Call, keyword: str, given: cst.BaseExpression
+    ) -> tuple[str, bool, cst.Call | None] | None:
+        """Split the training loader's own sampler or batch sampler: ``(keyword, wrapped at the loader)``.
+
+        Where the sampler is built (inline, or bound once in this file), a
+        ``RandomSampler(data)`` or ``SequentialSampler(data)`` becomes a
+        DistributedSampler with that shuffle, and any other sampler is wrapped in
+        ShardedSampler there; one that comes from elsewhere is wrapped at the loader.
+        None where it cannot be split (reported) or splits the data itself.
+        """
+        built = self._sampler_built_at(given)
+        if built is not None and self._splits_itself(built):
+            self.report(given, "DDP323", sampler=code_of(built).split("(")[0])
+            return None
+        if built is None:
+            if isinstance(given, cst.Name) and any(
+                a is not None and m.matches(a.value, m.Name("None")) for a in self._bindings_reaching(given)
+            ):
+                self.report(given, "DDP301", argument=keyword, sampler=code_of(given))
+                return None
+            self.report(given, "DDP321", sampler=code_of(given), split=self._split_note(keyword))
+            return keyword, True, None
+        if keyword == "sampler" and self._plain_sampler(built, names.RANDOM_SAMPLER):
+            self.sampler_edits[built] = "shuffle"
+        elif keyword == "sampler" and self._plain_sampler(built, names.SEQUENTIAL_SAMPLER):
+            self.sampler_edits[built] = "sequential"
+        else:
+            self.sampler_edits[built] = keyword
+            self.report(built, "DDP321", sampler=code_of(built.func), split=self._split_note(keyword))
+        return keyword, False, built
+
+    def _drop_if_only_for(self, given: cst.BaseExpression) -> None:
+        """``eval_sampler = SequentialSampler(data)``, read only by the loader that no longer takes it, goes too."""
+        if not isinstance(given, cst.Name) or self._sampler_built_at(given) is None:
+            return
+        assign = self.analysis.bindings(given)[0]  # type: ignore[index]
+        line = self.analysis.parents.get(assign)
+        target = assign.targets[0].target  # type: ignore[union-attr]
+        commented = isinstance(line, cst.SimpleStatementLine) and (
+            any(empty.comment for empty in line.leading_lines) or line.trailing_whitespace.comment is not None
+        )
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(target, cst.Name) and not commented:
+            if len(self.analysis.references(target)) == 1:
+                self.dropped_lines.add(line)
+
+    def _split_note(self, keyword: str) -> str:
+        if keyword == "sampler":
+            return "each process takes every world_size-th index"
+        if self.keep_per_process_batch:
+            return "each process takes every world_size-th batch, whole"
+        return "each process takes its share of every batch, so the global batch stays the sampler's"
+
+    def _sampler_built_at(self, given: cst.BaseExpression) -> cst.Call | None:
+        """The call that builds the sampler: ``given`` itself, or the one assignment of the name ``given``."""
+        if isinstance(given, cst.Call):
+            return given
+        if not isinstance(given, cst.Name):
+            return None
+        bindings = self.analysis.bindings(given)
+        if not bindings or len(bindings) != 1 or bindings[0] is None or len(bindings[0].targets) != 1:
+            return None
+        value = bindings[0].value
+        return value if isinstance(value, cst.Call) else None
+
+    def _plain_sampler(self, built: cst.Call, kind: frozenset[str]) -> bool:
+        """``RandomSampler(data)`` with no replacement, sample count or generator: DistributedSampler's order."""
+        return self.matches(built, call_to(kind)) and len(built.args) == 1 and not built.args[0].star and (
+            built.args[0].keyword is None or built.args[0].keyword.value == "data_source"
+        )
+
+    def _splits_itself(self, built: cst.Call) -> bool:
+        """A sampler that is told the process's rank, or is distributed by name, yields one process's share already."""
+        keywords = {a.keyword.value for a in built.args if a.keyword is not None}
+        return bool(keywords & SPLITS_ITSELF) or "distributed" in code_of(built.func).lower()
+
+    def _is_sequential(self, given: cst.BaseExpression) -> bool:
+        built = self._sampler_built_at(given)
+        return built is not None and self._plain_sampler(built, names.SEQUENTIAL_SAMPLER)
+
+    def _is_sharded(self, given: cst.BaseExpression) -> bool:
+        """A sampler convert has split already: a DistributedSampler or ShardedSampler, inline or by name."""
+        built = self._sampler_built_at(given)
+        split = call_to(names.DISTRIBUTED_SAMPLER) | m.Call(
+            func=m.Name(names.EVALUATION_SHARD_HELPER) | m.Name(names.SHARDED_SAMPLER_HELPER)
+        )
+        return built is not None and self.matches(built, split)
+
+    def _iterated_per_step(self, reference: cst.BaseExpression) -> bool:
+        """``next(iter(loader))`` inside a loop: every step starts a new pass over the loader."""
+        loader = code_of(reference)
+        for found in self.analysis.findall(m.Call(func=m.Name("iter"), args=[m.Arg()])):
+            assert isinstance(found, cst.Call)
+            if code_of(found.args[0].value) != loader:
+                continue
+            if any(isinstance(a, cst.ExceptHandler) for a in self.analysis.ancestors(found)):
+                continue  # restarting after StopIteration: a new epoch, which set_epoch handles
+            if any(isinstance(a, (cst.For, cst.While)) for a in self.analysis.ancestors(found)):
+                return True
+        return False
+
+    def _no_epoch_loop(self, call: cst.Call, loader: str, per_step: bool = False) -> None:
+        """No loop to call set_epoch from: the loader's sampler advances its epoch on every pass instead."""
+        plan = self.plans.get(call)
+        if plan is None:
+            return
+        edit = self.sampler_edits.get(plan.built) if plan.built is not None else None
+        if plan.own_sampler is None:
+            if self._unshuffled(call):
+                return  # one order every pass, as before: nothing to advance
+            self.self_advancing.add(call)
+        elif edit == "sequential":
+            return
+        elif edit == "shuffle":
+            self.sampler_edits[plan.built] = "sampler"  # type: ignore[index]  # a DistributedSampler would repeat one order
+        why = "a loop starts its passes with `iter()`" if per_step else "no epoch loop was found"
+        self.report(call, "DDP322", loader=loader, why=why)
+
+    def _unshuffled(self, call: cst.Call) -> bool:
+        shuffle = argument(call, SHUFFLE, "shuffle")
+        return shuffle is None or m.matches(shuffle, m.Name("False"))
 
     def _binding(
         self, module: cst.Module, call: cst.Call, parent: cst.CSTNode
@@ -324,8 +548,20 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return False
         if value.value == "None":
             return True
-        assigns = self.analysis.bindings(value)
+        assigns = self._bindings_reaching(value)
         return bool(assigns) and all(a is not None and m.matches(a.value, m.Name("None")) for a in assigns)  # type: ignore[union-attr]
+
+    def _bindings_reaching(self, name: cst.Name) -> list[cst.Assign | None]:
+        """The bindings of ``name`` that can hold when it is read: not those written after it outside any loop around both."""
+        assigns = self.analysis.bindings(name) or []
+        loops = {id(a) for a in self.analysis.ancestors(name) if isinstance(a, (cst.For, cst.While))}
+
+        def reaches(assign: cst.Assign | None) -> bool:
+            if assign is None or self.analysis.index[assign] < self.analysis.index[name]:
+                return True
+            return any(id(a) in loops for a in self.analysis.ancestors(assign))
+
+        return [a for a in assigns if reaches(a)]
 
     def _literal_batch(self, call: cst.Call) -> int | None:
         """The loader's batch size when it is a literal, or a name bound once, at module level, to one."""
@@ -358,23 +594,48 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(size, "DDP309", size=size.evaluated_value, misses=", ".join(misses))
 
     def _report_batch(self, call: cst.Call) -> None:
+        """State the global batch before and after, with why it is divided or kept per process."""
         batch = argument(call, BATCH_SIZE, "batch_size")
-        if call in self.per_process_calls:
+        size = self._literal_batch(call) if batch is not None else 1
+        if batch is None or call in self.per_process_calls or self.keep_per_process_batch:
+            if size is not None and size < 2:
+                reason = f"a batch of {size} cannot be divided: `{size} // world_size` is 0"
+            elif call in self.per_process_calls:
+                reason = f"`{code_of(batch)}` also sizes something per step"  # type: ignore[arg-type]
+            else:
+                reason = "`--batch per-process`"
+            if self.keep_per_process_batch:
+                learning_rate = "the optimizers' learning rates are scaled by world_size (DDP330; DDP331 where convert could not)"
+            elif call in self.per_process_calls and not (size is not None and size < 2):
+                learning_rate = "scale the learning rate to match, or divide the batch where it is defined, for every use"
+            else:
+                learning_rate = "scale the learning rate to match"
+            where = batch if batch is not None and size is not None and size < 2 else call
+            self.report(where, "DDP308", batch=code_of(batch) if batch is not None else "1", reason=reason, learning_rate=learning_rate)
             return
-        if batch is None or self.keep_per_process_batch:
-            # DataLoader's default batch of 1 cannot be split, so it stays per process.
-            self.report(call, "DDP308", batch=code_of(batch) if batch is not None else "1")
-            return
-        shown, where = code_of(batch), batch
         divisibility = "the global batch changes unless it divides by the number of processes"
-        size = self._literal_batch(call)
         if size is not None:
             misses = [str(w) for w in COMMON_WORLD_SIZES if size % w]
             if misses:
-                self.report(where, "DDP309", size=size, misses=", ".join(misses))
-                return
-            divisibility = f"{size} divides by {', '.join(map(str, COMMON_WORLD_SIZES))} processes"
-        self.report(where, "DDP307", batch=shown, divisibility=divisibility)
+                self.report(batch, "DDP309", size=size, misses=", ".join(misses))
+                divisibility = f"{size} does not divide by {', '.join(misses)} processes, where the global batch shrinks"
+            else:
+                divisibility = f"{size} divides by {', '.join(map(str, COMMON_WORLD_SIZES))} processes"
+        self.report(batch, "DDP307", batch=code_of(batch), divisibility=divisibility)
+
+    def _report_batches(self, call: cst.Call, built: cst.Call | None) -> None:
+        """The global batch of a loader whose batch sampler makes the batches: its ``batch_size``, if it has one."""
+        size = None if built is None else next(
+            (a.value for a in built.args if a.keyword is not None and a.keyword.value == "batch_size"), None
+        )
+        batch = code_of(size) if size is not None else "len(batch)"
+        if self.keep_per_process_batch:
+            reason = "`--batch per-process`: each process takes whole batches of the batch sampler, every world_size-th"
+            learning_rate = "the optimizers' learning rates are scaled by world_size (DDP330; DDP331 where convert could not)"
+            self.report(call, "DDP308", batch=batch, reason=reason, learning_rate=learning_rate)
+        else:
+            divisibility = "each of the batch sampler's batches is split between the processes"
+            self.report(call, "DDP307", batch=batch, divisibility=divisibility)
 
     # -- finding the epoch loop ----------------------------------------------------
 
@@ -422,7 +683,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                         self.report(loop, "DDP315", loader=loader)
                 return
             if not passes or not all(self._runs_once(loop, depth=3) for loop in passes):
-                self.report(call, "DDP305", loader=loader)
+                self._no_epoch_loop(call, loader)
             return  # One pass over the data: a single order, and nothing to reshuffle.
         best = max(p for p, _ in candidates)
         chosen = [loop for p, loop in candidates if p == best]
@@ -493,7 +754,25 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(self.facts.model_wraps[0], "DDP306")
 
     def _report_gpu_count_scaling(self, analysis: Analysis) -> None:
-        """``batch_size *= n_gpu``, ``workers = 4 * torch.cuda.device_count()``: DataParallel's habits."""
+        """``batch_size *= n_gpu``, ``workers = 4 * torch.cuda.device_count()``: DataParallel's habits.
+
+        Where the value provably reaches a DataLoader and the count is provably
+        ``torch.cuda.device_count()``, a batch is scaled by the world size instead
+        (the count of processes, which is the GPU count on one node) and a worker
+        count loses the factor, since each process starts its own loader.
+        """
+        loaders = [c for c in analysis.findall(call_to(names.DATA_LOADER)) if isinstance(c, cst.Call)]
+        batches: set[str] = set()
+        workers: set[str] = set()
+        for loader in loaders:
+            parent = analysis.parents.get(loader)
+            reference = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+            batch = argument(loader, BATCH_SIZE, "batch_size")
+            if batch is not None and is_training_loader(loader, reference, len(loaders) == 1):
+                batches |= analysis.reads(batch)
+            count = argument(loader, 5, "num_workers")
+            if count is not None:
+                workers |= analysis.reads(count)
         for node in analysis.nodes(cst.AugAssign) + analysis.nodes(cst.Assign):  # type: ignore[operator]
             targets = [node.target] if isinstance(node, cst.AugAssign) else [t.target for t in node.targets]
             scaled = [code_of(t) for t in targets if SCALED_BY_GPUS.search(code_of(t).rsplit(".", 1)[-1])]
@@ -506,15 +785,76 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             count = next((f for f in factors if self._counts_gpus(f)), None)
             if count is None:
                 continue
+            feeds = len(targets) == 1 and self._is_device_count(count)
             if "worker" in scaled[0].lower():
+                if feeds and isinstance(node, cst.Assign) and len(factors) > 1 and analysis.flows_from({scaled[0]}) & workers:
+                    value = self._with_factor(node.value, count, None)
+                    self.gpu_count_scaling[node] = value
+                    what = f"the factor is dropped, since each process starts its own loader: `{scaled[0]} = {code_of(value)}`"
+                    self.report(node, "DDP335", target=scaled[0], count=code_of(count), what=what)
+                    continue
                 advice = "each process now starts that many loader workers: drop the scaling"
             else:
+                if feeds and analysis.flows_from({scaled[0]}) & batches and runs_after_setup(analysis, node):
+                    world_size = cst.parse_expression(f"{self.distributed_at(node)}.get_world_size()")
+                    self.gpu_count_scaling[node] = self._with_factor(node.value, count, world_size)
+                    what = (
+                        f"it is scaled by `{code_of(world_size)}` instead, the number of processes, which is the GPU "
+                        "count on one node and stays right on several"
+                    )
+                    self.report(node, "DDP335", target=scaled[0], count=code_of(count), what=what)
+                    continue
                 advice = (
                     "convert divides the loader's batch by the world size, which keeps this global batch only "
                     "while the count equals the number of processes (one node, one process per GPU): "
                     "scale by dist.get_world_size() instead"
                 )
             self.report(node, "DDP318", target=scaled[0], count=code_of(count), advice=advice)
+
+    def _is_device_count(self, value: cst.BaseExpression) -> bool:
+        """``torch.cuda.device_count()``, or a name or attribute every assignment of which binds it."""
+        device_count = call_to({"torch.cuda.device_count"})
+        if self.matches(value, device_count):
+            return True
+        if not isinstance(value, (cst.Name, cst.Attribute)):
+            return False
+        spelled = code_of(value)
+        assigned = [
+            a for a in self.analysis.nodes(cst.Assign) if any(code_of(t.target) == spelled for t in a.targets)
+        ] + [a for a in self.analysis.nodes(cst.AugAssign) if code_of(a.target) == spelled]  # fmt: skip
+        if isinstance(value, cst.Name):
+            bindings = self.analysis.bindings(value)
+            if not bindings or any(b is None for b in bindings):
+                return False  # a parameter, an import or a loop target: any value
+        return bool(assigned) and all(isinstance(a, cst.Assign) and self.matches(a.value, device_count) for a in assigned)
+
+    def _with_factor(
+        self, value: cst.BaseExpression, count: cst.BaseExpression, replacement: cst.BaseExpression | None
+    ) -> cst.BaseExpression:
+        """``value`` with the factor ``count`` replaced by ``replacement``, or dropped where that is None."""
+        if value is count:
+            assert replacement is not None
+            return replacement
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
+            if replacement is None and value.right is count:
+                return value.left
+            if replacement is None and value.left is count:
+                return value.right
+            return value.with_changes(
+                left=self._with_factor(value.left, count, replacement),
+                right=self._with_factor(value.right, count, replacement),
+            )
+        return value
+
+    def leave_AugAssign(self, original_node: cst.AugAssign, updated_node: cst.AugAssign) -> cst.AugAssign:
+        value = self.gpu_count_scaling.get(original_node)
+        return updated_node if value is None else updated_node.with_changes(value=value)
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        value = self.gpu_count_scaling.get(original_node)
+        if value is None or not updated_node.value.deep_equals(original_node.value):
+            return updated_node  # another codemod edited the value: leave it to that one
+        return updated_node.with_changes(value=value)
 
     def _factors(self, value: cst.BaseExpression) -> list[cst.BaseExpression]:
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
@@ -603,9 +943,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     # -- rewriting ------------------------------------------------------------------
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        edit = self.sampler_edits.get(original_node)
+        if edit is not None:
+            return self._split_sampler(updated_node, edit)
         plan = self.plans.get(original_node)
         if plan is None:
             return updated_node
+        if plan.own_sampler is not None:
+            return self._split_own_sampler(original_node, updated_node, plan)
         dataset = cst.Name(plan.hoisted_dataset) if plan.hoisted_dataset else plan.dataset
         shuffle = argument(updated_node, SHUFFLE, "shuffle") or cst.Name("False")
         placeholder = self.placeholders.get(original_node)
@@ -613,7 +958,17 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             shuffle, m.Comparison(left=m.Name(placeholder), comparisons=[m.ComparisonTarget(m.Is(), m.Name("None"))])
         ):
             shuffle = cst.Name("True")  # `shuffle=(train_sampler is None)` with the sampler always None
-        sampler = self._sampler(dataset, shuffle)
+        if original_node in self.self_advancing:
+            # No epoch loop calls set_epoch: a sampler that reshuffles on every pass by itself.
+            AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "RandomSampler")
+            order: cst.BaseExpression = cst.Call(func=cst.Name("RandomSampler"), args=[cst.Arg(dataset)])
+            if not m.matches(shuffle, m.Name("True")):
+                AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "SequentialSampler")
+                sequential = cst.Call(func=cst.Name("SequentialSampler"), args=[cst.Arg(dataset)])
+                order = cst.IfExp(test=shuffle, body=order, orelse=sequential)
+            sampler = self._sharded(order)
+        else:
+            sampler = self._sampler(dataset, shuffle)
         args: list[cst.Arg] = []
         placed = False
         for position, arg in enumerate(updated_node.args):
@@ -643,6 +998,30 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             args.insert(after + 1, keyword_arg("sampler", sampler, comma if after + 1 < len(args) else cst.MaybeSentinel.DEFAULT))
         return updated_node.with_changes(args=args)
 
+    def _split_sampler(self, sampler: cst.Call, edit: str) -> cst.Call:
+        if edit in ("shuffle", "sequential"):
+            return self._sampler(sampler.args[0].value, cst.Name("True" if edit == "shuffle" else "False"))
+        return self._sharded(sampler, batches=edit == "batch_sampler")
+
+    def _sharded(self, sampler: cst.BaseExpression, batches: bool = False) -> cst.Call:
+        self.helpers_needed = True
+        args = [cst.Arg(sampler)]
+        if batches and not self.keep_per_process_batch:
+            args.append(keyword_arg("split_batches", cst.Name("True")))
+        return cst.Call(func=cst.Name(names.SHARDED_SAMPLER_HELPER), args=args)
+
+    def _split_own_sampler(self, original_node: cst.Call, updated_node: cst.Call, plan: _LoaderPlan) -> cst.Call:
+        """The loader keeps its own sampler, split where it is built or wrapped here; the batch is divided as usual."""
+        args: list[cst.Arg] = []
+        for position, arg in enumerate(updated_node.args):
+            keyword = arg.keyword.value if arg.keyword else ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler")[position]
+            if keyword == "batch_size" and original_node not in self.per_process_calls:
+                arg = arg.with_changes(value=self._per_process(arg.value, original_node))
+            elif keyword == plan.own_sampler and plan.wrap_at_loader:
+                arg = arg.with_changes(value=self._sharded(arg.value, batches=keyword == "batch_sampler"))
+            args.append(arg)
+        return updated_node.with_changes(args=args)
+
     def _sampler(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:
         AddImportsVisitor.add_needed_import(self.context, "torch.utils.data.distributed", "DistributedSampler")
         return cst.Call(func=cst.Name("DistributedSampler"), args=[cst.Arg(dataset), keyword_arg("shuffle", shuffle)])
@@ -662,6 +1041,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if original_node in self.dropped_lines:
+            return cst.RemoveFromParent()  # type: ignore[return-value]
         plan = self.hoists.get(original_node)
         if plan is None or plan.hoisted_dataset is None:
             return updated_node
@@ -679,9 +1060,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         assert isinstance(original_node.target, cst.Name)
         epoch = original_node.target.value
         calls = [
-            cst.parse_statement(f"{code_of(reference)}.sampler.set_epoch({epoch})") for reference in references
+            cst.parse_statement(f"{code_of(reference)}.{self._epoch_holder(reference)}.set_epoch({epoch})")
+            for reference in references
         ]
         return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
+
+    def _epoch_holder(self, reference: cst.BaseExpression) -> str:
+        """The loader attribute that holds the epoch: its batch sampler, where that is what convert split."""
+        return "batch_sampler" if code_of(reference) in self.batch_sampled else "sampler"
 
     def leave_While(self, original_node: cst.While, updated_node: cst.While) -> cst.While:
         return self._restart(original_node, updated_node)
@@ -695,9 +1081,16 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if not references:
             return updated_node
         calls = [
-            cst.parse_statement(f"{code_of(r)}.sampler.set_epoch({code_of(r)}.sampler.epoch + 1)") for r in references
+            cst.parse_statement(f"{code_of(r)}.{self._epoch_holder(r)}.set_epoch({code_of(r)}.{self._epoch_holder(r)}.epoch + 1)")
+            for r in references
         ]
         return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        return updated_node
+        if not self.helpers_needed:
+            return updated_node
+        for module_name in ("random", "sys", "torch"):
+            AddImportsVisitor.add_needed_import(self.context, module_name)
+        AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "Sampler")
+        import_torch_distributed(self.context, self.facts.distributed_alias)
+        return add_helper(updated_node, self.facts, names.SHARDED_SAMPLER_HELPER, SHARDED_SAMPLER_SOURCE)

@@ -111,7 +111,8 @@ class AddLaunchWrapperCommand(Dp2ddpCodemod):
             body[index] = guard.with_changes(body=guard.body.with_changes(body=block))
         else:
             index = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == names.SETUP_HELPER)
-            helpers = m.FunctionDef(name=m.Name(m.MatchIfTrue(lambda name: name in names.HELPERS)))
+            helper_name = m.Name(m.MatchIfTrue(lambda name: name in names.HELPERS))
+            helpers = m.FunctionDef(name=helper_name) | m.ClassDef(name=helper_name)
             while index + 1 < len(body) and m.matches(body[index + 1], helpers):
                 index += 1
             position = _after_last(body, targets, index + 1)

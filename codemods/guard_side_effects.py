@@ -131,6 +131,9 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return node.name.value not in names.HELPERS
 
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return node.name.value not in names.HELPERS
+
     def visit_If(self, node: cst.If) -> bool:
         if not is_rank_guard(self.analysis, node.test):
             return True

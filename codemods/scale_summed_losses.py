@@ -9,6 +9,11 @@ sums is 1/W of it. ``loss.backward()`` becomes
 ``scaler.scale(loss)`` becomes ``scaler.scale(loss * dist.get_world_size())``;
 the loss the script logs is unchanged.
 
+Losses normalised by the whole batch in another way, class-weighted means
+and in-batch contrastive losses, are reported where they are computed: no
+factor makes each process's share compute the DataParallel objective
+(``_losses.py`` says why).
+
 A loss counts as summed when it is the value of a ``torch.nn`` call with
 ``reduction="sum"``, directly or through a criterion object built with it
 (or built from a criterion class of the script that uses it and never
@@ -60,6 +65,9 @@ class ScaleSummedLossesCommand(Dp2ddpCodemod):
         for call in analysis.nodes(cst.Call):
             self._plan_backward(call)
         analysis.scaled_backwards.update(self.scaled.values())
+        # Losses no scaling makes whole again: each process's value depends on the share it sees.
+        for hazard in analysis.batch_normalised_losses:
+            self.report(hazard.node, hazard.code, **dict(hazard.values))
 
     def _sums(self, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:
         if self.matches(value, _SUMMED_TORCH_CALL):

@@ -9,6 +9,7 @@ import re
 import tokenize
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, SkipFile
@@ -34,11 +35,21 @@ class ConversionError(Exception):
         return f"{where}{self.message}"
 
 
+# "global": each process loads batch // world_size, so a step sees DataParallel's batch.
+# "per-process": each process loads the whole batch; the learning rate is scaled by the world size.
+BatchMode = Literal["global", "per-process"]
+BATCH_MODES: tuple[BatchMode, ...] = ("global", "per-process")
+
+
 @dataclass(frozen=True)
 class ConvertOptions:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
-    keep_per_process_batch: bool = False
+    batch: BatchMode = "global"
+
+    @property
+    def keep_per_process_batch(self) -> bool:
+        return self.batch == "per-process"
 
 
 @dataclass(frozen=True)
@@ -239,6 +250,10 @@ def _convert(
     code, findings = analysis.module.code, []
     for code, reported in _groups_applied(analysis, codemod_groups, options):
         findings += reported
+    if any(finding.severity == "error" for finding in findings):
+        # A codemod found something no edit makes safe (an unsplit training loader): the file stays as it
+        # was, and every error and warning is listed at once. Notes said what was changed, so they go.
+        return analysis.module.code, [finding for finding in findings if finding.severity != "note"]
     return code, findings
 
 
@@ -309,8 +324,8 @@ def _apply_group(
         for codemod in group:
             name = codemod.__module__.rsplit(".", 1)[-1]
             kwargs = {}
-            if "keep_per_process_batch" in inspect.signature(codemod.__init__).parameters:
-                kwargs["keep_per_process_batch"] = options.keep_per_process_batch
+            if "batch" in inspect.signature(codemod.__init__).parameters:
+                kwargs["batch"] = options.batch
             # One context each: LibCST's runner adds each codemod's imports after it ran,
             # and their order in the output follows from that.
             context = CodemodContext(scratch={QUIET_KEY: True} if quiet else {})

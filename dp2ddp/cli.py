@@ -16,7 +16,9 @@ import click
 
 from dp2ddp import __version__, migration
 from dp2ddp.api import (
+    BATCH_MODES,
     NO_DATA_PARALLEL,
+    BatchMode,
     ConversionError,
     ConvertOptions,
     convert_source,
@@ -84,6 +86,7 @@ Examples:
   dp2ddp convert train.py -o train_ddp.py
   dp2ddp convert --skip add_distributed_sampler src/
   dp2ddp convert --diff --report migration.md train.py
+  dp2ddp convert --batch per-process train.py
   torchrun --standalone --nproc_per_node=2 -- train.py
 
 \b
@@ -103,10 +106,16 @@ Codemods, in the order they run:
 @click.option("--only", multiple=True, callback=_codemod_names, metavar="CODEMOD,...", help="Run only these codemods.")
 @click.option("--skip", multiple=True, callback=_codemod_names, metavar="CODEMOD,...", help="Run all codemods but these.")
 @click.option(
-    "--keep-per-process-batch",
-    is_flag=True,
-    help="Keep batch_size per process (effective batch x world size) instead of splitting the global batch.",
+    "--batch",
+    type=click.Choice(BATCH_MODES),
+    default="global",
+    show_default=True,
+    help="global: each process loads batch_size // world_size, so a step sees the batch DataParallel saw. "
+    "per-process: each process loads batch_size, the global batch grows by the world size, and every "
+    "optimizer's learning rate is scaled by it (the linear scaling rule).",
 )
+# The option's old spelling, kept working for scripts that call dp2ddp.
+@click.option("--keep-per-process-batch", is_flag=True, hidden=True)
 @click.option(
     "--report",
     "report_path",
@@ -127,6 +136,7 @@ def convert(
     output: Path | None,
     only: tuple[str, ...],
     skip: tuple[str, ...],
+    batch: BatchMode,
     keep_per_process_batch: bool,
     report_path: Path | None,
     jobs: int | None,
@@ -139,7 +149,10 @@ def convert(
     if output is not None and (len(paths) != 1 or paths[0].is_dir()):
         raise click.UsageError("--output takes exactly one input file")
     report_format = _report_format(report_path) if report_path is not None else None
-    options = ConvertOptions(only=only, skip=skip, keep_per_process_batch=keep_per_process_batch)
+    if keep_per_process_batch:
+        click.echo("warning: --keep-per-process-batch is deprecated; use --batch per-process", err=True)
+        batch = "per-process"
+    options = ConvertOptions(only=only, skip=skip, batch=batch)
     report = Report(dry_run=diff or check, check=check)
     try:
         files = discover(paths)

@@ -21,7 +21,7 @@ from dp2ddp.api import ConversionError, ConvertOptions, convert_source, select_c
 from dp2ddp.batch import FileResult
 from dp2ddp.codemods import codemods
 from dp2ddp.codemods._base import Finding
-from dp2ddp.rules import RULES, section
+from dp2ddp.rules import RULES, section, values_of
 
 # Suffix -> format; the suffix alone decides, so a report never needs a second option.
 FORMATS: dict[str, str] = {".md": "markdown", ".json": "json"}
@@ -38,15 +38,40 @@ BATCH_CONSEQUENCES: dict[str, str] = {
         "the number of processes, the remainder is dropped and the global batch shrinks slightly."
     ),
     "DDP308": (
-        "Each process loads the whole batch (under `--keep-per-process-batch`, or a batch of 1, which cannot "
-        "be split), so one optimizer step sees world_size times the batch DataParallel saw. A learning rate "
-        "tuned for the old batch may now be too small: consider scaling it with the world size. Without "
-        "`--keep-per-process-batch`, convert divides a batch larger than 1 and keeps the global batch."
+        "Each process loads the whole batch (under `--batch per-process`, for a batch of 1, which cannot be "
+        "split, or for a batch value that also sizes something per step), so one optimizer step sees world_size "
+        "times the batch DataParallel saw. A learning rate tuned for the old batch may now be too small: under "
+        "`--batch per-process` convert scales each optimizer's rate by the world size. Under `--batch global`, "
+        "the default, convert divides a batch larger than 1 and keeps the global batch."
     ),
     "DDP309": (
         "On the process counts named, each process loads `batch_size // world_size` and the remainder is lost: "
         "the global batch, and the gradient's scale with it, shrink there. A batch that is a multiple of the "
         "process count keeps it exact."
+    ),
+    "DDP330": (
+        "The linear scaling rule: the global batch grows by the world size, so the learning rate does too. "
+        "The run takes world_size times fewer steps per epoch, each on world_size times the samples."
+    ),
+    "DDP331": (
+        "This optimizer keeps the rate tuned for DataParallel's batch while each step now sees world_size times "
+        "the samples: training is slower and differs from the DataParallel run until the rate is scaled by hand."
+    ),
+    "DDP332": (
+        "The scheduler sets the rate from its own bounds on every step, so the optimizer's scaled rate has no "
+        "effect until the bounds are scaled too."
+    ),
+    "DDP333": (
+        "Each epoch has world_size times fewer steps under `--batch per-process`: the step count that sizes a "
+        "schedule is divided by the world size, so the schedule still ends with the last epoch."
+    ),
+    "DDP334": (
+        "If this counts steps per epoch, it is world_size times too large under `--batch per-process`, and a "
+        "schedule built on it never reaches its end."
+    ),
+    "DDP335": (
+        "The GPU count that scaled DataParallel's batch is now the world size: the same number on one node, and "
+        "the right one on several. A worker count loses the factor, since each process has its own loader."
     ),
     "DDP318": (
         "The script scales a batch size or a worker count by the GPU count, as DataParallel needed. Under DDP "
@@ -62,6 +87,15 @@ BATCH_CONSEQUENCES: dict[str, str] = {
         "A counter of this process's share of the data sets the learning rate, so the schedule sees "
         "1/world_size of the data, and processes whose shares differ get different rates and drift apart. "
         "Sum the counter's increment over processes."
+    ),
+}
+
+# What each `--batch` mode does, for the report's summary.
+BATCH_MODES: dict[str, str] = {
+    "global": "each process loads `batch_size // world_size`, so a step sees the global batch DataParallel saw",
+    "per-process": (
+        "each process loads `batch_size`, so a step sees world_size times DataParallel's batch, and the "
+        "learning rates are scaled by the world size"
     ),
 }
 
@@ -137,6 +171,18 @@ class Consequence:
 
 
 @dataclass(frozen=True)
+class LoaderBatch:
+    """A training loader's global batch under DataParallel and after the conversion, from its DDP307 or DDP308."""
+
+    line: int
+    column: int
+    before: str
+    after: str
+    # What each process loads per step.
+    per_process: str
+
+
+@dataclass(frozen=True)
 class FileReport:
     path: str
     status: Status
@@ -149,6 +195,8 @@ class FileReport:
     batch: tuple[Consequence, ...] = ()
     # Notes, less those the batch section already explains.
     review: tuple[Item, ...] = ()
+    # Each training loader's global batch, before and after.
+    global_batch: tuple[LoaderBatch, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,8 +204,11 @@ class MigrationReport:
     tool: str
     # False under --diff and --check: the report describes changes that were not written.
     written: bool
+    # Kept for readers of earlier reports: true exactly when `batch` is "per-process".
     keep_per_process_batch: bool
     files: tuple[FileReport, ...]
+    # `--batch`: "global" (each process loads batch // world_size) or "per-process".
+    batch: str = "global"
 
 
 # -- building -------------------------------------------------------------------------------
@@ -169,7 +220,7 @@ def build(outcomes: Iterable[FileResult], options: ConvertOptions, written: bool
     Converts each changed file again once per codemod, to attribute the changes.
     """
     files = tuple(file_report(outcome, options) for outcome in outcomes)
-    return MigrationReport(f"dp2ddp {__version__}", written, options.keep_per_process_batch, files)
+    return MigrationReport(f"dp2ddp {__version__}", written, options.keep_per_process_batch, files, options.batch)
 
 
 def file_report(outcome: FileResult, options: ConvertOptions) -> FileReport:
@@ -179,16 +230,30 @@ def file_report(outcome: FileResult, options: ConvertOptions) -> FileReport:
     needs_human = tuple(_item(f) for f in result.findings if f.severity in ("error", "warning"))
     batch = tuple(_consequence(f) for f in result.findings if f.code in BATCH_CONSEQUENCES)
     review = tuple(_item(f) for f in result.findings if f.severity == "note" and f.code not in BATCH_CONSEQUENCES)
+    loaders = tuple(filter(None, map(_loader_batch, result.findings)))
     if result.changed:
         changes, attributed = attribute(result.source, result.output, options)
-        return FileReport(path, "changed", None, attributed, changes, needs_human, batch, review)
+        return FileReport(path, "changed", None, attributed, changes, needs_human, batch, review, loaders)
     errors = sum(f.severity == "error" for f in result.findings)
     if errors:
         which = "the error below is" if errors == 1 else f"the {errors} errors below are"
         reason = f"converting it would not be safe until {which} fixed by hand"
         return FileReport(path, "blocked", reason, True, (), needs_human, batch, review)
     # No reason and no error: a finding (DDP001) says why.
-    return FileReport(path, "unchanged", result.reason, True, (), needs_human, batch, review)
+    return FileReport(path, "unchanged", result.reason, True, (), needs_human, batch, review, loaders)
+
+
+def _loader_batch(finding: Finding) -> LoaderBatch | None:
+    """The global batch a DDP307 (divided) or DDP308 (kept per process) states; None for any other finding."""
+    if finding.code not in ("DDP307", "DDP308"):
+        return None
+    values = values_of(finding.code, finding.message)
+    if values is None:
+        return None
+    batch = values["batch"]
+    if finding.code == "DDP307":
+        return LoaderBatch(finding.line, finding.column, batch, batch, f"{batch} // world_size")
+    return LoaderBatch(finding.line, finding.column, batch, f"{batch} * world_size", batch)
 
 
 def attribute(source: str, output: str, options: ConvertOptions) -> tuple[tuple[CodemodChanges, ...], bool]:
@@ -333,6 +398,7 @@ def _summary(report: MigrationReport) -> str:
             f"- {', '.join(files)}",
             f"- {_count(human, 'finding')} {'needs' if human == 1 else 'need'} a human",
             f"- {_count(batch, 'finding')} {'concerns' if batch == 1 else 'concern'} the batch size or learning rate",
+            f"- `--batch {report.batch}`: {BATCH_MODES[report.batch]}",
         ]
     )
 
@@ -364,6 +430,13 @@ def _file_markdown(file: FileReport, written: bool) -> list[str]:
         out += [f"### Needs a human ({len(file.needs_human)})", ""]
         for item in file.needs_human:
             out += _item_markdown(item)
+    if file.global_batch:
+        out += ["### Global batch", "", "| Line | DataParallel | DDP | Each process loads |", "| --- | --- | --- | --- |"]
+        out += [
+            f"| {loader.line} | {_cell(loader.before)} | {_cell(loader.after)} | {_cell(loader.per_process)} |"
+            for loader in file.global_batch
+        ]
+        out.append("")
     if file.batch:
         out += ["### Batch size and learning rate", ""]
         for consequence in file.batch:
@@ -424,6 +497,11 @@ def _fenced(text: str, language: str) -> str:
 def _inline(text: str) -> str:
     fence = "`" * (1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
     return f"{fence}{text}{fence}" if "`" not in text else f"{fence} {text} {fence}"
+
+
+def _cell(code: str) -> str:
+    """Code in a table cell, where a ``|`` would end the cell."""
+    return _inline(code).replace("|", "\\|")
 
 
 def _count(number: int, noun: str) -> str:

@@ -7,6 +7,8 @@ that fill the code's message template, so wording stays consistent between
 
 from __future__ import annotations
 
+import re
+import string
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +32,68 @@ def _doc(what: str, why: str, example: str, instead: str, fix: str) -> str:
         f"## What it does\n{what}\n\n## Why is this bad?\n{why}\n\n## Example\n```python\n{example}\n```\n\n"
         f"## Use instead\n```python\n{instead}\n```\n\n## Fix safety\n{fix}\n"
     )
+
+
+# Convert warns about these losses when it converts a DataParallel script, and check finds them in a
+# DDP script (DDP319/DDP515, DDP320/DDP516): one hazard, so one wording.
+WEIGHTED_LOSS_MESSAGE = (
+    "`{loss}` averages with class weights `{weight}`, so it divides by the sum of the weights of the batch's "
+    "targets: under DDP each process divides by the sum of its own share's, not the whole batch's, and the "
+    "objective changes; to keep it, compute the loss with `reduction=\"sum\"` and divide by the weight sum over "
+    "all processes: `total = {weight}[{target}].sum()`, `dist.all_reduce(total)`, "
+    "`loss = loss_sum * dist.get_world_size() / total` (the `* world_size` cancels DDP's averaging of gradients)"
+)
+WEIGHTED_LOSS_WHY = (
+    "With class weights, the mean cross-entropy is the weighted sum of the samples' losses divided by the sum of "
+    "their targets' weights. DataParallel computed it on the gathered outputs, so it divided by the whole batch's "
+    "weight sum. Under DDP each process computes it on its share and divides by its share's weight sum, which "
+    "differs from process to process: averaging the processes' gradients no longer gives the whole batch's "
+    "gradient, and rare, heavily weighted classes pull harder or weaker than they did. A measured pair of runs "
+    "differed from the first step (a loss of 1.1246 against 1.1182)."
+)
+WEIGHTED_LOSS_EXAMPLE = (
+    "criterion = nn.CrossEntropyLoss(weight=class_weights)\nloss = criterion(model(x), y)\nloss.backward()"
+)
+WEIGHTED_LOSS_INSTEAD = (
+    "criterion = nn.CrossEntropyLoss(weight=class_weights, reduction=\"sum\")\n"
+    "total = class_weights[y].sum()  # the weight sum of this process's share\n"
+    "dist.all_reduce(total)  # ... and of the whole batch\n"
+    "# DDP averages gradients over processes: `* world_size` turns that average back into the sum\n"
+    "loss = criterion(model(x), y) * dist.get_world_size() / total\n"
+    "loss.backward()"
+)
+IN_BATCH_NEGATIVES_MESSAGE = (
+    "`{loss}` is a contrastive loss with in-batch negatives (labels `{labels}`): under DDP each process scores "
+    "its samples only against its own share of the batch, so it sees fewer negatives and the objective changes; "
+    "to keep them, gather the embeddings of every process with `torch.distributed.nn.functional.all_gather` "
+    "(it keeps gradients), build the similarity against the gathered set, and use the labels "
+    "`torch.arange(n) + dist.get_rank() * n`"
+)
+IN_BATCH_NEGATIVES_WHY = (
+    "In-batch contrastive training scores every sample against every other sample of the batch: the other "
+    "samples are the negatives. DataParallel computed the loss on the gathered outputs, so each sample had the "
+    "whole batch as negatives. Under DDP each process builds the similarity matrix from its own share only, so "
+    "each sample has 1/world_size as many negatives: the task is easier, the loss lower, and what the model "
+    "learns changes. `dist.all_gather` would gather the embeddings but drops their gradients; "
+    "`torch.distributed.nn.functional.all_gather` keeps them."
+)
+IN_BATCH_NEGATIVES_EXAMPLE = (
+    "logits = image_features @ text_features.T / temperature\n"
+    "labels = torch.arange(logits.size(0), device=logits.device)\n"
+    "loss = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2\n"
+    "loss.backward()"
+)
+IN_BATCH_NEGATIVES_INSTEAD = (
+    "import torch.distributed.nn.functional as dist_nn\n\n"
+    "# every process's embeddings, with gradients flowing back to the process that computed them\n"
+    "all_images = torch.cat(dist_nn.all_gather(image_features))\n"
+    "all_texts = torch.cat(dist_nn.all_gather(text_features))\n"
+    "n = image_features.size(0)\n"
+    "labels = torch.arange(n, device=image_features.device) + dist.get_rank() * n\n"
+    "loss = (F.cross_entropy(image_features @ all_texts.T / temperature, labels)\n"
+    "        + F.cross_entropy(text_features @ all_images.T / temperature, labels)) / 2\n"
+    "loss.backward()  # DDP averages the processes' gradients: the mean over the whole batch"
+)
 
 
 def is_check_rule(code: str) -> bool:
@@ -587,22 +651,22 @@ RULES: dict[str, Rule] = {
         ),
         Rule(
             "DDP301",
-            "loader-has-sampler",
-            "warning",
-            "DataLoader already has `{argument}=`; left unchanged, so every process loads all the data: {advice}",
+            "sampler-sometimes-none",
+            "error",
+            "`{argument}={sampler}` is None on some paths and a sampler on others; convert cannot tell which "
+            "one this run takes and cannot split the training data, so the file is left as it was: build the "
+            "sampler on every path (`RandomSampler(dataset)` where it was None and the loader shuffled) and "
+            "convert again",
             doc=_doc(
-                "Finds a training DataLoader that already has a `sampler=` or `batch_sampler=`.",
-                "A DistributedSampler cannot be added next to another sampler, nor inside a batch sampler "
-                "convert cannot read; the script's sampler has to be made aware of the processes. Unsplit, "
-                "every process trains on all the data.",
-                "loader = DataLoader(ds, batch_sampler=BatchSampler(RandomSampler(ds), batch_size=32, drop_last=True))",
-                "# A batch sampler over a random or sequential sampler is plain batching: say so, and convert\n"
-                "# splits it with a DistributedSampler.\n"
-                "loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)\n"
-                "# A batch sampler of your own (buckets, aspect-ratio groups): make it yield this process's batches\n"
-                "# only: draw the whole epoch's batches with a generator seeded by seed + epoch (the same on every\n"
-                "# process), drop the batches past a multiple of world_size, and keep batches[rank::world_size].",
-                "No fix: the loader is left as it was.",
+                "Finds a training DataLoader whose sampler is bound to None on one path and to a sampler on another.",
+                "Convert splits a sampler where it is built, and replaces a sampler that is always None with a "
+                "DistributedSampler. A name that is sometimes one and sometimes the other cannot be split either "
+                "way without knowing the path, and an unsplit loader trains every process on all the data.",
+                "sampler = None\nif args.balanced:\n    sampler = WeightedRandomSampler(weights, len(weights))\n"
+                "loader = DataLoader(ds, batch_size=32, shuffle=sampler is None, sampler=sampler)",
+                "sampler = RandomSampler(ds)\nif args.balanced:\n    sampler = WeightedRandomSampler(weights, len(weights))\n"
+                "loader = DataLoader(ds, batch_size=32, sampler=sampler)",
+                "No fix: the whole file is left as it was.",
             ),
         ),
         Rule(
@@ -679,10 +743,10 @@ RULES: dict[str, Rule] = {
             "DDP307",
             "global-batch-kept",
             "note",
-            "global batch kept: each process loads `{batch} // world_size` samples; "
-            "{divisibility}",
+            "global batch `{batch}` -> `{batch}` (kept): each of the world_size processes loads "
+            "`{batch} // world_size`; {divisibility}",
             doc=_doc(
-                "Notes that a training loader's batch is divided by the world size, which keeps the global batch.",
+                "Notes that a training loader's batch is divided by the world size, which keeps the global batch (`--batch global`, the default). The message states the global batch before and after.",
                 "DataParallel's `batch_size` was the global batch split over GPUs. Dividing it keeps the learning rate right; a batch that does not divide evenly changes it slightly.",
                 "DataLoader(ds, batch_size=128, shuffle=True)",
                 "DataLoader(ds, batch_size=128 // dist.get_world_size(), sampler=DistributedSampler(ds, shuffle=True))",
@@ -693,11 +757,15 @@ RULES: dict[str, Rule] = {
             "DDP308",
             "per-process-batch-kept",
             "note",
-            "per-process batch kept: the effective batch becomes `{batch} * world_size`; "
-            "scale the learning rate to match",
+            "global batch `{batch}` -> `{batch} * world_size`: each process loads `{batch}` ({reason}); "
+            "{learning_rate}",
             doc=_doc(
-                "Notes that a training loader keeps its batch per process (`--keep-per-process-batch`, or a batch of 1).",
-                "Each process loads the full batch, so the effective batch is the world size times larger; a learning rate tuned for the old batch may be too small.",
+                "Notes that a training loader keeps its batch per process: under `--batch per-process`, for a batch of 1, "
+                "which cannot be divided, or for a batch value that also sizes a tensor per step (`DDP312`). The message "
+                "states the global batch before and after, and what happens to the learning rate.",
+                "Each process loads the full batch, so the effective batch is the world size times larger; a learning rate "
+                "tuned for the old batch may be too small. Under `--batch per-process` convert scales each optimizer's "
+                "learning rate by the world size (`DDP330`) and says where it could not (`DDP331`).",
                 "DataLoader(ds, batch_size=32, shuffle=True)  # 4 processes: 128 per step",
                 "optimizer = SGD(model.parameters(), lr=base_lr * dist.get_world_size())",
                 "Safe: nothing is divided; the report states the new effective batch.",
@@ -866,6 +934,191 @@ RULES: dict[str, Rule] = {
                 "args.batch_size *= torch.cuda.device_count()\nargs.workers *= torch.cuda.device_count()",
                 "args.batch_size *= dist.get_world_size()  # the global batch, divided again per process",
                 "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP321",
+            "sampler-sharded",
+            "note",
+            "`{sampler}` is split across processes by ShardedSampler: every process draws the same sequence "
+            "(seeded with seed + epoch), and {split}",
+            doc=_doc(
+                "Finds a training loader's own sampler or batch sampler (a SubsetRandomSampler, a "
+                "WeightedRandomSampler, a class of the script's, one imported from elsewhere) and wraps it.",
+                "A DistributedSampler only replaces plain shuffling. Any other sampler must still yield one "
+                "process's share: unsplit, every process trains on all the data, and the epoch does W times the work.",
+                "loader = DataLoader(ds, batch_size=64, sampler=WeightedRandomSampler(weights, len(weights)))",
+                "loader = DataLoader(ds, batch_size=64 // dist.get_world_size(),\n"
+                "                    sampler=ShardedSampler(WeightedRandomSampler(weights, len(weights))))",
+                "Safe: each pass, ShardedSampler seeds the random generators the sampler can draw from (torch, "
+                "Python's `random`, NumPy, the sampler's own generator) identically on every process, keeps items "
+                "rank, rank + W, ... and pads the sequence so every process gets as many. Together the processes "
+                "draw what the original drew. A sampler that draws from some other source of randomness (its own "
+                "`numpy.random.Generator`, a clock) would differ between processes: seed it from `set_epoch`.",
+            ),
+        ),
+        Rule(
+            "DDP322",
+            "sampler-advances-itself",
+            "note",
+            "`{loader}` gets a sampler that reshuffles on every pass by itself, because {why}: a "
+            "DistributedSampler without `set_epoch` would repeat one order",
+            doc=_doc(
+                "Finds a shuffled training loader with no epoch loop to call `set_epoch` from: batches fetched with "
+                "`next(iter(loader))` each step, a loader in a helper with its own `get_batch()`, a loop convert cannot see.",
+                "A DistributedSampler shuffles by the epoch it is given. Without `set_epoch` every pass repeats "
+                "one order, and `next(iter(loader))` returns the same batch at every step.",
+                "for step in range(steps):\n    x, y = next(iter(loader))",
+                "loader = DataLoader(ds, batch_size=32 // dist.get_world_size(), sampler=ShardedSampler(RandomSampler(ds)))",
+                "Safe: ShardedSampler counts its own passes, so every `iter()` starts a new order, the same on "
+                "every process.",
+            ),
+        ),
+        Rule(
+            "DDP323",
+            "sampler-splits-itself",
+            "warning",
+            "`{sampler}` is told the process's rank or is distributed by name, so it is taken to yield this "
+            "process's share already and is left as it was: check that it does",
+            doc=_doc(
+                "Finds a training loader's sampler that takes `rank`, `num_replicas` or `world_size`, or whose name says it is distributed.",
+                "Such a sampler splits the data itself; splitting it again would leave each process a W-th of its share.",
+                "sampler = BalancedDistributedSampler(ds, num_replicas=world_size, rank=rank)",
+                "# nothing to change if it yields every world_size-th item from rank; otherwise wrap the plain\n"
+                "# sampler and let convert split it",
+                "No fix: the sampler is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP319",
+            "weighted-loss-per-process",
+            "warning",
+            WEIGHTED_LOSS_MESSAGE,
+            doc=_doc(
+                "Finds a cross-entropy or NLL loss with class weights and `reduction=\"mean\"` (given or by default) "
+                "whose value reaches `backward()`.",
+                WEIGHTED_LOSS_WHY,
+                WEIGHTED_LOSS_EXAMPLE,
+                WEIGHTED_LOSS_INSTEAD,
+                "No fix: the loss is left as it was, and the conversion goes on.",
+            ),
+        ),
+        Rule(
+            "DDP320",
+            "in-batch-negatives-per-process",
+            "warning",
+            IN_BATCH_NEGATIVES_MESSAGE,
+            doc=_doc(
+                "Finds a contrastive cross-entropy whose value reaches `backward()`: labels `torch.arange(n)` over a "
+                "similarity matrix of two batches of embeddings (`a @ b.T`, `torch.mm`, `torch.einsum`, scaled by a "
+                "temperature or not), as SimCLR- and CLIP-style training writes it.",
+                IN_BATCH_NEGATIVES_WHY,
+                IN_BATCH_NEGATIVES_EXAMPLE,
+                IN_BATCH_NEGATIVES_INSTEAD,
+                "No fix: the loss is left as it was, and the conversion goes on.",
+            ),
+        ),
+        Rule(
+            "DDP330",
+            "learning-rate-scaled",
+            "note",
+            "learning rate `{lr}` -> `{scaled}`: each process keeps the batch (`--batch per-process`), so one "
+            "step averages world_size times the samples, and the linear scaling rule scales the rate with it",
+            doc=_doc(
+                "Notes that an optimizer's learning rate is multiplied by the world size under `--batch per-process`.",
+                "Each process loads DataParallel's whole batch, so the gradient DDP averages comes from world_size "
+                "times the samples and the run takes world_size times fewer steps. Kept as it was, the rate tuned "
+                "for the smaller batch trains more slowly; the linear scaling rule multiplies it by the batch's growth. "
+                "Very large rates may need a warm-up.",
+                "optimizer = optim.SGD(model.parameters(), lr=args.lr)",
+                "optimizer = optim.SGD(model.parameters(), lr=args.lr * dist.get_world_size())",
+                "Safe where the rate was tuned for the DataParallel batch; review it for schedules with a warm-up of their own.",
+            ),
+        ),
+        Rule(
+            "DDP331",
+            "learning-rate-not-scaled",
+            "warning",
+            "this optimizer's learning rate is not scaled, though each process keeps the batch (`--batch per-process`) "
+            "and one step sees world_size times the samples: {why}; {advice}",
+            doc=_doc(
+                "Finds a `torch.optim` optimizer whose learning rate convert cannot scale under `--batch per-process`: "
+                "none is given, parameter groups set their own, the arguments are unpacked, or the optimizer is built "
+                "before the process group exists.",
+                "The global batch grows by the world size. A rate left as it was trains as if the batch had not grown: "
+                "more slowly, and differently from the DataParallel run.",
+                "optimizer = optim.SGD([{\"params\": head, \"lr\": 0.1}, {\"params\": body}], lr=0.01)",
+                "world_size = dist.get_world_size()\n"
+                "optimizer = optim.SGD([{\"params\": head, \"lr\": 0.1 * world_size}, {\"params\": body}], lr=0.01 * world_size)",
+                "No fix: the optimizer is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP332",
+            "cyclic-learning-rate-not-scaled",
+            "warning",
+            "`{scheduler}` sets the learning rate itself from `{argument}={value}`, which the optimizer's scaled rate "
+            "does not reach: write `{argument}={value} * dist.get_world_size()` to follow the linear scaling rule",
+            doc=_doc(
+                "Finds a `OneCycleLR` or `CyclicLR` scheduler in a script whose optimizers convert scaled under "
+                "`--batch per-process`.",
+                "These schedulers overwrite the optimizer's rate on every step from their own `max_lr` and `base_lr`, "
+                "so the scaled `lr=` has no effect and the run trains with the rates of the smaller batch.",
+                "scheduler = OneCycleLR(optimizer, max_lr=0.1, total_steps=steps)",
+                "scheduler = OneCycleLR(optimizer, max_lr=0.1 * dist.get_world_size(), total_steps=steps)",
+                "No fix: the scheduler is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP333",
+            "steps-per-epoch-scaled",
+            "note",
+            "steps per epoch counted in global batches: `{before}` -> `{after}`, since each process keeps the batch "
+            "(`--batch per-process`) and one step takes world_size of them",
+            doc=_doc(
+                "Notes that a count of steps per epoch, the dataset's length divided by the training loader's batch, "
+                "is divided by the world size as well under `--batch per-process`.",
+                "Each process loads its own batch of the sampler's share, so an epoch has world_size times fewer steps. "
+                "A schedule built on the old count (a total step count, a warm-up, a cosine length) would run "
+                "world_size times too long and never reach its end.",
+                "iters_per_epoch = len(train_set) // args.batch_size",
+                "iters_per_epoch = len(train_set) // (args.batch_size * dist.get_world_size())",
+                "Safe: `len(train_loader)` counts the same steps; it is left as it was wherever the script uses it.",
+            ),
+        ),
+        Rule(
+            "DDP334",
+            "steps-per-epoch-unclear",
+            "warning",
+            "`{expression}` divides by the training loader's batch `{batch}`, {why}; under `--batch per-process` one "
+            "step takes world_size batches: if it counts steps, divide by `({batch} * dist.get_world_size())`, or use "
+            "`len(loader)`",
+            doc=_doc(
+                "Finds a count divided by the training loader's batch under `--batch per-process` where the count is "
+                "not provably the length of the loader's dataset, or that runs before the process group exists.",
+                "Steps per epoch counted with the per-process batch are world_size times too many: a schedule built on "
+                "them never reaches its end.",
+                "iters_per_epoch = args.num_train // args.batch_size",
+                "iters_per_epoch = len(train_loader)",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP335",
+            "gpu-count-scaling-replaced",
+            "note",
+            "`{target}` was scaled by the GPU count `{count}`, a DataParallel habit: {what}",
+            doc=_doc(
+                "Notes that a batch size scaled by the GPU count now scales by the world size, and that a worker count "
+                "scaled by it drops the factor. Only where the value provably reaches a DataLoader, the count is "
+                "`torch.cuda.device_count()` (directly or through a name bound to it), and for a batch, where the line "
+                "runs after the process group is set up; `DDP318` reports the others.",
+                "DataParallel runs one process for all GPUs: a per-GPU batch times the GPU count was its global batch, "
+                "and one loader needed workers for all of them. Under DDP the world size is the number of processes, "
+                "which is the GPU count on one node and stays right on several, and each process has its own loader.",
+                "args.batch_size *= torch.cuda.device_count()\nnum_workers = 4 * torch.cuda.device_count()",
+                "args.batch_size *= dist.get_world_size()\nnum_workers = 4",
+                "Safe: on one node the batch is the same number; each process starts the workers one GPU had.",
             ),
         ),
         Rule(
@@ -1301,6 +1554,34 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP515",
+            "weighted-loss-in-ddp",
+            "warning",
+            WEIGHTED_LOSS_MESSAGE,
+            doc=_doc(
+                "Finds, in a script that runs DDP, a cross-entropy or NLL loss with class weights and "
+                "`reduction=\"mean\"` (given or by default) whose value reaches `backward()`.",
+                WEIGHTED_LOSS_WHY,
+                WEIGHTED_LOSS_EXAMPLE,
+                WEIGHTED_LOSS_INSTEAD,
+                "No fix: the loss is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP516",
+            "in-batch-negatives-in-ddp",
+            "warning",
+            IN_BATCH_NEGATIVES_MESSAGE,
+            doc=_doc(
+                "Finds, in a script that runs DDP, a contrastive cross-entropy whose value reaches `backward()`: "
+                "labels `torch.arange(n)` over a similarity matrix of two batches of embeddings.",
+                IN_BATCH_NEGATIVES_WHY,
+                IN_BATCH_NEGATIVES_EXAMPLE,
+                IN_BATCH_NEGATIVES_INSTEAD,
+                "No fix: the loss is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP520",
             "cast-after-ddp-wrap",
             "error",
@@ -1440,3 +1721,17 @@ def section(doc: str, heading: str) -> str | None:
         if found is not None:
             found.append(line)
     return None if found is None else "\n".join(found).strip()
+
+
+def values_of(code: str, message: str) -> dict[str, str] | None:
+    """The values that filled ``code``'s message template to give ``message``; ``None`` when it does not fit."""
+    template = RULES[code].message
+    pattern, seen = "", set()
+    for literal, field_name, _, _ in string.Formatter().parse(template):
+        pattern += re.escape(literal)
+        if field_name is None:
+            continue
+        pattern += f"(?P={field_name})" if field_name in seen else f"(?P<{field_name}>.*?)"
+        seen.add(field_name)
+    match = re.fullmatch(pattern, message, re.DOTALL)
+    return match.groupdict() if match else None

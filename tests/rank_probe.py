@@ -6,7 +6,9 @@ It wraps the DataLoader iterator's ``_next_index`` so every pass of every
 DataLoader is recorded as the indices its index sampler yields (a
 BatchSampler over any sampler, a batch sampler, or a sampler without
 batching), with the sampler's class, the class it shards (a
-ShardedSampler's inner sampler), and the dataset length; ``torch.save`` so
+ShardedSampler's inner sampler), the dataset length and the batch sizes;
+the optimizers' constructor so each optimizer's learning rate is recorded;
+``torch.save`` so
 every checkpoint this process writes is recorded, and DDP's constructor so
 the parameters of every DDP model can be fingerprinted when the script
 ends, then runs SCRIPT as ``__main__``. At exit it writes
@@ -30,6 +32,8 @@ from torch.utils.data.sampler import BatchSampler
 passes: list[dict[str, object]] = []
 saves: list[str] = []
 ddp_models: list[torch.nn.Module] = []
+learning_rates: list[float] = []
+_optimizer_init = torch.optim.Optimizer.__init__
 _next_index = dataloader._BaseDataLoaderIter._next_index
 _torch_save = torch.save
 _ddp_init = torch.nn.parallel.DistributedDataParallel.__init__
@@ -52,6 +56,12 @@ def _fingerprints() -> list[str]:
     return found
 
 
+def _recording_optimizer_init(self, params, defaults, *args, **kwargs):  # type: ignore[no-untyped-def]
+    if "lr" in defaults:
+        learning_rates.append(float(defaults["lr"]))
+    _optimizer_init(self, params, defaults, *args, **kwargs)
+
+
 def _recording_save(obj, f, *args, **kwargs):  # type: ignore[no-untyped-def]
     saves.append(str(f))
     return _torch_save(obj, f, *args, **kwargs)
@@ -70,6 +80,7 @@ def _described(index_sampler: object, dataset_size: int) -> dict[str, object]:
         "dataset_size": dataset_size,
         "indices": [],
         "batch_sizes": [],
+        "complete": False,  # the loader reached the end of the pass (not a next(iter(loader)) peek or a stop)
     }
 
 
@@ -81,7 +92,11 @@ def _recording_next_index(iterator):  # type: ignore[no-untyped-def]
         iterator._probe_sampler_iter = iterator._sampler_iter
         iterator._probe_record = _described(iterator._index_sampler, len(iterator._dataset))
         passes.append(iterator._probe_record)
-    index = _next_index(iterator)
+    try:
+        index = _next_index(iterator)
+    except StopIteration:
+        iterator._probe_record["complete"] = True
+        raise
     batch = list(index) if isinstance(index, (list, tuple, torch.Tensor)) else [index]
     iterator._probe_record["indices"].extend(int(i) for i in batch)
     iterator._probe_record["batch_sizes"].append(len(batch))
@@ -90,7 +105,8 @@ def _recording_next_index(iterator):  # type: ignore[no-untyped-def]
 
 def _write() -> None:
     out = Path(sys_argv_out) / f"rank{os.environ.get('RANK', '0')}.json"
-    record = {"world_size": int(os.environ.get("WORLD_SIZE", "1")), "passes": passes, "saves": saves, "replicas": _fingerprints()}
+    record = {"world_size": int(os.environ.get("WORLD_SIZE", "1")), "passes": passes, "saves": saves, "replicas": _fingerprints(),
+              "learning_rates": learning_rates}
     out.write_text(json.dumps(record))
 
 
@@ -99,6 +115,7 @@ if __name__ == "__main__":
     dataloader._BaseDataLoaderIter._next_index = _recording_next_index  # type: ignore[method-assign]
     torch.save = _recording_save
     torch.nn.parallel.DistributedDataParallel.__init__ = _recording_ddp_init  # type: ignore[method-assign]
+    torch.optim.Optimizer.__init__ = _recording_optimizer_init  # type: ignore[method-assign]
     atexit.register(_write)
     sys.argv = [script, *script_args]
     sys.path.insert(0, str(Path(script).resolve().parent))

@@ -39,8 +39,8 @@ class AddDistributedSamplerTest(CodemodTest):
             before,
             after,
             expected_warnings=[
-                "5:49: DDP307 global batch kept: each process loads `args.batch_size // world_size` samples; "
-                "the global batch changes unless it divides by the number of processes"
+                "5:49: DDP307 global batch `args.batch_size` -> `args.batch_size` (kept): each of the world_size processes "
+                "loads `args.batch_size // world_size`; the global batch changes unless it divides by the number of processes"
             ],
         )
 
@@ -79,7 +79,7 @@ class AddDistributedSamplerTest(CodemodTest):
             before,
             after,
             expected_warnings=[
-                "4:53: DDP307 global batch kept: each process loads `64 // world_size` samples; "
+                "4:53: DDP307 global batch `64` -> `64` (kept): each of the world_size processes loads `64 // world_size`; "
                 "64 divides by 2, 4, 8 processes"
             ],
         )
@@ -107,8 +107,8 @@ class AddDistributedSamplerTest(CodemodTest):
             expected_warnings=[
                 "4:54: DDP309 global batch 10 does not divide by 4, 8 processes: each process loads "
                 "`10 // world_size` and the global batch shrinks there; pick a multiple of the process count",
-                "4:10: DDP305 no epoch loop found for `loader`: call `loader.sampler.set_epoch(epoch)` "
-                "at the start of every epoch, or every epoch repeats one order",
+                "4:54: DDP307 global batch `10` -> `10` (kept): each of the world_size processes loads `10 // world_size`; "
+                "10 does not divide by 4, 8 processes, where the global batch shrinks",
             ],
         )
 
@@ -119,6 +119,9 @@ class AddDistributedSamplerTest(CodemodTest):
 
             model = wrap_ddp(model)
             train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            for epoch in range(2):
+                for batch in train_loader:
+                    pass
         """
         after = """
             from torch.utils.data import DataLoader
@@ -126,16 +129,18 @@ class AddDistributedSamplerTest(CodemodTest):
 
             model = wrap_ddp(model)
             train_loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set, shuffle=True))
+            for epoch in range(2):
+                train_loader.sampler.set_epoch(epoch)
+                for batch in train_loader:
+                    pass
         """
         self.assertCodemod(
             before,
             after,
             keep_per_process_batch=True,
             expected_warnings=[
-                "4:16: DDP308 per-process batch kept: the effective batch becomes `32 * world_size`; "
-                "scale the learning rate to match",
-                "4:16: DDP305 no epoch loop found for `train_loader`: call `train_loader.sampler.set_epoch(epoch)` "
-                "at the start of every epoch, or every epoch repeats one order",
+                "4:16: DDP308 global batch `32` -> `32 * world_size`: each process loads `32` (`--batch per-process`); "
+                "the optimizers' learning rates are scaled by world_size (DDP330; DDP331 where convert could not)",
             ],
         )
 
@@ -150,8 +155,8 @@ class AddDistributedSamplerTest(CodemodTest):
         """
         self.assertCodemod(before, before, expected_warnings=[])
 
-    def test_existing_sampler_batch_sampler_and_iterable_dataset_are_reported(self) -> None:
-        """Should leave loaders it cannot shard safely alone, and say why."""
+    def test_an_iterable_dataset_is_reported(self) -> None:
+        """Should leave a loader over a stream alone, and say why: it takes no sampler."""
         before = """
             import torch
             from torch.utils.data import DataLoader, IterableDataset
@@ -160,23 +165,13 @@ class AddDistributedSamplerTest(CodemodTest):
                 pass
 
             model = wrap_ddp(model)
-            train_a = DataLoader(data, batch_size=8, sampler=WeightedSampler(data))
-            train_b = DataLoader(data, batch_sampler=Buckets(data))
             train_c = DataLoader(Stream(), batch_size=8)
         """
         self.assertCodemod(
             before,
             before,
             expected_warnings=[
-                "8:11: DDP301 DataLoader already has `sampler=`; left unchanged, so every process loads all the "
-                "data: give it a sampler that yields only this process's share: every world_size-th index, from "
-                "this process's rank, of one order drawn with the same seed on every process, reseeded each epoch",
-                "9:11: DDP301 DataLoader already has `batch_sampler=`; left unchanged, so every process loads all "
-                "the data: a BatchSampler over a RandomSampler or SequentialSampler is plain batching: pass "
-                "`batch_size=`, `shuffle=` and `drop_last=` instead and convert again; a batch sampler of your own "
-                "must yield only this process's batches: every world_size-th batch, from this process's rank, of "
-                "one list drawn with the same seed on every process each epoch, cut to a multiple of world_size",
-                "10:11: DDP302 DataLoader over an IterableDataset cannot take a sampler; left unchanged: "
+                "8:11: DDP302 DataLoader over an IterableDataset cannot take a sampler; left unchanged: "
                 "shard the stream by rank inside the dataset",
             ],
         )
@@ -287,6 +282,8 @@ class AddDistributedSamplerTest(CodemodTest):
 
             model = wrap_ddp(model)
             warmup_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+            for batch in warmup_loader:
+                pass
             train(model, dist=1.0)
         """
         after = """
@@ -304,6 +301,8 @@ class AddDistributedSamplerTest(CodemodTest):
 
             model = wrap_ddp(model)
             warmup_loader = DataLoader(train_set, batch_size=8 // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True))
+            for batch in warmup_loader:
+                pass
             train(model, dist=1.0)
         """
         self.assertCodemod(before, after)
@@ -375,6 +374,9 @@ class AddDistributedSamplerTest(CodemodTest):
 
             model = wrap_ddp(model)
             train_loader = DataLoader(train_set, shuffle=True)
+            for epoch in range(2):
+                for batch in train_loader:
+                    pass
         """
         after = """
             from torch.utils.data import DataLoader
@@ -382,15 +384,17 @@ class AddDistributedSamplerTest(CodemodTest):
 
             model = wrap_ddp(model)
             train_loader = DataLoader(train_set, sampler=DistributedSampler(train_set, shuffle=True))
+            for epoch in range(2):
+                train_loader.sampler.set_epoch(epoch)
+                for batch in train_loader:
+                    pass
         """
         self.assertCodemod(
             before,
             after,
             expected_warnings=[
-                "4:16: DDP308 per-process batch kept: the effective batch becomes `1 * world_size`; "
-                "scale the learning rate to match",
-                "4:16: DDP305 no epoch loop found for `train_loader`: call `train_loader.sampler.set_epoch(epoch)` "
-                "at the start of every epoch, or every epoch repeats one order",
+                "4:16: DDP308 global batch `1` -> `1 * world_size`: each process loads `1` (a batch of 1 cannot be divided: "
+                "`1 // world_size` is 0); scale the learning rate to match",
             ],
         )
 
@@ -443,6 +447,9 @@ def main(args):
     model = torch.nn.DataParallel(Net())
     {binding}
     loader = DataLoader(ds, batch_size=args.batch_size, shuffle=(train_sampler is None), sampler=train_sampler)
+    for epoch in range(2):
+        for x, y in loader:
+            model(x).sum().backward()
 """
     result = convert_source(source)
     assert ("sampler=DistributedSampler(ds, shuffle=True))" in result.output) is converted
@@ -643,7 +650,7 @@ class NoSamplerSpellingsTest(CodemodTest):
                 for x in loader:
                     model(x).sum().backward()
         """
-        self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch kept: each process loads `8 // world_size` samples; 8 divides by 2, 4, 8 processes"])
+        self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch `8` -> `8` (kept): each of the world_size processes loads `8 // world_size`; 8 divides by 2, 4, 8 processes"])
 
     def test_sampler_none_by_position_gives_way_to_the_distributed_sampler(self) -> None:
         """Should read `DataLoader(data, 8, True, None)` as no sampler, not as a fourth argument it cannot place."""
@@ -668,7 +675,7 @@ class NoSamplerSpellingsTest(CodemodTest):
                 for x in loader:
                     model(x).sum().backward()
         """
-        self.assertCodemod(before, after, expected_warnings=["4:27: DDP307 global batch kept: each process loads `8 // world_size` samples; 8 divides by 2, 4, 8 processes"])
+        self.assertCodemod(before, after, expected_warnings=["4:27: DDP307 global batch `8` -> `8` (kept): each of the world_size processes loads `8 // world_size`; 8 divides by 2, 4, 8 processes"])
 
     def test_one_line_epoch_loop_becomes_a_block_for_set_epoch(self) -> None:
         """Should turn `for epoch in range(2): train(...)` into a block that calls set_epoch first."""
@@ -700,7 +707,7 @@ class NoSamplerSpellingsTest(CodemodTest):
                 loader.sampler.set_epoch(epoch)
                 train()
         """
-        self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch kept: each process loads `8 // world_size` samples; 8 divides by 2, 4, 8 processes"])
+        self.assertCodemod(before, after, expected_warnings=["4:38: DDP307 global batch `8` -> `8` (kept): each of the world_size processes loads `8 // world_size`; 8 divides by 2, 4, 8 processes"])
 
 
 def test_a_noise_batch_drawn_with_the_loaders_batch_keeps_the_batch_per_process() -> None:
@@ -730,3 +737,163 @@ if __name__ == "__main__":
     result = convert_source(source)
     assert "DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, shuffle=True))" in result.output
     assert "DDP312" in {f.code for f in result.findings}
+
+
+class GpuCountScalingTest(CodemodTest):
+    TRANSFORM = AddDistributedSamplerCommand
+
+    def test_a_gpu_count_that_scales_the_loaders_batch_becomes_the_world_size(self) -> None:
+        """Should scale by the world size where the batch reaches the loader after setup, drop a worker factor, and report the rest."""
+        before = """
+            import torch
+            from torch.utils.data import DataLoader
+
+            BATCH = 64
+            BATCH *= torch.cuda.device_count()
+
+            def main(args, n_gpus):
+                args.batch_size *= torch.cuda.device_count()
+                n_gpu = torch.cuda.device_count()
+                eval_batch = args.eval_batch * n_gpu
+                workers = 4 * n_gpu
+                other_workers = 2 * n_gpus
+                model = wrap_ddp(Net())
+                train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=workers)
+                other_loader = DataLoader(other_set, batch_size=BATCH, shuffle=True, num_workers=other_workers)
+                for epoch in range(args.epochs):
+                    for x, y in train_loader:
+                        pass
+                    for x, y in other_loader:
+                        pass
+
+            if __name__ == "__main__":
+                main(parse(), 2)
+        """
+        after = """
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            BATCH = 64
+            BATCH *= torch.cuda.device_count()
+
+            def main(args, n_gpus):
+                args.batch_size *= dist.get_world_size()
+                n_gpu = torch.cuda.device_count()
+                eval_batch = args.eval_batch * n_gpu
+                workers = 4
+                other_workers = 2 * n_gpus
+                model = wrap_ddp(Net())
+                train_loader = DataLoader(train_set, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True), num_workers=workers)
+                other_loader = DataLoader(other_set, batch_size=BATCH // dist.get_world_size(), sampler=DistributedSampler(other_set, shuffle=True), num_workers=other_workers)
+                for epoch in range(args.epochs):
+                    train_loader.sampler.set_epoch(epoch)
+                    other_loader.sampler.set_epoch(epoch)
+                    for x, y in train_loader:
+                        pass
+                    for x, y in other_loader:
+                        pass
+
+            if __name__ == "__main__":
+                main(parse(), 2)
+        """
+        habit = "a DataParallel habit that DDP changes: "
+        divided = (
+            "convert divides the loader's batch by the world size, which keeps this global batch only while the count "
+            "equals the number of processes (one node, one process per GPU): scale by dist.get_world_size() instead"
+        )
+        kept = "the global batch changes unless it divides by the number of processes"
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                # At import, before the process group exists.
+                f"5:1: DDP318 `BATCH` is scaled by the GPU count `torch.cuda.device_count()`, {habit}{divided}",
+                "8:5: DDP335 `args.batch_size` was scaled by the GPU count `torch.cuda.device_count()`, a DataParallel "
+                "habit: it is scaled by `dist.get_world_size()` instead, the number of processes, which is the GPU count "
+                "on one node and stays right on several",
+                # Reaches no loader.
+                f"10:5: DDP318 `eval_batch` is scaled by the GPU count `n_gpu`, {habit}{divided}",
+                "11:5: DDP335 `workers` was scaled by the GPU count `n_gpu`, a DataParallel habit: the factor is "
+                "dropped, since each process starts its own loader: `workers = 4`",
+                # A count passed in: not provably the GPU count.
+                f"12:5: DDP318 `other_workers` is scaled by the GPU count `n_gpus`, {habit}each process now starts that "
+                "many loader workers: drop the scaling",
+                "14:53: DDP307 global batch `args.batch_size` -> `args.batch_size` (kept): each of the world_size "
+                f"processes loads `args.batch_size // world_size`; {kept}",
+                f"15:53: DDP307 global batch `BATCH` -> `BATCH` (kept): each of the world_size processes loads `BATCH // world_size`; {kept}",
+            ],
+        )
+
+    def test_a_batch_times_a_name_bound_to_the_gpu_count_becomes_the_world_size(self) -> None:
+        """Should replace `n_gpu` where `n_gpu = torch.cuda.device_count()` is its only binding and the product reaches the loader."""
+        before = """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main(args):
+                n_gpu = torch.cuda.device_count()
+                batch_size = args.per_gpu_batch * n_gpu
+                model = wrap_ddp(Net())
+                train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+                for epoch in range(args.epochs):
+                    for x, y in train_loader:
+                        pass
+
+            if __name__ == "__main__":
+                main(parse())
+        """
+        after = """
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+            from torch.utils.data.distributed import DistributedSampler
+
+            def main(args):
+                n_gpu = torch.cuda.device_count()
+                batch_size = args.per_gpu_batch * dist.get_world_size()
+                model = wrap_ddp(Net())
+                train_loader = DataLoader(train_set, batch_size=batch_size // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True))
+                for epoch in range(args.epochs):
+                    train_loader.sampler.set_epoch(epoch)
+                    for x, y in train_loader:
+                        pass
+
+            if __name__ == "__main__":
+                main(parse())
+        """
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                "6:5: DDP335 `batch_size` was scaled by the GPU count `n_gpu`, a DataParallel habit: it is scaled by "
+                "`dist.get_world_size()` instead, the number of processes, which is the GPU count on one node and "
+                "stays right on several",
+                "8:53: DDP307 global batch `batch_size` -> `batch_size` (kept): each of the world_size processes loads "
+                "`batch_size // world_size`; the global batch changes unless it divides by the number of processes",
+            ],
+        )
+
+
+def test_a_sampler_rebound_only_after_the_loader_is_built_is_no_sampler() -> None:
+    """`train_sampler = None`, the loader, then a per-epoch `train_sampler = ...` that no loader reads: shuffled as before."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    train_sampler = None
+    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=(train_sampler is None), sampler=train_sampler)
+    for epoch in range(2):
+        if args.resample:
+            train_sampler = Balanced(ds)
+        for x, y in loader:
+            model(x).sum().backward()
+"""
+    result = convert_source(source)
+    assert "DataLoader(ds, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(ds, shuffle=True))" in result.output
+    assert not [f for f in result.findings if f.severity == "error"]

@@ -345,6 +345,36 @@ CASES = [
         ),
         id="an optimizer over a module no wrap holds converts once the wrap holds both",
     ),
+    pytest.param(
+        "DDP301",
+        _script(
+            """
+            model = nn.DataParallel(nn.Linear(4, 1))
+            data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+            sampler = None
+            if args.half:
+                sampler = torch.utils.data.WeightedRandomSampler(torch.ones(32), 32)
+            """,
+            TRAIN.replace(
+                "DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)",
+                "DataLoader(data, batch_size=8, shuffle=sampler is None, sampler=sampler)",
+            ),
+        ),
+        _script(
+            """
+            model = nn.DataParallel(nn.Linear(4, 1))
+            data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+            sampler = torch.utils.data.RandomSampler(data)
+            if args.half:
+                sampler = torch.utils.data.WeightedRandomSampler(torch.ones(32), 32)
+            """,
+            TRAIN.replace(
+                "DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)",
+                "DataLoader(data, batch_size=8, sampler=sampler)",
+            ),
+        ),
+        id="a sampler that is sometimes None converts once every path builds one",
+    ),
 ]
 
 
@@ -375,8 +405,8 @@ def test_advice_followed_converts(code: str, before: str, advised: str) -> None:
 # -- advice of warnings that once led nowhere ------------------------------------------------
 
 
-def test_batch_sampler_advice_gets_the_loader_split() -> None:
-    """A BatchSampler over a RandomSampler, said as batch_size and shuffle, is split like any loader."""
+def test_a_batch_sampler_is_split_batch_by_batch() -> None:
+    """A BatchSampler (once refused with advice) is wrapped: each process takes its share of every batch."""
     body = "model = nn.DataParallel(nn.Linear(4, 1))\n"
     train = TRAIN.replace(
         "batch_size=8, shuffle=True)",
@@ -386,13 +416,10 @@ def test_batch_sampler_advice_gets_the_loader_split() -> None:
         "from torch.utils.data import DataLoader, TensorDataset",
         "from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset",
     )
-    refused = convert_source(before)
-    (finding,) = [f for f in refused.findings if f.code == "DDP301"]
-    assert "pass `batch_size=`, `shuffle=` and `drop_last=` instead" in finding.message
-
-    advised = convert_source(_script(body, TRAIN.replace("shuffle=True)", "shuffle=True, drop_last=True)")))
-    assert "DistributedSampler(" in advised.output
-    assert "DDP301" not in {f.code for f in advised.findings}
+    converted = convert_source(before)
+    assert "batch_sampler=ShardedSampler(BatchSampler(RandomSampler(range(32)), batch_size=8, drop_last=True), split_batches=True)" in converted.output
+    assert "loader.batch_sampler.set_epoch(epoch)" in converted.output
+    assert [f.code for f in converted.findings if f.severity != "note"] == []
 
 
 RUN_SCRIPT = '''\

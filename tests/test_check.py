@@ -21,7 +21,9 @@ from tests.conftest import FIXTURES, fixture_cases
 
 CHECK_CASES = sorted(path for path in (FIXTURES / "check").iterdir() if (path / "case.py").is_file())
 # Hazards convert leaves in a script and says so at conversion time, as check names them in the result.
-CONVERT_WARNED = {"DDP402": {"DDP502", "DDP503"}, "DDP216": {"DDP501"}, "DDP206": {"DDP510"}}
+CONVERT_WARNED = {
+    "DDP402": {"DDP502", "DDP503"}, "DDP216": {"DDP501"}, "DDP206": {"DDP510"}, "DDP319": {"DDP515"}, "DDP320": {"DDP516"},
+}  # fmt: skip
 
 
 def _lines(source: str) -> str:

@@ -316,14 +316,31 @@ def test_findings_are_printed_with_path_line_and_column(tmp_path: Path) -> None:
     assert f"{path}:2:18: DDP201 DataParallel wraps a sub-module" in err
 
 
-def test_keep_per_process_batch(tmp_path: Path) -> None:
+def test_batch_per_process_keeps_the_batch_and_scales_the_learning_rate(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text((FIXTURES / "mnist_argparse" / "before.py").read_text(encoding="utf-8"), encoding="utf-8")
+    code, out, err = run("convert", "--diff", "--batch", "per-process", str(path))
+    assert code == 0
+    assert "+    train_loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=DistributedSampler(train_set, shuffle=True))" in out
+    assert "+    optimizer = optim.SGD(model.parameters(), lr=args.lr * dist.get_world_size())" in out
+    assert "DDP308 global batch `args.batch_size` -> `args.batch_size * world_size`" in err
+    assert "DDP330 learning rate `args.lr` -> `args.lr * dist.get_world_size()`" in err
+    # The default keeps the global batch and the learning rate.
+    code, out, err = run("convert", "--diff", str(path))
+    assert "batch_size=args.batch_size // dist.get_world_size()" in out and "lr=args.lr * dist" not in out
+    assert "DDP307 global batch `args.batch_size` -> `args.batch_size` (kept)" in err and "DDP330" not in err
+
+
+def test_keep_per_process_batch_still_means_batch_per_process(tmp_path: Path) -> None:
     path = tmp_path / "train.py"
     path.write_text((FIXTURES / "mnist_argparse" / "before.py").read_text(encoding="utf-8"), encoding="utf-8")
     code, _, err = run("convert", "--keep-per-process-batch", str(path))
     assert code == 0
     text = path.read_text(encoding="utf-8")
     assert "batch_size=args.batch_size, sampler=DistributedSampler(train_set, shuffle=True)" in text
-    assert "DDP308 per-process batch kept" in err
+    assert "lr=args.lr * dist.get_world_size()" in text
+    assert "--keep-per-process-batch is deprecated; use --batch per-process" in err
+    assert "--keep-per-process-batch" not in run("convert", "--help")[1]
 
 
 def test_help_shows_examples() -> None:

@@ -163,7 +163,8 @@ def test_each_warning_has_a_why_and_a_suggested_change(warnings: tuple[Path, str
 
 def test_json_has_the_same_items_as_the_markdown(warnings: tuple[Path, str, dict[str, Any]]) -> None:
     script, markdown, document = warnings
-    assert set(document) == {"tool", "written", "keep_per_process_batch", "files"}
+    assert set(document) == {"tool", "written", "keep_per_process_batch", "batch", "files"}
+    assert document["batch"] == "global" and document["keep_per_process_batch"] is False
     [file] = document["files"]
     assert file["path"] == str(script) and file["status"] == "changed" and file["attributed"] is True
     assert markdown_items(subsection(file_section(markdown, script), "Needs a human")) == file["needs_human"]
@@ -185,13 +186,34 @@ def test_batch_section_explains_the_global_batch_kept_and_summed_losses(tmp_path
     assert "### For review" not in markdown
 
 
-def test_keep_per_process_batch_reports_the_larger_effective_batch(tmp_path: Path) -> None:
-    _, document, _ = report_of(tmp_path, "summed_loss", ".json", "--keep-per-process-batch")
+@pytest.mark.parametrize("option", [("--batch", "per-process"), ("--keep-per-process-batch",)])
+def test_per_process_batch_reports_the_larger_effective_batch(tmp_path: Path, option: tuple[str, ...]) -> None:
+    _, document, _ = report_of(tmp_path, "summed_loss", ".json", *option)
     report = json.loads(document)
-    assert report["keep_per_process_batch"] is True
+    assert report["keep_per_process_batch"] is True and report["batch"] == "per-process"
     [kept] = [c for c in report["files"][0]["batch"] if c["code"] == "DDP308"]
     assert "`16 * world_size`" in kept["message"]
     assert "world_size times the batch" in kept["consequence"] and "learning rate" in kept["consequence"]
+    [loader] = report["files"][0]["global_batch"]
+    assert (loader["before"], loader["after"], loader["per_process"]) == ("16", "16 * world_size", "16")
+    # The optimizer's rate follows the batch, and the report says so next to it.
+    [scaled] = [c for c in report["files"][0]["batch"] if c["code"] == "DDP330"]
+    assert "`0.01 * dist.get_world_size()`" in scaled["message"]
+
+
+def test_every_training_loader_has_its_global_batch_before_and_after(tmp_path: Path) -> None:
+    """The Global batch table lists each training loader once, at the line the conversion reports it."""
+    script, markdown, _ = report_of(tmp_path, "summed_loss", ".md")
+    table = subsection(file_section(markdown, script), "Global batch")
+    [(line, column, _)] = [f for f in fixture_findings("summed_loss") if f[2] == "DDP307"]
+    assert f"| {line} | `16` | `16` | `16 // world_size` |" in table
+    assert "`--batch global`: each process loads `batch_size // world_size`" in markdown
+
+
+def test_a_batch_of_one_is_listed_as_kept_per_process(tmp_path: Path) -> None:
+    _, document, _ = report_of(tmp_path, "batch_of_one", ".json")
+    [loader] = json.loads(document)["files"][0]["global_batch"]
+    assert (loader["before"], loader["after"], loader["per_process"]) == ("batch_size", "batch_size * world_size", "batch_size")
 
 
 @pytest.mark.parametrize("name", ["report.txt", "report", "report.html"])
@@ -233,8 +255,8 @@ def test_a_directory_run_covers_every_file_in_order_and_lists_failures(tmp_path:
     assert "never wraps a model in nn.DataParallel" in plain["reason"]
     assert "syntax error" in broken["reason"] and broken["changes"] == []
     assert "not be safe until the error below is fixed" in skips["reason"]
-    # The errors that refuse the file, and the warning the conversion would give once they are fixed.
-    assert {item["code"] for item in skips["needs_human"]} == {"DDP220", "DDP305"}
+    # The error that refuses the file (its one pass over the loader needs no set_epoch, so nothing else).
+    assert {item["code"] for item in skips["needs_human"]} == {"DDP220"}
     # A note the batch section does not explain is listed for review.
     assert [c["code"] for c in one["batch"]] == ["DDP307"] and [i["code"] for i in one["review"]] == ["DDP313"]
 

@@ -114,6 +114,11 @@ def planted(case: str, workdir: Path, name: str, *edits: tuple[str, str]) -> Pat
         pytest.param("dropout_partial_batch", id="dropout and a partial last batch"),
         pytest.param("cifar_resnet", id="BatchNorm"),
         pytest.param("summed_loss", id="reduction=sum"),
+        pytest.param("subset_random_sampler", id="SubsetRandomSampler sharded"),
+        pytest.param("weighted_random_sampler", id="WeightedRandomSampler sharded"),
+        pytest.param("custom_sampler_class", id="a sampler class of the script's own sharded"),
+        pytest.param("custom_batch_sampler", id="a batch sampler split batch by batch"),
+        pytest.param("batches_from_iter", id="a RandomSampler sharded for next(iter(loader)) draws"),
     ],
 )
 def test_converted_fixture_is_equivalent(case: str, tmp_path: Path) -> None:

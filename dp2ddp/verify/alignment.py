@@ -18,10 +18,9 @@ float32, and real defects show up at 1e-4 and above.
   ``ShardedSampler`` it writes into the script: every process draws the inner
   sampler's whole sequence seeded with ``seed + epoch`` and takes items r, r+W,
   ... In the reference such a sampler draws that sequence for pass 0, 1, ...
-  (``seeded_sampler_order``), and in the converted run a ShardedSampler counts
-  epochs from the first ``set_epoch`` value with the seed verify uses
-  (``sharded_epochs_from_first_set_epoch``), so the union over ranks of step k's
-  items is again the reference's batch k.
+  (``seeded_sampler_order``), and in the converted run a ShardedSampler draws
+  with the seed verify uses for the same pass (``sharded_sampler_passes``), so
+  the union over ranks of step k's items is again the reference's batch k.
 - **Dropout and noise** are drawn for the global batch (see ``noise``).
 - **Each rank's rows on their own.** The reference's ``nn.DataParallel`` runs
   each emulated rank's rows ``x[r::W]`` through the model separately, and
@@ -247,30 +246,72 @@ def _sharded_samplers(index_sampler: Any) -> list[Any]:
     return found
 
 
-def sharded_epochs_from_first_set_epoch() -> None:
-    """Converted run only: a ShardedSampler draws with verify's sampler seed, counting epochs from the first
-    value it sees, as ``epochs_from_first_set_epoch`` does for DistributedSampler; the script's own seed is
-    back in place once the pass has drawn, so what observe records of it is the script's."""
+def sharded_sampler_passes() -> None:
+    """Converted run only: a ShardedSampler draws the sequence the reference draws for the same pass.
+
+    The reference's pass number advances after a full pass. Where the script set the epoch
+    (``set_epoch``), it counts from the first value the sampler saw, as ``epochs_from_first_set_epoch``
+    does for DistributedSampler, so a constant or missing ``set_epoch`` still shows; where the sampler
+    advanced itself after its last draw, the full passes so far count, so a ``next(iter(loader))``
+    peek draws what the reference's peek draws. The script's own seed is back in place once the pass
+    has drawn, so what observe records of it is the script's.
+
+    A plain RandomSampler inside it (convert's choice for a loader without an epoch loop) yields the
+    permutation the reference's RandomSampler yields for that pass: DistributedSampler's, as above.
+    """
     from torch.utils.data import dataloader
 
     next_index = dataloader._BaseDataLoaderIter._next_index
-    first: dict[int, int] = {}
+    random_iter = RandomSampler.__iter__
+    permutation_seeds: dict[int, int] = {}  # RandomSamplers drawn inside a ShardedSampler's pass, now
+
+    def permuted(self: RandomSampler) -> Iterator[int]:
+        seed = permutation_seeds.get(id(self))
+        if seed is None:
+            yield from random_iter(self)
+            return
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
+
+    RandomSampler.__iter__ = permuted  # type: ignore[method-assign]
+    first: dict[int, int] = {}  # the epoch of each sampler's first pass
+    last: dict[int, int] = {}  # the epoch its previous pass drew with
+    finished: dict[int, int] = {}  # its passes that reached their end
     keep: list[Any] = []
 
     def aligned(iterator: Any) -> Any:
         if getattr(iterator, "_dp2ddp_sharded_iter", None) is iterator._sampler_iter:
-            return next_index(iterator)
+            try:
+                return next_index(iterator)
+            except StopIteration:
+                if getattr(iterator, "_dp2ddp_sharded_done", None) is not iterator._sampler_iter:
+                    iterator._dp2ddp_sharded_done = iterator._sampler_iter
+                    for sampler in iterator._dp2ddp_sharded:
+                        finished[id(sampler)] += 1
+                raise
         iterator._dp2ddp_sharded_iter = iterator._sampler_iter
-        sharded = _sharded_samplers(iterator._index_sampler)
+        iterator._dp2ddp_sharded = sharded = _sharded_samplers(iterator._index_sampler)
         seeds = [sampler.seed for sampler in sharded]
         for sampler in sharded:
-            if id(sampler) not in first:
-                first[id(sampler)] = sampler.epoch
+            key = id(sampler)
+            if key not in first:
+                first[key], finished[key] = sampler.epoch, 0
                 keep.append(sampler)
-            sampler.seed = SAMPLER_SEED - first[id(sampler)]
+                number = 0
+            elif sampler.epoch == last[key] + 1:
+                number = finished[key]  # it advanced itself after its last draw (or was set to just that)
+            else:
+                number = sampler.epoch - first[key]
+            last[key] = sampler.epoch
+            sampler.seed = SAMPLER_SEED + number - sampler.epoch
+            inner = getattr(sampler, "sampler", None)
+            if type(inner) is RandomSampler and not inner.replacement and inner._num_samples is None:
+                permutation_seeds[id(inner)] = SAMPLER_SEED + number
         try:
             return next_index(iterator)  # the pass's first index: ShardedSampler draws its whole sequence now
         finally:
+            permutation_seeds.clear()
             for sampler, seed in zip(sharded, seeds):
                 sampler.seed = seed
 

@@ -110,7 +110,7 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
         alignment.epochs_from_first_set_epoch(lambda sampler, own: observer.sampler_pass(sampler, recorder.steps, own))
         _watch_process_group(observer, config.backend)
         observer.redraw_inits_after_wrap(config.rank())
-        alignment.sharded_epochs_from_first_set_epoch()
+        alignment.sharded_sampler_passes()
         observer.watch_loaders()
     capture.install(recorder)
     return noise

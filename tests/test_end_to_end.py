@@ -18,6 +18,7 @@ from tests.conftest import FIXTURES
 pytest.importorskip("torchvision")
 
 PROBE = Path(__file__).resolve().parent / "rank_probe.py"
+SHARDED_PAIR = Path(__file__).resolve().parent / "data" / "sharded_sampler"
 GLOO_EXIT_ABORT = "terminate called without an active exception"
 TIMEOUT_S = 240
 # Converted fixtures the suite trains, one of each launch and loader shape.
@@ -124,6 +125,112 @@ def test_batch_per_process_keeps_each_processs_batch_and_scales_the_learning_rat
         assert first["batch_sizes"] == second["batch_sizes"] == [8, 8, 8]
     assert [rank["learning_rates"] for rank in ranks] == [[0.1], [0.1]]
     assert ranks[0]["replicas"] == ranks[1]["replicas"], "the ranks ended with different weights"
+
+
+# Pairs whose training sampler convert shards with the generic ShardedSampler: every fixture whose
+# after.py builds one, found rather than listed, so a fixture added for a new sampler shape is trained
+# here without editing this file; and the hand-written pair under tests/data, so the test means
+# something before any fixture has one.
+SAMPLED = [SHARDED_PAIR] + sorted(
+    path.parent for path in FIXTURES.glob("*/after.py") if "ShardedSampler(" in path.read_text(encoding="utf-8")
+)
+
+
+def _sharded_passes(rank: dict) -> list[dict]:
+    """This rank's passes over the first ShardedSampler it iterated (the training loader's)."""
+    sharded = [p for p in rank["passes"] if p["sampler"] == "ShardedSampler"]
+    assert sharded, "the converted script never loaded data through a ShardedSampler"
+    first = sharded[0]
+    return [p for p in sharded if (p["inner"], p["dataset_size"]) == (first["inner"], first["dataset_size"])]
+
+
+def _batches(record: dict) -> list[list[int]]:
+    indices, batches = iter(record["indices"]), []
+    for size in record["batch_sizes"]:
+        batches.append([next(indices) for _ in range(size)])
+    return batches
+
+
+def assert_sampler_split(reference: dict, ranks: list[dict]) -> None:
+    """The ranks' ShardedSampler passes split what the original's loader drew; fails with the reason."""
+    world = len(ranks)
+    per_rank = [_sharded_passes(rank) for rank in ranks]
+    drawn_by = per_rank[0][0]
+    drew = (drawn_by["inner"], drawn_by["dataset_size"])
+    original = [p for p in reference["passes"] if (p["sampler"], p["dataset_size"]) == drew]
+    assert original, f"the original never iterated a {drawn_by['inner']} over {drawn_by['dataset_size']} samples"
+    expected = original[0]["indices"]
+    first = [passes[0]["indices"] for passes in per_rank]
+    drawn = [index for indices in first for index in indices]
+    if drawn_by["replacement"]:
+        # Draws with replacement repeat samples by design: the ranks share one sequence of the original's
+        # length (padded to a multiple of the world size), each an equal part, and not each the whole.
+        assert 0 <= len(drawn) - len(expected) < world, (len(drawn), len(expected))
+        assert all(len(indices) == -(-len(expected) // world) for indices in first), [len(i) for i in first]
+        assert all(indices != first[0] for indices in first[1:]), "every rank drew the same sequence"
+    else:
+        if drawn_by["split_batches"]:
+            # A batch shorter than the world size is lent to the ranks it cannot feed: one sample each.
+            steps = zip(*(_batches(passes[0]) for passes in per_rank))
+            padding = sum(
+                world - len({i for batch in step for i in batch}) for step in steps if all(len(b) == 1 for b in step)
+            )
+        else:
+            padding = world - 1  # the sequence is padded from its start to a multiple of the world size
+            assert len({len(indices) for indices in first}) == 1, [len(i) for i in first]
+        repeated = len(drawn) - len(set(drawn))
+        assert repeated <= padding, f"the ranks drew {repeated} samples in common in their first epoch"
+        if original[0]["complete"] and all(passes[0]["complete"] for passes in per_rank):
+            assert set(drawn) == set(expected), "together the ranks did not draw what the original's loader drew"
+        else:
+            # A pass cut short (next(iter(loader)) peeks, a step-counted loop) holds other samples in each
+            # run; the same steps hold as many.
+            assert len(drawn) == len(expected), (len(drawn), len(expected))
+    for rank, passes in enumerate(per_rank):
+        assert len(passes) >= 2, f"rank {rank} ran {len(passes)} epoch(s); the fixture must train two"
+        assert passes[0]["indices"] != passes[1]["indices"], f"rank {rank} drew the same order in both epochs"
+    assert ranks[0]["replicas"], "the converted script built no DDP model"
+    assert all(rank["replicas"] == ranks[0]["replicas"] for rank in ranks), "the ranks ended with different weights"
+
+
+def _pass(sampler: str, indices: list[int], inner: str | None = None, size: int = 8, replacement: bool = False) -> dict:
+    return {"sampler": sampler, "inner": inner, "replacement": replacement, "split_batches": False,
+            "dataset_size": size, "indices": indices, "batch_sizes": [len(indices)], "complete": True}  # fmt: skip
+
+
+def test_the_split_check_rejects_ranks_that_each_draw_the_whole_sampler() -> None:
+    """Without the live runs: a split that covers the original passes; every rank drawing it all does not."""
+    reference = {"passes": [_pass("SubsetRandomSampler", [5, 0, 3, 6, 1, 2])]}
+    epochs = [[[5, 3, 1], [2, 6, 0]], [[0, 6, 2], [1, 3, 5]]]  # per rank, per epoch
+    split = [
+        {"passes": [_pass("ShardedSampler", indices, "SubsetRandomSampler") for indices in rank], "replicas": ["a"]}
+        for rank in epochs
+    ]
+    assert_sampler_split(reference, split)
+    whole = [{**rank, "passes": [_pass("ShardedSampler", [5, 0, 3, 6, 1, 2], "SubsetRandomSampler")] * 2} for rank in split]
+    with pytest.raises(AssertionError, match="drew 6 samples in common"):
+        assert_sampler_split(reference, whole)
+    weighted = {"passes": [_pass("WeightedRandomSampler", [1, 1, 4, 2, 4, 7], replacement=True)]}
+    same = [{**rank, "passes": [_pass("ShardedSampler", [4, 4, 2], "WeightedRandomSampler", replacement=True)] * 2}
+            for rank in split]  # fmt: skip
+    with pytest.raises(AssertionError, match="every rank drew the same sequence"):
+        assert_sampler_split(weighted, same)
+
+
+@pytest.mark.parametrize("pair", SAMPLED, ids=lambda pair: pair.name)
+def test_sampler_fixture_splits_its_sampler(pair: Path, tmp_path: Path) -> None:
+    """Each rank draws its own share of the original's first epoch, a new order each epoch, and DDP stays in sync."""
+    before, script = tmp_path / "before.py", tmp_path / "train.py"
+    shutil.copy(pair / "before.py", before)
+    shutil.copy(pair / "after.py", script)
+    (tmp_path / "reference").mkdir()
+    original = run_bounded([sys.executable, str(PROBE), str(tmp_path / "reference"), str(before)], tmp_path)
+    assert original.returncode == 0, original.stdout + original.stderr
+    reference = json.loads((tmp_path / "reference" / "rank0.json").read_text())
+    completed, ranks = run_under_torchrun(script, tmp_path)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert [rank["world_size"] for rank in ranks] == [2, 2]
+    assert_sampler_split(reference, ranks)
 
 
 @pytest.mark.parametrize("case", ["eval_kept_whole", "eval_kwargs_kept_whole"])

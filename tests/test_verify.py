@@ -114,6 +114,11 @@ def planted(case: str, workdir: Path, name: str, *edits: tuple[str, str]) -> Pat
         pytest.param("dropout_partial_batch", id="dropout and a partial last batch"),
         pytest.param("cifar_resnet", id="BatchNorm"),
         pytest.param("summed_loss", id="reduction=sum"),
+        pytest.param("subset_random_sampler", id="SubsetRandomSampler sharded"),
+        pytest.param("weighted_random_sampler", id="WeightedRandomSampler sharded"),
+        pytest.param("custom_sampler_class", id="a sampler class of the script's own sharded"),
+        pytest.param("custom_batch_sampler", id="a batch sampler split batch by batch"),
+        pytest.param("batches_from_iter", id="a RandomSampler sharded for next(iter(loader)) draws"),
     ],
 )
 def test_converted_fixture_is_equivalent(case: str, tmp_path: Path) -> None:
@@ -626,3 +631,118 @@ def test_a_dataset_drawing_its_items_is_left_to_draw_them(tmp_path: Path) -> Non
     code, output, document = run_verify(tmp_path, str(script))
     assert code == 0, output
     assert document["max_rel_gap"] < 1e-9
+
+
+# --- samplers sharded by ShardedSampler ----------------------------------------------------------
+
+SHARDED_PAIR = Path(__file__).resolve().parent / "data" / "sharded_sampler"
+SUBSET = "SubsetRandomSampler(train_idx)"
+WEIGHTED = "torch.utils.data.WeightedRandomSampler([1.0 + i % 3 for i in train_idx], num_samples=len(train_idx))"
+CUSTOM = "BalancedSampler(train_idx)"
+BALANCED_SAMPLER = '''
+class BalancedSampler(torch.utils.data.Sampler):
+    """A sampler of the script's own: each pass a fresh permutation of its indices from torch's generator."""
+
+    def __init__(self, indices):
+        self.indices = indices
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __iter__(self):
+        return iter([self.indices[i] for i in torch.randperm(len(self.indices)).tolist()])
+
+
+def main():'''
+
+
+CHUNKED_BATCH_SAMPLER = '''
+class ChunkedBatchSampler(torch.utils.data.Sampler):
+    """A batch sampler of the script's own: each pass its indices shuffled and cut into batches."""
+
+    def __init__(self, indices, batch_size):
+        self.indices, self.batch_size = indices, batch_size
+
+    def __len__(self):
+        return -(-len(self.indices) // self.batch_size)
+
+    def __iter__(self):
+        order = [self.indices[i] for i in torch.randperm(len(self.indices)).tolist()]
+        return iter([order[start:start + self.batch_size] for start in range(0, len(order), self.batch_size)])
+
+
+def main():'''
+LOADER = "loader = DataLoader(dataset, batch_size=args.batch_size // dist.get_world_size(), sampler=sampler)"
+BATCHES = [
+    ("def main():", CHUNKED_BATCH_SAMPLER),
+    (LOADER.replace(" // dist.get_world_size()", ""),
+     "loader = DataLoader(dataset, batch_sampler=ChunkedBatchSampler(train_idx, args.batch_size))"),
+]  # fmt: skip
+SPLIT_BATCHES = [
+    ("def main():", CHUNKED_BATCH_SAMPLER),
+    (LOADER, "loader = DataLoader(dataset, batch_sampler=ShardedSampler(ChunkedBatchSampler(train_idx, args.batch_size), "
+             "split_batches=True))"),
+    ("        sampler.set_epoch(epoch)\n", "        loader.batch_sampler.set_epoch(epoch)\n"),
+]  # fmt: skip
+
+
+def sampler_pair(
+    workdir: Path, sampler: str, *edits: tuple[str, str], before: list[tuple[str, str]] | None = None
+) -> tuple[Path, Path]:
+    """tests/data/sharded_sampler with ``sampler`` in place of its SubsetRandomSampler, ``edits`` to after.py
+    and ``before`` to before.py."""
+    scripts = []
+    for part, extra in (("before", before or ()), ("after", edits)):
+        text = (SHARDED_PAIR / f"{part}.py").read_text()
+        for old, new in ((SUBSET, sampler), ("def main():", BALANCED_SAMPLER), *extra):
+            assert old in text, f"the pair no longer has {old!r}"
+            text = text.replace(old, new, 1)
+        scripts.append(workdir / f"{part}.py")
+        scripts[-1].write_text(text)
+    return scripts[0], scripts[1]
+
+
+@pytest.mark.parametrize(
+    ("sampler", "edits", "before_edits"),
+    [
+        pytest.param(SUBSET, (), None, id="SubsetRandomSampler"),
+        pytest.param(WEIGHTED, (), None, id="WeightedRandomSampler"),
+        pytest.param(CUSTOM, (), None, id="a sampler class of the script's own"),
+        pytest.param(SUBSET, SPLIT_BATCHES, BATCHES, id="a batch sampler of the script's own, split batch by batch"),
+        pytest.param(SUBSET, [("range(args.epochs)", "range(1, args.epochs + 1)")], None, id="set_epoch counted from 1"),
+        pytest.param(SUBSET, [("sampler=sampler)", "sampler=sampler, num_workers=1, persistent_workers=True)")], None,
+                     id="persistent workers: one DataLoader iterator, a pass per epoch"),
+    ],
+)  # fmt: skip
+def test_a_sampler_sharded_by_sharded_sampler_is_equivalent(
+    sampler: str, edits: list, before_edits: list | None, tmp_path: Path
+) -> None:
+    """The reference draws each epoch's sequence as the converted run's ShardedSampler does: the losses line up."""
+    before, after = sampler_pair(tmp_path, sampler, *edits, before=before_edits)
+    code, output, document = run_verify(tmp_path, str(before), "--converted", str(after))
+    assert code == 0, output
+    assert document["verdict"] == "equivalent"
+    assert len(document["steps"]) == 10  # 40 samples, a global batch of 8, 2 epochs
+    assert document["max_rel_gap"] < 1e-5  # measured 2e-16 in float64
+    assert not [check for check in document["checks"] if check["kind"] == "defect"], output
+
+
+@pytest.mark.parametrize(
+    ("sampler", "named"),
+    [
+        pytest.param(SUBSET, "trained on 40 of the same samples", id="SubsetRandomSampler"),
+        pytest.param(WEIGHTED, "drew 80 samples together", id="WeightedRandomSampler"),
+    ],
+)  # fmt: skip
+def test_a_sampler_left_unsplit_fails_naming_the_data_split(sampler: str, named: str, tmp_path: Path) -> None:
+    """Every rank iterates the plain sampler: each trains on a whole epoch of its own."""
+    unsplit = [(f"ShardedSampler({sampler})", sampler), ("        sampler.set_epoch(epoch)\n", "")]
+    before, after = sampler_pair(tmp_path, sampler, *unsplit)
+    code, output, document = run_verify(tmp_path, str(before), "--converted", str(after))
+    assert code == 1, output
+    [data] = [check for check in document["checks"] if check["check"] == "data" and named in check["message"]]
+    assert data["kind"] == "defect" and type_name(sampler) in data["message"]
+
+
+def type_name(sampler: str) -> str:
+    return sampler.split("(")[0].rsplit(".", 1)[-1]

@@ -157,11 +157,73 @@ def test_split_training_and_whole_set_evaluation_pass(tmp_path: Path) -> None:
     assert checks.loaders(converted_run(tmp_path, [rank(0), rank(1)])) == []
 
 
-def test_shuffling_without_a_distributed_sampler_is_a_defect(tmp_path: Path) -> None:
-    run = converted_run(tmp_path, [rank(0, random_sampler_passes=2, distributed_sampler_passes=0),
-                                   rank(1, random_sampler_passes=2, distributed_sampler_passes=0)])  # fmt: skip
-    [finding] = checks.distributed(run, 2)
-    assert "RandomSampler and has no DistributedSampler" in finding.message
+def sharded_pass(indices: list[int], sampler: str = "ShardedSampler", **drawn: object) -> dict:
+    return {**loader_pass(indices), "sampler": sampler, "replacement": False, "seed": 0, "draws": 8, **drawn}
+
+
+def test_a_sharded_sampler_split_passes_without_a_distributed_sampler(tmp_path: Path) -> None:
+    """No DistributedSampler anywhere: what the ranks drew decides, and a ShardedSampler's shares are disjoint."""
+    write_records(tmp_path / "converted-rank0.loaders.jsonl", [sharded_pass([5, 3, 1, 7])])
+    write_records(tmp_path / "converted-rank1.loaders.jsonl", [sharded_pass([0, 6, 2, 4])])
+    run = converted_run(tmp_path, [rank(0, [(0, 1.0)], distributed_sampler_passes=0),
+                                   rank(1, [(0, 1.2)], distributed_sampler_passes=0)])  # fmt: skip
+    assert checks.distributed(run, 2) == []
+    assert checks.loaders(run) == []
+
+
+def test_a_sampler_left_unsplit_is_named_with_its_class(tmp_path: Path) -> None:
+    for number in (0, 1):
+        write_records(tmp_path / f"converted-rank{number}.loaders.jsonl",
+                      [sharded_pass([5, 3, 1, 7, 0, 6, 2, 4], sampler="SubsetRandomSampler")])  # fmt: skip
+    [finding] = checks.loaders(converted_run(tmp_path, [rank(0), rank(1)]))
+    assert finding.check == "data" and finding.kind == "defect"
+    assert "trained on 8 of the same samples in pass 1 of DataLoader #1 (its sampler: SubsetRandomSampler)" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "message"),
+    [
+        pytest.param([4, 4, 1, 6], [2, 4, 7, 1], None, id="shares of one pass with repeats pass"),
+        pytest.param([4, 4, 1, 6, 2, 4, 7, 1], [3, 0, 0, 5, 6, 6, 1, 2], "drew 16 samples together",
+                     id="a whole pass on each rank is named"),
+        pytest.param([4, 4, 1, 6], [4, 4, 1, 6], "every rank drew the same 4 samples in the same order",
+                     id="the same draws on every rank are named"),
+    ],
+)  # fmt: skip
+def test_draws_with_replacement_are_judged_by_count_and_sequence(
+    tmp_path: Path, first: list[int], second: list[int], message: str | None
+) -> None:
+    """A WeightedRandomSampler repeats samples by design: split, the ranks share one pass of 8 draws."""
+    for number, indices in enumerate((first, second)):
+        write_records(tmp_path / f"converted-rank{number}.loaders.jsonl", [sharded_pass(indices, replacement=True)])
+    findings = checks.loaders(converted_run(tmp_path, [rank(0), rank(1)]))
+    if message is None:
+        assert findings == []
+    else:
+        [finding] = findings
+        assert finding.kind == "defect" and message in finding.message
+
+
+def test_a_sharded_sampler_seed_that_differs_per_rank_is_a_defect(tmp_path: Path) -> None:
+    write_records(tmp_path / "converted-rank0.loaders.jsonl", [sharded_pass([5, 3, 1, 7], seed=0)])
+    write_records(tmp_path / "converted-rank1.loaders.jsonl", [sharded_pass([0, 6, 2, 4], seed=1)])
+    [finding] = checks.loaders(converted_run(tmp_path, [rank(0), rank(1)]))
+    assert "different seed on each rank (0 on rank 0, 1 on rank 1)" in finding.message
+
+
+def test_batches_too_short_to_split_are_lent_to_every_rank(tmp_path: Path) -> None:
+    """split_batches: each rank takes half of every batch; a batch of one goes to both, and that is no defect."""
+    write_records(tmp_path / "converted-rank0.loaders.jsonl",
+                  [sharded_pass([0, 2, 4, 6], split_batches=True, single_batches=2)])
+    write_records(tmp_path / "converted-rank1.loaders.jsonl",
+                  [sharded_pass([1, 3, 4, 6], split_batches=True, single_batches=2)])  # fmt: skip
+    assert checks.loaders(converted_run(tmp_path, [rank(0), rank(1)])) == []
+    write_records(tmp_path / "converted-rank1.loaders.jsonl",
+                  [sharded_pass([0, 2, 4, 6], split_batches=True, single_batches=0)])  # fmt: skip
+    write_records(tmp_path / "converted-rank0.loaders.jsonl",
+                  [sharded_pass([0, 2, 4, 6], split_batches=True, single_batches=0)])  # fmt: skip
+    [finding] = checks.loaders(converted_run(tmp_path, [rank(0), rank(1)]))
+    assert "trained on 4 of the same samples" in finding.message
 
 
 def test_a_reference_that_never_built_data_parallel_is_warned_about(tmp_path: Path) -> None:

@@ -13,6 +13,14 @@ float32, and real defects show up at 1e-4 and above.
   ``set_epoch`` value, so ``range(1, ...)`` or a resumed ``start_epoch`` line up
   with pass 0; a missing ``set_epoch`` still repeats one order. Rank r's batch k
   is then rows r, r+W, ... of the reference's batch k.
+- **Other samplers.** A sampler convert cannot turn into a DistributedSampler
+  (a subset, weighted or custom sampler, or a batch sampler) is sharded by the
+  ``ShardedSampler`` it writes into the script: every process draws the inner
+  sampler's whole sequence seeded with ``seed + epoch`` and takes items r, r+W,
+  ... In the reference such a sampler draws that sequence for pass 0, 1, ...
+  (``seeded_sampler_order``), and in the converted run a ShardedSampler draws
+  with the seed verify uses for the same pass (``sharded_sampler_passes``), so
+  the union over ranks of step k's items is again the reference's batch k.
 - **Dropout and noise** are drawn for the global batch (see ``noise``).
 - **Each rank's rows on their own.** The reference's ``nn.DataParallel`` runs
   each emulated rank's rows ``x[r::W]`` through the model separately, and
@@ -25,17 +33,20 @@ float32, and real defects show up at 1e-4 and above.
 from __future__ import annotations
 
 import random
+import sys
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DistributedSampler, RandomSampler
+from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
 
 from dp2ddp.verify.noise import first_tensor
 
-SAMPLER_SEED = 0  # DistributedSampler's default
+SAMPLER_SEED = 0  # DistributedSampler's default, and ShardedSampler's
+SHARDED_SAMPLER = "ShardedSampler"  # the class convert writes into a script to shard any other sampler
+_drawing_seeded: list[bool] = [False]  # a sampler's sequence is being drawn as ShardedSampler draws it
 
 
 def force_seeds(seed: int) -> None:
@@ -132,7 +143,8 @@ def distributed_sampler_order() -> None:
     random_sampler_iter = RandomSampler.__iter__
 
     def aligned_iter(self: RandomSampler) -> Iterator[int]:
-        if self.replacement or self._num_samples is not None:
+        # Inside another sampler drawn the ShardedSampler way, it draws as written from the seeded generator.
+        if self.replacement or self._num_samples is not None or _drawing_seeded[0]:
             yield from random_sampler_iter(self)
             return
         passes = getattr(self, "_dp2ddp_passes", 0)
@@ -143,6 +155,167 @@ def distributed_sampler_order() -> None:
         self._dp2ddp_passes = passes + 1  # type: ignore[attr-defined]
 
     RandomSampler.__iter__ = aligned_iter  # type: ignore[method-assign]
+
+
+def draw_seeded(sampler: Any, seed: int) -> list[Any]:
+    """``list(sampler)`` drawn as ShardedSampler draws it: torch's CPU generator, Python's and NumPy's global
+    generators and the sampler's own ``generator`` seeded with ``seed``, and every one of them as it was after."""
+    numpy = sys.modules.get("numpy")
+    generator = getattr(sampler, "generator", None)
+    own = generator.get_state() if isinstance(generator, torch.Generator) else None
+    python_state = random.getstate()
+    numpy_state = numpy.random.get_state() if numpy is not None else None
+    _drawing_seeded[0] = True
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        random.seed(seed)  # looked up now: statistical mode mixes its seed in here, as in the script's helper
+        if numpy is not None:
+            numpy.random.seed(seed % 2**32)
+        if own is not None:
+            generator.manual_seed(seed)  # type: ignore[union-attr]
+        try:
+            return list(sampler)
+        finally:
+            _drawing_seeded[0] = False
+            random.setstate(python_state)
+            if numpy is not None:
+                numpy.random.set_state(numpy_state)
+            if own is not None:
+                generator.set_state(own)  # type: ignore[union-attr]
+
+
+def _drawn_as_sharded(sampler: Any) -> bool:
+    """Whether convert shards ``sampler`` with ShardedSampler: not the samplers aligned elsewhere or fixed, nor
+    an endless one (without a length), whose sequence no one can draw whole."""
+    from torch.utils.data.dataloader import _InfiniteConstantSampler
+
+    if isinstance(sampler, (SequentialSampler, DistributedSampler, _InfiniteConstantSampler)):
+        return False
+    if isinstance(sampler, RandomSampler) and not sampler.replacement and sampler._num_samples is None:
+        return False  # distributed_sampler_order aligns it with DistributedSampler
+    try:
+        len(sampler)
+    except TypeError:
+        return False
+    return True
+
+
+def seeded_sampler_order() -> None:
+    """Reference only: any other sampler or batch sampler of a DataLoader draws ShardedSampler's sequence for
+    pass 0, 1, ..., the pass number advancing after a full pass."""
+    from torch.utils.data import dataloader
+
+    next_index = dataloader._BaseDataLoaderIter._next_index
+    passes: dict[int, int] = {}
+    keep: list[Any] = []  # samplers counted, so their ids are not reused
+
+    def seeded(sampler: Any) -> Iterator[Any]:
+        if id(sampler) not in passes:
+            passes[id(sampler)] = 0
+            keep.append(sampler)
+        yield from draw_seeded(sampler, SAMPLER_SEED + passes[id(sampler)])
+        passes[id(sampler)] += 1  # a `next(iter(loader))` peek must not start a new epoch
+
+    def aligned(iterator: Any) -> Any:
+        # A pass begins where the DataLoader makes a new sampler iterator (a new DataLoader iterator, or
+        # persistent workers reset for the next epoch); the one it made is replaced before it draws anything.
+        if getattr(iterator, "_dp2ddp_sampler_iter", None) is not iterator._sampler_iter:
+            index_sampler = iterator._index_sampler
+            if type(index_sampler) is BatchSampler:
+                sampler = index_sampler.sampler
+                if _drawn_as_sharded(sampler):
+                    batches = BatchSampler(seeded(sampler), index_sampler.batch_size, index_sampler.drop_last)  # type: ignore[arg-type]
+                    iterator._sampler_iter = iter(batches)
+            elif _drawn_as_sharded(index_sampler):
+                iterator._sampler_iter = seeded(index_sampler)
+            iterator._dp2ddp_sampler_iter = iterator._sampler_iter
+        return next_index(iterator)
+
+    dataloader._BaseDataLoaderIter._next_index = aligned  # type: ignore[method-assign]
+
+
+def _sharded_samplers(index_sampler: Any) -> list[Any]:
+    """The ShardedSamplers a DataLoader's index sampler draws through: itself, or the sampler a BatchSampler batches."""
+    found, sampler = [], index_sampler
+    for _ in range(4):  # a BatchSampler over a ShardedSampler is as deep as convert writes
+        if type(sampler).__name__ == SHARDED_SAMPLER and isinstance(getattr(sampler, "epoch", None), int):
+            found.append(sampler)
+        sampler = getattr(sampler, "sampler", None)
+        if sampler is None:
+            break
+    return found
+
+
+def sharded_sampler_passes() -> None:
+    """Converted run only: a ShardedSampler draws the sequence the reference draws for the same pass.
+
+    The reference's pass number advances after a full pass. Where the script set the epoch
+    (``set_epoch``), it counts from the first value the sampler saw, as ``epochs_from_first_set_epoch``
+    does for DistributedSampler, so a constant or missing ``set_epoch`` still shows; where the sampler
+    advanced itself after its last draw, the full passes so far count, so a ``next(iter(loader))``
+    peek draws what the reference's peek draws. The script's own seed is back in place once the pass
+    has drawn, so what observe records of it is the script's.
+
+    A plain RandomSampler inside it (convert's choice for a loader without an epoch loop) yields the
+    permutation the reference's RandomSampler yields for that pass: DistributedSampler's, as above.
+    """
+    from torch.utils.data import dataloader
+
+    next_index = dataloader._BaseDataLoaderIter._next_index
+    random_iter = RandomSampler.__iter__
+    permutation_seeds: dict[int, int] = {}  # RandomSamplers drawn inside a ShardedSampler's pass, now
+
+    def permuted(self: RandomSampler) -> Iterator[int]:
+        seed = permutation_seeds.get(id(self))
+        if seed is None:
+            yield from random_iter(self)
+            return
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
+
+    RandomSampler.__iter__ = permuted  # type: ignore[method-assign]
+    first: dict[int, int] = {}  # the epoch of each sampler's first pass
+    last: dict[int, int] = {}  # the epoch its previous pass drew with
+    finished: dict[int, int] = {}  # its passes that reached their end
+    keep: list[Any] = []
+
+    def aligned(iterator: Any) -> Any:
+        if getattr(iterator, "_dp2ddp_sharded_iter", None) is iterator._sampler_iter:
+            try:
+                return next_index(iterator)
+            except StopIteration:
+                if getattr(iterator, "_dp2ddp_sharded_done", None) is not iterator._sampler_iter:
+                    iterator._dp2ddp_sharded_done = iterator._sampler_iter
+                    for sampler in iterator._dp2ddp_sharded:
+                        finished[id(sampler)] += 1
+                raise
+        iterator._dp2ddp_sharded_iter = iterator._sampler_iter
+        iterator._dp2ddp_sharded = sharded = _sharded_samplers(iterator._index_sampler)
+        seeds = [sampler.seed for sampler in sharded]
+        for sampler in sharded:
+            key = id(sampler)
+            if key not in first:
+                first[key], finished[key] = sampler.epoch, 0
+                keep.append(sampler)
+                number = 0
+            elif sampler.epoch == last[key] + 1:
+                number = finished[key]  # it advanced itself after its last draw (or was set to just that)
+            else:
+                number = sampler.epoch - first[key]
+            last[key] = sampler.epoch
+            sampler.seed = SAMPLER_SEED + number - sampler.epoch
+            inner = getattr(sampler, "sampler", None)
+            if type(inner) is RandomSampler and not inner.replacement and inner._num_samples is None:
+                permutation_seeds[id(inner)] = SAMPLER_SEED + number
+        try:
+            return next_index(iterator)  # the pass's first index: ShardedSampler draws its whole sequence now
+        finally:
+            permutation_seeds.clear()
+            for sampler, seed in zip(sharded, seeds):
+                sampler.seed = seed
+
+    dataloader._BaseDataLoaderIter._next_index = aligned  # type: ignore[method-assign]
 
 
 def epochs_from_first_set_epoch(on_pass: Callable[[DistributedSampler, list[int]], None]) -> None:

@@ -102,6 +102,7 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
     if config.role == "reference":
         observer.watch_data_parallel()
         alignment.distributed_sampler_order()
+        alignment.seeded_sampler_order()
         if config.world_size > 1:
             alignment.per_rank_forward(config.world_size, noise)
             alignment.per_rank_batch_norm(config.world_size)
@@ -109,7 +110,7 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
         alignment.epochs_from_first_set_epoch(lambda sampler, own: observer.sampler_pass(sampler, recorder.steps, own))
         _watch_process_group(observer, config.backend)
         observer.redraw_inits_after_wrap(config.rank())
-        observer.watch_random_samplers()
+        alignment.sharded_sampler_passes()
         observer.watch_loaders()
     capture.install(recorder)
     return noise

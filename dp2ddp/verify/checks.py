@@ -115,12 +115,6 @@ def distributed(run: RunOutcome, nproc: int) -> list[Finding]:
     if facts and not any(fact.get("ddp_modules") for fact in facts):
         findings.append(Finding("distributed", "defect",
                                 "the converted script wrapped no module in DistributedDataParallel"))  # fmt: skip
-    shuffled = sum(fact.get("random_sampler_passes", 0) for fact in facts)
-    split = sum(fact.get("distributed_sampler_passes", 0) for fact in facts)
-    if nproc > 1 and shuffled and not split:
-        findings.append(Finding("data", "defect", (
-            "the converted run shuffles its data with a RandomSampler and has no DistributedSampler: every rank "
-            "trains on the whole dataset (give the training DataLoader sampler=DistributedSampler(dataset))")))  # fmt: skip
     losses = [keyed(rank.losses) for rank in run.ranks]
     if len(losses) > 1 and len(losses[0]) >= 2 and all(other == losses[0] for other in losses[1:]):
         findings.append(Finding("data", "defect", (
@@ -166,7 +160,8 @@ def samplers(run: RunOutcome, max_steps: int | None) -> list[Finding]:
 
 
 def loaders(run: RunOutcome) -> list[Finding]:
-    """Each training pass of each DataLoader: the ranks' samples overlap by DistributedSampler's padding at most."""
+    """Each training pass of each DataLoader: what the ranks drew splits one pass between them, whatever the
+    sampler (a DistributedSampler, a ShardedSampler around any other, or none)."""
     out = Path(run.out_dir)
     passes: dict[tuple[int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
     for rank in run.ranks:
@@ -176,13 +171,42 @@ def loaders(run: RunOutcome) -> list[Finding]:
     for (loader, number), ranks in sorted(passes.items()):
         if len(ranks) < 2 or not any(record["training"] for record in ranks.values()):
             continue
-        drawn = [index for record in ranks.values() for index in record["indices"]]
-        repeated = len(drawn) - len(set(drawn))
-        if repeated > world - 1:  # DistributedSampler pads each pass with fewer than `world` repeats
+        where = f"pass {number + 1} of DataLoader #{loader + 1}"
+        records = [ranks[rank] for rank in sorted(ranks)]
+        sampler = records[0].get("sampler")
+        drawn_by = f" (its sampler: {sampler})" if sampler else ""
+        seeds = {rank: record["seed"] for rank, record in sorted(ranks.items()) if "seed" in record}
+        if len(set(seeds.values())) > 1:
+            listed = ", ".join(f"{seed} on rank {rank}" for rank, seed in seeds.items())
             return [Finding("data", "defect", (
-                f"the ranks trained on {repeated} of the same samples in pass {number + 1} of DataLoader #{loader + 1}: "
-                "the training data is not split between them (give the DataLoader a DistributedSampler, "
-                "or check its num_replicas and rank)"))]  # fmt: skip
+                f"the ShardedSampler of DataLoader #{loader + 1} has a different seed on each rank ({listed}): "
+                "each rank takes its share of another sequence, so some samples are drawn twice per epoch and "
+                "others never; give every rank the same seed"))]  # fmt: skip
+        if any(record.get("replacement") for record in records):
+            # Samples repeat by design: the ranks must share one pass's draws, not each draw a whole pass.
+            drawn = sum(len(record["indices"]) for record in records)
+            draws = records[0].get("draws")
+            if draws is not None and drawn > draws + world - 1:
+                return [Finding("data", "defect", (
+                    f"the ranks drew {drawn} samples together in {where}{drawn_by}, which draws {draws} a pass "
+                    "with replacement: each rank drew a whole pass of its own instead of its share of one (shard "
+                    "the sampler, as ShardedSampler does)"))]  # fmt: skip
+            if len(records[0]["indices"]) >= 2 and all(r["indices"] == records[0]["indices"] for r in records[1:]):
+                return [Finding("data", "defect", (
+                    f"every rank drew the same {len(records[0]['indices'])} samples in the same order in {where}"
+                    f"{drawn_by}: the training data is not split between them (shard the sampler, as "
+                    "ShardedSampler does)"))]  # fmt: skip
+            continue
+        drawn_indices = [index for record in records for index in record["indices"]]
+        repeated = len(drawn_indices) - len(set(drawn_indices))
+        # DistributedSampler and ShardedSampler pad each pass with fewer than `world` repeats; a ShardedSampler
+        # that splits batches gives each rank the one sample of a batch too short to split.
+        padding = (world - 1) * (1 + max(record.get("single_batches", 0) for record in records))
+        if repeated > padding:
+            return [Finding("data", "defect", (
+                f"the ranks trained on {repeated} of the same samples in {where}{drawn_by}: the training data "
+                "is not split between them (give the DataLoader a DistributedSampler, or shard its sampler so "
+                "each rank draws its own share, or check num_replicas and rank)"))]  # fmt: skip
     return []
 
 

@@ -16,7 +16,10 @@ than equal losses, and these records check the promise directly:
   world size, and how many modules were wrapped in DDP, kept in the process's
   outcome file.
 - **DataLoader passes.** The samples every pass of every DataLoader yields, and
-  whether a batch of it was trained on (``<name>.loaders.jsonl``).
+  whether a batch of it was trained on (``<name>.loaders.jsonl``), with what
+  drew them: the sampler's class, whether it draws with replacement, how many
+  items one unsplit pass of the sampler it shards draws, and a ShardedSampler's
+  own seed. The data-split check rests on these, whatever the sampler.
 - **Samplers.** Every pass of a ``DistributedSampler`` records the indices it
   would yield under the script's own configuration (its ``seed``, ``epoch``,
   ``num_replicas`` and ``rank``), before verify's alignment replaces the seed,
@@ -48,6 +51,31 @@ def _root_index(dataset: Any, index: Any) -> int:
     return int(index)
 
 
+def _drawn_by(index_sampler: Any) -> dict[str, Any]:
+    """What draws a DataLoader's indices: the sampler a BatchSampler batches, else the index sampler itself;
+    whether anything it draws through draws with replacement, and how many items the innermost draws a pass."""
+    from torch.utils.data import BatchSampler
+
+    sampler = index_sampler.sampler if type(index_sampler) is BatchSampler else index_sampler
+    described: dict[str, Any] = {"sampler": type(sampler).__name__, "replacement": False}
+    inner = sampler
+    for _ in range(4):  # ShardedSampler over a batch sampler over a sampler is as deep as convert writes
+        if getattr(inner, "replacement", False) is True:
+            described["replacement"] = True
+        if type(inner).__name__ == "ShardedSampler" and isinstance(getattr(inner, "seed", None), int):
+            described["seed"] = inner.seed
+            if getattr(inner, "split_batches", False) is True:
+                described.update(split_batches=True, single_batches=0)
+        if getattr(inner, "sampler", None) is None:
+            break
+        inner = inner.sampler
+    try:
+        described["draws"] = len(inner)
+    except TypeError:
+        pass  # an endless sampler
+    return described
+
+
 class Observer:
     def __init__(self, name: Path, replicas: bool) -> None:
         self.replicas = replicas
@@ -59,13 +87,12 @@ class Observer:
         self._wrapped_storages: set[int] = set()
         self._sampler_ids: dict[int, int] = {}
         self._loaders_path = name.with_suffix(".loaders.jsonl")
-        self._loader_passes: dict[int, dict[str, Any]] = {}
+        self._loader_passes: list[dict[str, Any]] = []
         self._datasets: dict[int, int] = {}
         self._last_pass: dict[str, Any] | None = None
         self._sampler_passes: dict[int, int] = {}
         self.facts: dict[str, Any] = {"process_group": False, "world_size": None, "ddp_modules": 0,
-                                      "random_sampler_passes": 0, "distributed_sampler_passes": 0,
-                                      "data_parallel": 0}  # fmt: skip
+                                      "distributed_sampler_passes": 0, "data_parallel": 0}  # fmt: skip
 
     # --- process group and wraps ---------------------------------------------------------------
 
@@ -177,15 +204,24 @@ class Observer:
         next_index = dataloader._BaseDataLoaderIter._next_index
 
         def recorded(iterator: Any) -> Any:
+            # A pass begins where the DataLoader makes a new sampler iterator: a new DataLoader iterator, or
+            # persistent workers' iterator reset for the next epoch.
+            new_pass = getattr(iterator, "_dp2ddp_observed", None) is not iterator._sampler_iter
+            iterator._dp2ddp_observed = iterator._sampler_iter
             index = next_index(iterator)
-            record = self._loader_passes.get(id(iterator))
-            if record is None:
+            if new_pass:
                 dataset = iterator._dataset
-                number = self._datasets.setdefault(id(dataset), len(self._datasets))
-                self._keep.append(iterator)
-                passes = sum(1 for other in self._loader_passes.values() if other["loader"] == number)
-                record = {"loader": number, "pass": passes, "training": False, "indices": []}
-                self._loader_passes[id(iterator)] = record
+                if id(dataset) not in self._datasets:
+                    self._datasets[id(dataset)] = len(self._datasets)
+                    self._keep.append(dataset)  # so its id is not reused
+                number = self._datasets[id(dataset)]
+                passes = sum(1 for other in self._loader_passes if other["loader"] == number)
+                iterator._dp2ddp_record = {"loader": number, "pass": passes, "training": False,
+                                           **_drawn_by(iterator._index_sampler), "indices": []}  # fmt: skip
+                self._loader_passes.append(iterator._dp2ddp_record)
+            record = iterator._dp2ddp_record
+            if record.get("split_batches") and isinstance(index, list) and len(index) == 1:
+                record["single_batches"] += 1  # a batch shorter than the world size, lent whole to each rank
             if len(record["indices"]) < MAX_INDICES:
                 dataset = iterator._dataset
                 record["indices"].extend(_root_index(dataset, i) for i in (index if isinstance(index, list) else [index]))
@@ -206,22 +242,10 @@ class Observer:
 
         DataParallel.__init__ = counted  # type: ignore[method-assign]
 
-    def watch_random_samplers(self) -> None:
-        """Count shuffled passes that no DistributedSampler splits: each rank then draws from the whole dataset."""
-        from torch.utils.data import RandomSampler
-
-        random_iter = RandomSampler.__iter__
-
-        def counted(sampler: RandomSampler) -> Any:
-            self.facts["random_sampler_passes"] += 1
-            return random_iter(sampler)
-
-        RandomSampler.__iter__ = counted  # type: ignore[method-assign]
-
     def close(self) -> None:
         if self._params is not None:
             self._params.close()
         self._samplers.close()
         with self._loaders_path.open("w") as loaders:
-            for record in self._loader_passes.values():
+            for record in self._loader_passes:
                 loaders.write(json.dumps(record) + "\n")

@@ -852,6 +852,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             source = self._batch_source(loop, backward)  # type: ignore[arg-type]
             if source is None or self._reaches(source, holders, depth=2) or self._handed_in(source, loop):
                 continue
+            if self._unpacks_a_loader_batch(source, loop, holders):
+                # The loader's batch holds several training batches (a collate_fn groups them): dividing its
+                # batch_size would change how many a process trains on per step, not their size.
+                self.report(source, "DDP324", source=code_of(source))
+                unsplit = True
+                continue
             if self._never_bound(source):
                 continue  # a fragment: where its batches come from is not for this file to say
             if self._draws_at_random(source):
@@ -861,6 +867,15 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             unsplit = True
         if not loaders and not unsplit and self.facts.model_wraps:
             self.report(self.facts.model_wraps[0], "DDP306")
+
+    def _unpacks_a_loader_batch(self, source: cst.CSTNode, loop: cst.For | cst.While, holders: list[Holder]) -> bool:
+        """``for batchs in loader: for batch in batchs:``: the inner loop walks a batch the outer one drew."""
+        if not isinstance(source, cst.Name):
+            return False
+        for outer in self.analysis.ancestors(loop):
+            if isinstance(outer, cst.For) and m.matches(outer.target, m.Name(source.value)):
+                return self._reaches(outer.iter, holders, depth=2)
+        return False
 
     def _draws_at_random(self, source: cst.CSTNode) -> bool:
         calls = self.analysis.within(source, cst.Call)
@@ -1034,18 +1049,23 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         ``backward`` differentiates. A fetch in a loop nested inside (a periodic evaluation) is not it,
         nor a value the loss does not depend on (a learning rate for the step).
         """
-        if isinstance(loop, cst.For) and not self.matches(loop.iter, m.Call(func=m.Name("range"))):
+        if isinstance(loop, cst.For) and not self._counts_steps(loop.iter):
             return loop.iter
         nested: list[cst.CSTNode] = [*self.analysis.within(loop.body, cst.For), *self.analysis.within(loop.body, cst.While)]
         assigns = [
             a for a in self.analysis.within(loop.body, cst.Assign)
             if not any(self._encloses_node(n, a) for n in nested)
         ]  # fmt: skip
+        # `im_data.resize_(data[0].size()).copy_(data[0])`: a batch copied into a buffer the model then reads.
+        copies = [
+            e.value for e in self.analysis.within(loop.body, cst.Expr)
+            if isinstance(e.value, cst.Call) and not any(self._encloses_node(n, e) for n in nested)
+        ]  # fmt: skip
         loss = self.analysis.reads(backward.func.value)  # type: ignore[attr-defined]
         fetches = [
             a for a in assigns
             if isinstance(a.value, cst.Call) and isinstance(a.targets[0].target, (cst.Tuple, cst.Name))
-            and self._flows_into(a, assigns) & loss
+            and self._flows_into(a, assigns, copies) & loss
         ]  # fmt: skip
         # `out, aux = model(inputs)` computes from `inputs = get_batch()`: the batch is the first of the chain.
         bound: set[str] = set()
@@ -1058,12 +1078,34 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         unpacked = [a for a in roots if isinstance(a.targets[0].target, cst.Tuple)]
         return (drawn or unpacked or roots)[0].value if roots else None
 
-    def _flows_into(self, fetch: cst.Assign, assigns: list[cst.Assign]) -> set[str]:
-        """The names ``fetch`` binds, and the names bound from them, directly or not, by ``assigns``."""
+    def _counts_steps(self, iterable: cst.BaseExpression) -> bool:
+        """``range(n)``, ``trange(n)``, ``tqdm(range(n))``, or a name a ``with`` binds to one: a loop over step numbers."""
+        counting = m.Call(func=m.Name("range") | m.Name("trange"))
+        counter = counting | m.Call(func=m.Name("tqdm") | m.Attribute(attr=m.Name("tqdm")), args=[m.Arg(counting), m.ZeroOrMore()])
+        if self.matches(iterable, counter):
+            return True
+        if not isinstance(iterable, cst.Name):
+            return False
+        bound = m.WithItem(item=counter, asname=m.AsName(name=m.Name(iterable.value)))
+        function = next((a for a in self.analysis.ancestors(iterable) if isinstance(a, cst.FunctionDef)), self.analysis.module)
+        return bool(m.findall(function, bound))
+
+    def _flows_into(self, fetch: cst.Assign, assigns: list[cst.Assign], copies: list[cst.Call] = ()) -> set[str]:  # type: ignore[assignment]
+        """The names ``fetch`` binds, and the names bound from them, directly or not, by ``assigns``.
+
+        A call in ``copies`` that reads them passes them on to the object it is called on.
+        """
         flows = {n.value for t in fetch.targets for n in self.analysis.within(t.target, cst.Name)}
         changed = True
         while changed:
             changed = False
+            for copy in copies:
+                base = copy.func
+                while isinstance(base, (cst.Attribute, cst.Call)):
+                    base = base.value if isinstance(base, cst.Attribute) else base.func
+                if isinstance(base, cst.Name) and base.value not in flows and self.analysis.reads(copy) & flows:
+                    flows.add(base.value)
+                    changed = True
             for assign in assigns:
                 if assign is fetch or not self.analysis.reads(assign.value) & flows:
                     continue

@@ -1143,6 +1143,26 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP324",
+            "loader-batch-of-batches",
+            "error",
+            "each step trains on an item of `{source}`, one batch of the loader: its batch holds several training "
+            "batches, so dividing the loader's batch_size by the world size would change how many of them a process "
+            "trains on, not their size; the file is left as it was: let the loader yield the batch one step trains "
+            "on (`for batch in loader:`), then convert again",
+            doc=_doc(
+                "Finds a training loop over the items of a loader's batch: `for group in loader: for batch in group:`, "
+                "where a collate function cuts each loaded batch into several training batches.",
+                "Convert keeps the global batch by dividing the loader's batch_size by the world size. Here the loader's "
+                "batch is a group of training batches, so the division shrinks the group, and the batch a step trains "
+                "on keeps its size: the global batch grows world_size times, or a process gets no batch at all.",
+                "loader = DataLoader(ds, batch_size=batch_size * group_size, collate_fn=collate_into_groups)\n"
+                "for group in loader:\n    for batch in group:\n        train_step(batch)",
+                "loader = DataLoader(ds, batch_size=batch_size, collate_fn=collate)\nfor batch in loader:\n    train_step(batch)",
+                "No fix: the whole file is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP401",
             "side-effect-with-collective",
             "warning",

@@ -1336,3 +1336,59 @@ def main(args):
     result = convert_source(source)
     assert [f.code for f in result.findings if f.severity == "error"] == ["DDP314"]
     assert result.output == source
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        pytest.param(
+            "it = iter(loader)\n    for step in range(10):\n        data = next(it)\n        buffer.resize_(data[0].size()).copy_(data[0])\n"
+            "        loss = model(buffer).sum()",
+            id="a batch copied into a buffer the model reads",
+        ),
+        pytest.param(
+            "it = iter(loader)\n    with trange(10) as bar:\n      for step in bar:\n        x, y = next(it)\n        loss = model(x).sum()",
+            id="steps counted by a trange bound in a with",
+        ),
+    ],
+)
+def test_batches_drawn_from_the_files_loader_in_a_step_loop_are_not_refused(loop: str) -> None:
+    """Faster R-CNN's copy into holder tensors, DDPM's `with trange(...) as pbar`: the data is the loader's."""
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+from torch.utils.data import DataLoader
+from tqdm import trange
+
+
+def main():
+    model = torch.nn.DataParallel(Net())
+    buffer = torch.zeros(1)
+    loader = DataLoader(ds, batch_size=8, shuffle=True)
+    {loop}
+    loss.backward()
+"""
+    result = convert_source(source.replace("    loss.backward()\n", "").replace("sum()\n", "sum()\n        loss.backward()\n", 1))
+    assert "DistributedSampler(" in result.output or "ShardedSampler(" in result.output
+    assert not [f for f in result.findings if f.severity == "error"], result.findings
+
+
+def test_sub_batches_of_a_loader_batch_are_refused() -> None:
+    """`for batchs in loader: for batch in batchs:` (FastSpeech2's grouped collate): dividing batch_size changes the group."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    model = torch.nn.DataParallel(Net())
+    loader = DataLoader(ds, batch_size=64, shuffle=True, collate_fn=group_collate)
+    for epoch in range(2):
+        for batchs in loader:
+            for batch in batchs:
+                model(batch).sum().backward()
+"""
+    result = convert_source(source)
+    assert [(f.line, f.code) for f in result.findings if f.severity == "error"] == [(10, "DDP324")]
+    assert result.output == source

@@ -469,6 +469,26 @@ CASES = [
         _script("model = nn.DataParallel(nn.Linear(4, 1))\n"),
         id="loader arguments unpacked from a dict convert cannot read convert once they are passed by keyword",
     ),
+    pytest.param(
+        "DDP324",
+        _script(
+            "model = nn.DataParallel(nn.Linear(4, 1))\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=16, shuffle=True,
+                                collate_fn=lambda items: [default_collate(items[:8]), default_collate(items[8:])])
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                for group in loader:
+                    for x, y in group:
+                        loss = nn.functional.mse_loss(model(x), y)
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+            """,
+        ).replace("import DataLoader,", "import DataLoader, default_collate,"),
+        _script("model = nn.DataParallel(nn.Linear(4, 1))\n"),
+        id="a loader whose batch is a group of batches converts once it yields the batch a step trains on",
+    ),
 ]
 
 

@@ -724,20 +724,6 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
-            "DDP305",
-            "no-epoch-loop",
-            "warning",
-            "no epoch loop found for `{loader}`: call `{loader}.sampler.set_epoch(epoch)` "
-            "at the start of every epoch, or every epoch repeats one order",
-            doc=_doc(
-                "Finds a sharded training loader with no loop over epochs convert can call `set_epoch` in.",
-                "A DistributedSampler shuffles by its epoch number. Without `set_epoch`, every epoch visits the data in the same order.",
-                "for step in range(steps):\n    x, y = next(batches)",
-                "for epoch in range(epochs):\n    loader.sampler.set_epoch(epoch)\n    for x, y in loader: ...",
-                "No fix: nothing is inserted.",
-            ),
-        ),
-        Rule(
             "DDP306",
             "no-data-loader",
             "warning",

@@ -505,7 +505,7 @@ def main(args):
         train_epoch(model, train_loader)
 """
     result = convert_source(source)
-    assert not [f for f in result.findings if f.code in ("DDP305", "DDP306", "DDP317")]
+    assert not [f for f in result.findings if f.code in ("DDP322", "DDP306", "DDP317")]
 
 
 def test_training_data_from_a_loader_built_into_the_call_is_not_reported() -> None:
@@ -553,7 +553,7 @@ if __name__ == "__main__":
 """
     result = convert_source(source)
     assert "sampler=DistributedSampler(ds, shuffle=True)" in result.output
-    assert not [f for f in result.findings if f.code == "DDP305"]
+    assert not [f for f in result.findings if f.code == "DDP322"]
 
 
 def test_a_while_loop_that_counts_iterations_advances_the_epoch_each_pass() -> None:
@@ -574,7 +574,7 @@ def main(cfg):
 """
     result = convert_source(source)
     assert "    while i < cfg.iterations:\n        loader.sampler.set_epoch(loader.sampler.epoch + 1)\n" in result.output
-    assert [(f.line, f.code) for f in result.findings if f.code in ("DDP305", "DDP315")] == [(9, "DDP315")]
+    assert [(f.line, f.code) for f in result.findings if f.code in ("DDP322", "DDP315")] == [(9, "DDP315")]
 
 
 @pytest.mark.parametrize(
@@ -954,7 +954,7 @@ def test_set_epoch_follows_a_loader_from_a_factory_to_its_epoch_loop(train: str,
     assert "sampler=DistributedSampler(trainset, shuffle=True)" in result.output
     assert expected in result.output
     assert result.output.count(".set_epoch(") == 1
-    assert not [f for f in result.findings if f.code in ("DDP305", "DDP306", "DDP317")]
+    assert not [f for f in result.findings if f.code in ("DDP322", "DDP306", "DDP317")]
 
 
 def test_set_epoch_for_a_loader_stored_on_self_goes_in_the_method_that_counts_epochs() -> None:
@@ -985,7 +985,7 @@ if __name__ == "__main__":
 """
     result = convert_source(source)
     assert "        for epoch in range(self.epochs):\n            self.train_loader.sampler.set_epoch(epoch)\n" in result.output
-    assert not [f for f in result.findings if f.code in ("DDP305", "DDP317")]
+    assert not [f for f in result.findings if f.code in ("DDP322", "DDP317")]
 
 
 def test_set_epoch_for_a_loader_handed_to_a_trainer_class_uses_its_attribute() -> None:
@@ -1017,7 +1017,7 @@ def main(args):
 """
     result = convert_source(source)
     assert "        for epoch in range(epochs):\n            self.loader.sampler.set_epoch(epoch)\n" in result.output
-    assert not [f for f in result.findings if f.code in ("DDP305", "DDP317")]
+    assert not [f for f in result.findings if f.code in ("DDP322", "DDP317")]
 
 
 def test_set_epoch_for_a_loader_in_a_dict_is_spelled_with_its_key() -> None:
@@ -1041,7 +1041,7 @@ def main(args):
     assert '    for epoch in range(args.epochs):\n        loaders["train"].sampler.set_epoch(epoch)\n' in result.output
     assert "sampler=DistributedSampler(train_set, shuffle=True)" in result.output
     assert "sampler=evaluation_shard(val_set)" in result.output
-    assert not [f for f in result.findings if f.code in ("DDP305", "DDP317")]
+    assert not [f for f in result.findings if f.code in ("DDP322", "DDP317")]
 
 
 def test_set_epoch_is_not_put_where_the_loaders_name_means_something_else() -> None:

@@ -19,7 +19,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import Assignment, ParentNodeProvider, ScopeProvider
+from libcst.metadata import Assignment, ParentNodeProvider, QualifiedNameSource, ScopeProvider
 
 from . import _names as names
 from ._analysis import Analysis, Holder
@@ -31,6 +31,7 @@ from ._base import (
     code_of,
     import_torch_distributed,
     keyword_arg,
+    main_guard,
     parameter_for,
     prepend_statements,
     resolves_to,
@@ -866,7 +867,21 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(where, "DDP317", source=code_of(source).strip())
             unsplit = True
         if not loaders and not unsplit and self.facts.model_wraps:
-            self.report(self.facts.model_wraps[0], "DDP306")
+            # A script run on its own that trains through another module (`engine.run(model)`) would train every
+            # process on that module's unsplit loader; a module others import only builds the model.
+            runs = main_guard(analysis.module) is not None and self._handed_to_another_module(analysis)
+            self.report(self.facts.model_wraps[0], "DDP325" if runs else "DDP306")
+
+    def _handed_to_another_module(self, analysis: Analysis) -> bool:
+        """Whether the wrapped model is passed to something imported from outside torch: an engine, a trainer."""
+        models = analysis.lifecycle.model_names | analysis.effects.models
+        for call in analysis.nodes(cst.Call):
+            if not any(code_of(a.value) in models for a in call.args):
+                continue
+            imported = [q.name for q in analysis.qualified_names(call.func) if q.source is QualifiedNameSource.IMPORT]
+            if imported and not any(name.split(".")[0] == "torch" for name in imported):
+                return True
+        return False
 
     def _unpacks_a_loader_batch(self, source: cst.CSTNode, loop: cst.For | cst.While, holders: list[Holder]) -> bool:
         """``for batchs in loader: for batch in batchs:``: the inner loop walks a batch the outer one drew."""

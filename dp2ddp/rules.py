@@ -1149,6 +1149,25 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP325",
+            "trains-through-another-module",
+            "error",
+            "this script wraps a model and runs, but builds no DataLoader and has no training loop: it trains "
+            "through another module, whose loader convert does not change, so every process would train on all "
+            "the data; the file is left as it was: build the training DataLoader and loop here, or convert the "
+            "module that builds them (give its loader a DistributedSampler and call set_epoch), then convert again",
+            doc=_doc(
+                "Finds a runnable script (`if __name__ == \"__main__\":`) that wraps a model in DataParallel but builds "
+                "no DataLoader and runs no training loop of its own: an imported engine or trainer does both.",
+                "Converting the wrap alone starts one process per GPU, each training on the whole data set through "
+                "the other module's unsplit loader: W times the work per epoch, and no speed-up.",
+                "model = nn.DataParallel(build_model(cfg))\nengine = Engine(datamanager, model, optimizer)\nengine.run()",
+                "# in the module that builds the loader:\n"
+                "loader = DataLoader(ds, batch_size=bs // dist.get_world_size(), sampler=DistributedSampler(ds))",
+                "No fix: the whole file is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP401",
             "side-effect-with-collective",
             "warning",

@@ -489,6 +489,29 @@ CASES = [
         _script("model = nn.DataParallel(nn.Linear(4, 1))\n"),
         id="a loader whose batch is a group of batches converts once it yields the batch a step trains on",
     ),
+    pytest.param(
+        "DDP325",
+        _script(
+            "",
+            """
+            from engines import Engine
+
+
+            def main():
+                model = nn.DataParallel(nn.Linear(4, 1))
+                Engine(model, torch.optim.SGD(model.parameters(), lr=0.1)).run(epochs=2)
+
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        dedent(HEADER)
+        + "\n\ndef main():\n    model = nn.DataParallel(nn.Linear(4, 1))\n"
+        + "\n".join("    " + line for line in dedent(TRAIN).strip().splitlines())
+        + '\n\n\nif __name__ == "__main__":\n    main()\n',
+        id="a script that trains through another module converts once its loader and loop are here",
+    ),
 ]
 
 

@@ -48,7 +48,7 @@ EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 # Keywords by which a sampler of the script's own takes the process's rank: it splits the data itself.
 SPLITS_ITSELF = frozenset({"rank", "num_replicas", "world_size", "local_rank"})
 SHARDED_SAMPLER_SOURCE = f'''
-class {names.SHARDED_SAMPLER_HELPER}(Sampler):
+class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
     """This process's share of ``sampler``: items rank, rank + W, ... of one sequence every process draws alike.
 
     For each pass the sampler draws with torch's, Python's and NumPy's generators (and its
@@ -61,6 +61,9 @@ class {names.SHARDED_SAMPLER_HELPER}(Sampler):
     """
 
     def __init__(self, sampler, seed=0, split_batches=False):
+        if not hasattr(sampler, "__len__"):
+            # Each pass is drawn whole before it is split: an endless sampler would never finish.
+            raise TypeError(f"{{type(sampler).__name__}} has no length, so its passes cannot be split between processes")
         self.sampler = sampler
         self.seed = seed
         self.split_batches = split_batches
@@ -1359,6 +1362,5 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return updated_node
         for module_name in ("random", "sys", "torch"):
             AddImportsVisitor.add_needed_import(self.context, module_name)
-        AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "Sampler")
         import_torch_distributed(self.context, self.facts.distributed_alias)
         return add_helper(updated_node, self.facts, names.SHARDED_SAMPLER_HELPER, SHARDED_SAMPLER_SOURCE)

@@ -1392,3 +1392,52 @@ def main():
     result = convert_source(source)
     assert [(f.line, f.code) for f in result.findings if f.severity == "error"] == [(10, "DDP324")]
     assert result.output == source
+
+
+def _sharded_sampler_class(rank: int, world_size: int) -> type:
+    """The ShardedSampler convert inlines, run as a world of `world_size` processes seen from `rank`."""
+    import random
+    import sys
+    import types
+
+    torch = pytest.importorskip("torch")
+    from codemods.add_distributed_sampler import SHARDED_SAMPLER_SOURCE
+
+    dist = types.SimpleNamespace(get_rank=lambda: rank, get_world_size=lambda: world_size)
+    namespace = {"torch": torch, "dist": dist, "random": random, "sys": sys}
+    exec(SHARDED_SAMPLER_SOURCE, namespace)  # noqa: S102 - the helper's own source, as it is inlined
+    return namespace["ShardedSampler"]
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_the_sharded_sampler_splits_one_draw_evenly_and_draws_anew_each_epoch(world_size: int) -> None:
+    """Every process gets as many items, together every index (padded like DistributedSampler), a new order each pass."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import SubsetRandomSampler
+
+    indices = list(range(3, 40))
+    shares = [list(_sharded_sampler_class(r, world_size)(SubsetRandomSampler(indices))) for r in range(world_size)]
+    assert len({len(share) for share in shares}) == 1
+    drawn = [i for share in shares for i in share]
+    assert set(drawn) == set(indices) and len(drawn) - len(indices) < world_size
+    sampler = _sharded_sampler_class(0, world_size)(SubsetRandomSampler(indices))
+    assert list(sampler) != list(sampler)  # the second pass draws a new sequence
+
+
+def test_the_sharded_sampler_splits_every_batch_of_a_batch_sampler() -> None:
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    batches = BatchSampler(SequentialSampler(range(10)), batch_size=4, drop_last=False)
+    shares = [list(_sharded_sampler_class(r, 2)(batches, split_batches=True)) for r in range(2)]
+    assert [a + b for a, b in zip(*shares)] == [[0, 2, 1, 3], [4, 6, 5, 7], [8, 9]]
+
+
+def test_an_endless_sampler_is_refused_when_it_is_wrapped_not_left_to_hang() -> None:
+    """`list(sampler)` never ends on a sampler without a length: say so at construction, on every process alike."""
+    class Endless:
+        def __iter__(self):
+            while True:
+                yield 0
+
+    with pytest.raises(TypeError, match="Endless has no length"):
+        _sharded_sampler_class(0, 2)(Endless())

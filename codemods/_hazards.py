@@ -30,7 +30,6 @@ from ._base import (
     call_to,
     code_of,
     entry_point,
-    parameter_for,
     resolves_to,
 )
 from ._effects import is_rank_guard, opens_for_writing, tests_device_index

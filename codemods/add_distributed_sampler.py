@@ -19,7 +19,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import Assignment, ParentNodeProvider, QualifiedNameSource, ScopeProvider
+from libcst.metadata import ParentNodeProvider, QualifiedNameSource, ScopeProvider
 
 from . import _names as names
 from ._analysis import Analysis, Holder
@@ -32,10 +32,8 @@ from ._base import (
     import_torch_distributed,
     keyword_arg,
     main_guard,
-    parameter_for,
     prepend_statements,
     resolves_to,
-    script_functions,
 )
 from ._global_batch import add_batch_args, runs_after_setup
 

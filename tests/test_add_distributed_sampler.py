@@ -1412,7 +1412,7 @@ def _sharded_sampler_class(rank: int, world_size: int) -> type:
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_the_sharded_sampler_splits_one_draw_evenly_and_draws_anew_each_epoch(world_size: int) -> None:
     """Every process gets as many items, together every index (padded like DistributedSampler), a new order each pass."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from torch.utils.data import SubsetRandomSampler
 
     indices = list(range(3, 40))

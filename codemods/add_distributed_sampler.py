@@ -198,6 +198,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # Loaders (as the epoch loop names them) whose batch sampler carries the epoch.
         self.batch_sampled: set[str] = set()
         self.helpers_needed = False
+        # Loaders whose batches reach a backward(): they train, whatever their name says.
+        self.trained: set[cst.CSTNode] = set()
         # Loaders whose arguments come from a dict the file shows whole, with its keys.
         self.unpacked: dict[cst.Call, _Unpacked] = {}
         # Sampler bindings no loader reads any more.
@@ -217,6 +219,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._report_gpu_count_scaling(analysis)
         if not loaders:
             return
+        self.trained = self._feeding_backward(analysis, loaders)
         iterable = [
             c for c in analysis.nodes(cst.ClassDef) if any(self.matches(b.value, resolves_to(names.ITERABLE_DATASET)) for b in c.bases)
         ]  # fmt: skip
@@ -241,10 +244,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         parent = self.get_metadata(ParentNodeProvider, call)
         statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, (cst.Assign, cst.Return)) else None
         reference, bound_at = self._binding(module, call, parent)
+        trained = call in self.trained
         if self.SHARDS_EVALUATION:
-            wanted = self._is_evaluation_loader(module, call, reference, only_loader)
+            wanted = not trained and self._is_evaluation_loader(module, call, reference, only_loader)
         else:
-            wanted = is_training_loader(call, reference, only_loader)
+            wanted = trained or is_training_loader(call, reference, only_loader)
         if not wanted:
             return
         own_sampler = None
@@ -923,6 +927,32 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return scope is not None and source.value in scope and any(
             isinstance(getattr(a, "node", None), cst.Param) for a in scope[source.value]
         )
+
+    def _feeding_backward(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> set[cst.CSTNode]:
+        """Loaders whose batches reach a ``backward()``: training data, whatever their name says.
+
+        DARTS-style search trains its architecture on batches drawn with
+        ``next(valid_queue_iter)`` inside the weights' training loop: that "valid"
+        loader trains too, and left whole every process would draw its own batches.
+        """
+        fed: set[cst.CSTNode] = set()
+        holders = {id(loader): self._loader_holders(analysis, [loader]) for loader in loaders}
+        for backward in analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward")))):
+            loop = next((a for a in analysis.ancestors(backward) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
+            if not isinstance(loop, (cst.For, cst.While)):
+                continue
+            loss = analysis.reads(backward.func.value)  # type: ignore[attr-defined]
+            assigns = list(analysis.within(loop.body, cst.Assign))
+            copies = [e.value for e in analysis.within(loop.body, cst.Expr) if isinstance(e.value, cst.Call)]
+            sources: list[cst.CSTNode] = [loop.iter] if isinstance(loop, cst.For) else []
+            sources += [
+                a.value for a in assigns
+                if m.matches(a.value, m.Call(func=m.Name("next"))) and self._flows_into(a, assigns, copies) & loss
+            ]  # fmt: skip
+            for loader in loaders:
+                if any(analysis.reads_any(source, holders[id(loader)]) for source in sources):
+                    fed.add(loader)
+        return fed
 
     def _loader_holders(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> list[Holder]:
         """Where the file's loaders, and iterators over them (``it = iter(loader)``), are read."""

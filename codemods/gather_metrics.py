@@ -197,7 +197,13 @@ class GatherMetricsCommand(Dp2ddpCodemod):
 
     def _training_loaders(self, analysis: Analysis) -> set[str]:
         """Names of loaders with a DistributedSampler: given one already, or about to get one."""
-        sharded = m.Call(args=[m.ZeroOrMore(), m.Arg(call_to(names.DISTRIBUTED_SAMPLER), keyword=m.Name("sampler")), m.ZeroOrMore()])
+        splitting = call_to(names.DISTRIBUTED_SAMPLER) | m.Call(func=m.Name(names.SHARDED_SAMPLER_HELPER))
+        bound = {  # `train_sampler = ShardedSampler(...)`, then `sampler=train_sampler`
+            code_of(a.targets[0].target) for a in analysis.findall(m.Assign(targets=[m.AssignTarget(m.Name())], value=splitting))
+        }
+        by_name = m.Name(m.MatchIfTrue(lambda name: name in bound))
+        sampler = m.Arg(splitting | by_name, keyword=m.Name("sampler") | m.Name("batch_sampler"))
+        sharded = m.Call(args=[m.ZeroOrMore(), sampler, m.ZeroOrMore()])
         found = set()
         for assign in analysis.findall(m.Assign(targets=[m.AssignTarget()])):
             assert isinstance(assign, cst.Assign)

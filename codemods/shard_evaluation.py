@@ -40,7 +40,7 @@ from ._base import (
 )
 from ._analysis import Analysis
 from ._results import is_bound_here, loop_results, owner_of
-from .add_distributed_sampler import AddDistributedSamplerCommand
+from .add_distributed_sampler import EVALUATION_NAME, AddDistributedSamplerCommand
 
 EVALUATION_SHARD_HELPER_SOURCE = f'''
 def {names.EVALUATION_SHARD_HELPER}(dataset) -> range:
@@ -74,6 +74,28 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
         self._keep_unsharded_loops_whole(analysis)
+        self._report_evaluations_of_trained_loaders(analysis)
+
+    def _report_evaluations_of_trained_loaders(self, analysis: Analysis) -> None:
+        """A "validation" loader that also trains is split for training; its evaluation then sees one share.
+
+        The split is what the training needs (DARTS draws architecture batches from it), so
+        the evaluation loops over it are reported where their results are not gathered.
+        """
+        for call in self.trained:
+            reference, _ = self._binding(analysis.module, call, analysis.parents[call])  # type: ignore[arg-type]
+            if reference is None or not EVALUATION_NAME.search(code_of(reference)):
+                continue
+            stem = code_of(reference).rsplit(".", 1)[-1]
+            # By name, through the functions it is handed to: `infer(valid_queue, ...)` iterates its parameter.
+            loops = [loop for loop in analysis.nodes(cst.For) if stem in analysis.reads(loop.iter)]
+            for loop in loops:
+                if analysis.findall_in(loop, m.Call(func=m.Attribute(attr=m.Name("backward")))):
+                    continue
+                ungathered = loop_results(analysis, loop, training=False).ungathered
+                if ungathered:
+                    statement, held = ungathered[0]
+                    self.report(statement, "DDP326", loader=stem, held=held)
 
     def _keep_unsharded_loops_whole(self, analysis: Analysis) -> None:
         """Loops over a loader that no codemod shards hold whole-set values: gather_metrics must not sum them.

@@ -1168,6 +1168,24 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP326",
+            "evaluation-of-a-trained-loader",
+            "warning",
+            "`{loader}` also trains (its batches reach a backward()), so it is split between the processes; this "
+            "evaluation over it keeps `{held}` for this process's share only, which convert cannot gather: reduce it "
+            "over the processes (dist.all_reduce of its sum and count) before it is reported, or evaluate on a loader "
+            "of its own",
+            doc=_doc(
+                "Finds an evaluation loop over a loader that also feeds a training step, such as DARTS's validation "
+                "queue, which trains the architecture and measures accuracy.",
+                "The training needs the loader split, or every process draws its own batches. Split, the evaluation "
+                "sees 1/W of the set, and an average it keeps in an object convert does not know is this process's.",
+                "for step, (x, y) in enumerate(valid_queue):\n    top1.update(accuracy(model(x), y), x.size(0))",
+                "correct = torch.tensor([correct_sum, count])\ndist.all_reduce(correct)",
+                "No fix: the evaluation is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP401",
             "side-effect-with-collective",
             "warning",

@@ -126,3 +126,38 @@ def test_an_integer_count_under_a_condition_is_summed_in_evaluation() -> None:
     output, _ = convert(evaluation)
     assert SHARDED in output
     assert "right = all_reduce_sum(right)" in output
+
+
+def test_a_validation_loader_that_trains_is_split_and_its_ungathered_evaluation_reported() -> None:
+    """DARTS's valid_queue feeds the architecture step: split like training; its meters of another module are reported."""
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader, SubsetRandomSampler
+import utils
+
+
+def infer(valid_queue, model):
+    top1 = utils.AvgrageMeter()
+    with torch.no_grad():
+        for x, y in valid_queue:
+            top1.update(accuracy(model(x), y), x.size(0))
+    return top1.avg
+
+
+def main():
+    model = torch.nn.DataParallel(Net())
+    train_queue = DataLoader(data, batch_size=8, sampler=SubsetRandomSampler(train_idx))
+    valid_queue = DataLoader(data, batch_size=8, sampler=SubsetRandomSampler(valid_idx))
+    for epoch in range(2):
+        valid_iter = iter(valid_queue)
+        for x, y in train_queue:
+            x_search, y_search = next(valid_iter)
+            loss_a = model(x_search).sum()
+            loss_a.backward()
+            model(x).sum().backward()
+        print(infer(valid_queue, model))
+"""
+    result = convert_source(source)
+    assert "valid_queue = DataLoader(data, batch_size=8 // dist.get_world_size(), sampler=ShardedSampler(" in result.output
+    assert [(f.line, f.code) for f in result.findings if f.code == "DDP326"] == [(10, "DDP326")]

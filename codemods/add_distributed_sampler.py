@@ -55,16 +55,20 @@ class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
     from its start to a multiple of the world size, as DistributedSampler pads: a process
     with one batch fewer would leave the others waiting in the last step. With
     ``split_batches`` the items are batches, and each process takes its share of every
-    batch, so the batches and the global batch size stay the sampler's.
+    batch, so the batches and the global batch size stay the sampler's. Given the global
+    ``batch_size`` the sequence is cut into, each process takes a contiguous part of every
+    batch, as DataParallel scattered it, so a sampler that groups items (K images of each
+    identity) keeps its groups.
     """
 
-    def __init__(self, sampler, seed=0, split_batches=False):
+    def __init__(self, sampler, seed=0, split_batches=False, batch_size=None):
         if not hasattr(sampler, "__len__"):
             # Each pass is drawn whole before it is split: an endless sampler would never finish.
             raise TypeError(f"{{type(sampler).__name__}} has no length, so its passes cannot be split between processes")
         self.sampler = sampler
         self.seed = seed
         self.split_batches = split_batches
+        self.batch_size = batch_size
         self.epoch = 0
 
     def set_epoch(self, epoch):
@@ -88,7 +92,13 @@ class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
                 yield batch[rank::world_size] or [batch[rank % len(batch)]]
         else:
             items += (items * world_size)[: -len(items) % world_size]
-            yield from items[rank::world_size]
+            if self.batch_size is None or self.batch_size % world_size:
+                yield from items[rank::world_size]
+                return
+            for start in range(0, len(items), self.batch_size):
+                batch = items[start : start + self.batch_size]
+                share = len(batch) // world_size
+                yield from batch[rank * share : (rank + 1) * share]
 
     def _draw(self):
         seed = self.seed + self.epoch
@@ -357,6 +367,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 return None
             self.report(given, "DDP321", sampler=code_of(given), split=self._split_note(keyword))
             return keyword, True, None
+        if keyword == "sampler" and not self._from_torch(built):
+            # A sampler of the script's own may group items within a batch: it is wrapped at the
+            # loader, where the batch it is cut into is known.
+            self.report(built, "DDP321", sampler=code_of(built.func), split=self._split_note(keyword))
+            return keyword, True, None
         if keyword == "sampler" and self._plain_sampler(built, names.RANDOM_SAMPLER):
             self.sampler_edits[built] = "shuffle"
         elif keyword == "sampler" and self._plain_sampler(built, names.SEQUENTIAL_SAMPLER):
@@ -432,6 +447,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 return None
             keys.add(element.key.evaluated_value)
         return keys  # type: ignore[return-value]
+
+    def _from_torch(self, built: cst.Call) -> bool:
+        return any(q.name.split(".")[0] == "torch" for q in self.analysis.qualified_names(built.func))
 
     def _split_note(self, keyword: str) -> str:
         if keyword == "sampler":
@@ -1265,11 +1283,15 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return self._sampler(sampler.args[0].value, cst.Name("True" if edit == "shuffle" else "False"))
         return self._sharded(sampler, batches=edit == "batch_sampler")
 
-    def _sharded(self, sampler: cst.BaseExpression, batches: bool = False) -> cst.Call:
+    def _sharded(
+        self, sampler: cst.BaseExpression, batches: bool = False, batch_size: cst.BaseExpression | None = None
+    ) -> cst.Call:
         self.helpers_needed = True
         args = [cst.Arg(sampler)]
         if batches and not self.keep_per_process_batch:
             args.append(keyword_arg("split_batches", cst.Name("True")))
+        if batch_size is not None:
+            args.append(keyword_arg("batch_size", batch_size.deep_clone()))
         return cst.Call(func=cst.Name(names.SHARDED_SAMPLER_HELPER), args=args)
 
     def _split_own_sampler(self, original_node: cst.Call, updated_node: cst.Call, plan: _LoaderPlan) -> cst.Call:
@@ -1280,7 +1302,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if keyword == "batch_size" and original_node not in self.per_process_calls:
                 arg = arg.with_changes(value=self._per_process(arg.value, original_node))
             elif keyword == plan.own_sampler and plan.wrap_at_loader:
-                arg = arg.with_changes(value=self._sharded(arg.value, batches=keyword == "batch_sampler"))
+                batch = argument(original_node, BATCH_SIZE, "batch_size")
+                whole = batch if keyword == "sampler" and not self.keep_per_process_batch and original_node not in self.per_process_calls else None
+                arg = arg.with_changes(value=self._sharded(arg.value, batches=keyword == "batch_sampler", batch_size=whole))
             args.append(arg)
         return updated_node.with_changes(args=args)
 

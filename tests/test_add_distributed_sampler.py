@@ -1441,3 +1441,13 @@ def test_an_endless_sampler_is_refused_when_it_is_wrapped_not_left_to_hang() -> 
 
     with pytest.raises(TypeError, match="Endless has no length"):
         _sharded_sampler_class(0, 2)(Endless())
+
+
+def test_given_the_global_batch_each_process_takes_a_contiguous_part_of_every_batch() -> None:
+    """As DataParallel scattered a batch: K consecutive images of one identity stay on one process."""
+    from torch.utils.data import SequentialSampler
+
+    shares = [list(_sharded_sampler_class(r, 2)(SequentialSampler(range(10)), batch_size=4)) for r in range(2)]
+    assert shares == [[0, 1, 4, 5, 8], [2, 3, 6, 7, 9]]
+    odd = [list(_sharded_sampler_class(r, 2)(SequentialSampler(range(10)), batch_size=3)) for r in range(2)]
+    assert odd == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]  # a batch that does not divide: every W-th item instead

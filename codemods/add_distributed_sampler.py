@@ -1303,7 +1303,15 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 arg = arg.with_changes(value=self._per_process(arg.value, original_node))
             elif keyword == plan.own_sampler and plan.wrap_at_loader:
                 batch = argument(original_node, BATCH_SIZE, "batch_size")
-                whole = batch if keyword == "sampler" and not self.keep_per_process_batch and original_node not in self.per_process_calls else None
+                whole = None
+                if keyword == "sampler" and batch is not None:
+                    whole = batch
+                    if self.keep_per_process_batch or original_node in self.per_process_calls:
+                        # Each process keeps the batch: the global batch, cut into whole batches per process, is W of them.
+                        if not m.matches(batch, m.Name() | m.Attribute() | m.Integer() | m.Call() | m.Subscript()):
+                            batch = batch.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                        world = cst.Call(func=cst.parse_expression(f"{self.distributed_at(original_node)}.get_world_size"))
+                        whole = cst.BinaryOperation(left=batch, operator=cst.Multiply(), right=world)
                 arg = arg.with_changes(value=self._sharded(arg.value, batches=keyword == "batch_sampler", batch_size=whole))
             args.append(arg)
         return updated_node.with_changes(args=args)

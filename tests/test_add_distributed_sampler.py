@@ -1451,3 +1451,44 @@ def test_given_the_global_batch_each_process_takes_a_contiguous_part_of_every_ba
     assert shares == [[0, 1, 4, 5, 8], [2, 3, 6, 7, 9]]
     odd = [list(_sharded_sampler_class(r, 2)(SequentialSampler(range(10)), batch_size=3)) for r in range(2)]
     assert odd == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]  # a batch that does not divide: every W-th item instead
+
+
+@pytest.mark.parametrize(
+    ("batch", "wrapped"),
+    [
+        pytest.param("global", "ShardedSampler(GroupedOrder(ds, 8), batch_size=8)", id="the global batch, cut per process"),
+        pytest.param(
+            "per-process",
+            "ShardedSampler(GroupedOrder(ds, 8), batch_size=8 * dist.get_world_size())",
+            id="whole batches per process",
+        ),
+    ],
+)
+def test_a_sampler_of_the_scripts_own_is_cut_by_the_batch_the_loader_makes(batch: str, wrapped: str) -> None:
+    """Faster R-CNN's sampler orders indices in aspect-ratio batches: each process must get whole parts of them."""
+    from dp2ddp.api import ConvertOptions, convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader, Sampler
+
+
+class GroupedOrder(Sampler):
+    def __init__(self, data, batch_size):
+        self.n, self.batch_size = len(data), batch_size
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __len__(self):
+        return self.n
+
+
+def main():
+    model = torch.nn.DataParallel(Net())
+    loader = DataLoader(ds, batch_size=8, sampler=GroupedOrder(ds, 8))
+    for epoch in range(2):
+        for x, y in loader:
+            model(x).sum().backward()
+"""
+    result = convert_source(source, ConvertOptions(batch=batch))  # type: ignore[arg-type]
+    assert f"sampler={wrapped})" in result.output

@@ -1238,17 +1238,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             shuffle, m.Comparison(left=m.Name(placeholder), comparisons=[m.ComparisonTarget(m.Is(), m.Name("None"))])
         ):
             shuffle = cst.Name("True")  # `shuffle=(train_sampler is None)` with the sampler always None
-        if original_node in self.self_advancing:
-            # No epoch loop calls set_epoch: a sampler that reshuffles on every pass by itself.
-            AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "RandomSampler")
-            order: cst.BaseExpression = cst.Call(func=cst.Name("RandomSampler"), args=[cst.Arg(dataset)])
-            if not m.matches(shuffle, m.Name("True")):
-                AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "SequentialSampler")
-                sequential = cst.Call(func=cst.Name("SequentialSampler"), args=[cst.Arg(dataset)])
-                order = cst.IfExp(test=shuffle, body=order, orelse=sequential)
-            sampler = self._sharded(order)
-        else:
-            sampler = self._sampler(dataset, shuffle)
+        sampler = self._loader_sampler(original_node, dataset, shuffle)
         args: list[cst.Arg] = []
         placed = False
         for position, arg in enumerate(updated_node.args):
@@ -1333,17 +1323,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             # A sampler and shuffle=True together are refused by DataLoader; the sampler shuffles instead.
             overrides.append(cst.DictElement(cst.SimpleString('"shuffle"'), cst.Name("False")))
         kwargs = cst.Dict(overrides) if len(overrides) > 1 else cst.Name(name)
-        if original_node in self.self_advancing:
-            AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "RandomSampler")
-            AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "SequentialSampler")
-            order = cst.IfExp(
-                test=shuffle,
-                body=cst.Call(func=cst.Name("RandomSampler"), args=[cst.Arg(plan.dataset)]),
-                orelse=cst.Call(func=cst.Name("SequentialSampler"), args=[cst.Arg(plan.dataset)]),
-            )
-            sampler: cst.Call = self._sharded(order)
-        else:
-            sampler = self._sampler(plan.dataset, shuffle)
+        sampler = self._loader_sampler(original_node, plan.dataset, shuffle)
         dataset = updated_node.args[0]
         return updated_node.with_changes(
             args=[
@@ -1352,6 +1332,19 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 keyword_arg("sampler", sampler),
             ]
         )
+
+    def _loader_sampler(self, loader: cst.Call, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:
+        """The sampler a loader without one gets: a DistributedSampler, or one that reshuffles by itself."""
+        if loader not in self.self_advancing:
+            return self._sampler(dataset, shuffle)
+        # No epoch loop calls set_epoch: a sampler that reshuffles on every pass by itself.
+        AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "RandomSampler")
+        order: cst.BaseExpression = cst.Call(func=cst.Name("RandomSampler"), args=[cst.Arg(dataset)])
+        if not m.matches(shuffle, m.Name("True")):
+            AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "SequentialSampler")
+            sequential = cst.Call(func=cst.Name("SequentialSampler"), args=[cst.Arg(dataset)])
+            order = cst.IfExp(test=shuffle, body=order, orelse=sequential)
+        return self._sharded(order)
 
     def _sampler(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:
         AddImportsVisitor.add_needed_import(self.context, "torch.utils.data.distributed", "DistributedSampler")

@@ -35,7 +35,7 @@ from ._base import (
     prepend_statements,
     resolves_to,
 )
-from ._global_batch import add_batch_args, runs_after_setup
+from ._global_batch import add_batch_args, runs_after_setup, times_world_size
 
 RestartT = TypeVar("RestartT", cst.ExceptHandler, cst.While)
 # Values a DataParallel script scales by its GPU count, and the names it counts GPUs by.
@@ -1298,10 +1298,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     whole = batch
                     if self.keep_per_process_batch or original_node in self.per_process_calls:
                         # Each process keeps the batch: the global batch, cut into whole batches per process, is W of them.
-                        if not m.matches(batch, m.Name() | m.Attribute() | m.Integer() | m.Call() | m.Subscript()):
-                            batch = batch.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-                        world = cst.Call(func=cst.parse_expression(f"{self.distributed_at(original_node)}.get_world_size"))
-                        whole = cst.BinaryOperation(left=batch, operator=cst.Multiply(), right=world)
+                        whole = times_world_size(batch, self.distributed_at(original_node))
                 arg = arg.with_changes(value=self._sharded(arg.value, batches=keyword == "batch_sampler", batch_size=whole))
             args.append(arg)
         return updated_node.with_changes(args=args)

@@ -1101,10 +1101,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return any(self._counts_gpus(a.value) or GPU_LIST.search(code_of(a.value)) for a in value.args)
         return isinstance(value, (cst.Name, cst.Attribute)) and bool(GPU_COUNT.search(code_of(value).rsplit(".", 1)[-1]))
 
-    def _names_in(self, node: cst.CSTNode) -> set[str]:
-        found = {n.value for n in self.analysis.within(node, cst.Name)}
-        return found | {a.attr.value for a in self.analysis.within(node, cst.Attribute)}
-
     def _batch_source(self, loop: cst.For | cst.While, backward: cst.Call) -> cst.CSTNode | None:
         """What a training loop takes its batches from: a for loop's iterable, or the fetch that produces them.
 
@@ -1210,13 +1206,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _can_see(self, loop: cst.For | cst.While, holders: list[Holder]) -> Holder | None:
         """The name under which code at ``loop`` sees the loader, if any: the insert must refer to it there."""
         return next((h for h in holders if self.analysis.visible(h, loop)), None)
-
-    def _enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
-        while not isinstance(node, cst.Module):
-            node = self.get_metadata(ParentNodeProvider, node)
-            if isinstance(node, cst.ClassDef):
-                return node
-        return None
 
     # -- rewriting ------------------------------------------------------------------
 

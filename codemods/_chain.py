@@ -10,12 +10,14 @@ another would do, without re-parsing and re-resolving metadata in between.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
-from ._base import Dp2ddpCodemod
+if TYPE_CHECKING:
+    from ._base import Dp2ddpCodemod
 
 
 class ChainedTransformer(cst.CSTTransformer):

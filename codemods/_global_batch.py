@@ -12,8 +12,10 @@ import argparse
 import libcst as cst
 import libcst.matchers as m
 
-from ._analysis import Analysis
-from ._base import MAIN_GUARD, VISIBLE_DEVICES, entry_point, helper_insertion_index
+from dp2ddp.analysis.module import Analysis
+from dp2ddp.analysis.syntax import MAIN_GUARD, VISIBLE_DEVICES
+from dp2ddp.analysis.script import entry_point
+from ._base import helper_insertion_index
 
 GLOBAL, PER_PROCESS = "global", "per-process"
 

@@ -21,20 +21,11 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ParentNodeProvider, QualifiedNameSource, ScopeProvider
 
-from . import _names as names
-from ._analysis import Analysis, Holder
-from ._base import (
-    Dp2ddpCodemod,
-    add_helper,
-    argument,
-    call_to,
-    code_of,
-    import_torch_distributed,
-    keyword_arg,
-    main_guard,
-    prepend_statements,
-    resolves_to,
-)
+from dp2ddp.analysis import names
+from dp2ddp.analysis.loaders import BATCH_SAMPLER, BATCH_SIZE, EVALUATION_NAME, SAMPLER, SHUFFLE, is_training_loader
+from dp2ddp.analysis.module import Analysis, Holder
+from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, prepend_statements
+from dp2ddp.analysis.syntax import argument, call_to, code_of, main_guard, resolves_to
 from ._global_batch import add_batch_args, runs_after_setup, times_world_size
 
 RestartT = TypeVar("RestartT", cst.ExceptHandler, cst.While)
@@ -42,7 +33,6 @@ RestartT = TypeVar("RestartT", cst.ExceptHandler, cst.While)
 SCALED_BY_GPUS = re.compile(r"batch|^bs$|workers", re.IGNORECASE)
 GPU_COUNT = re.compile(r"^(n_?gpus?|num_?gpus?|ngpus?|gpu_?count|n_?devices|num_?devices)$", re.IGNORECASE)
 GPU_LIST = re.compile(r"gpu|device", re.IGNORECASE)
-EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 # Keywords by which a sampler of the script's own takes the process's rank: it splits the data itself.
 SPLITS_ITSELF = frozenset({"rank", "num_replicas", "world_size", "local_rank"})
 SHARDED_SAMPLER_SOURCE = f'''
@@ -123,8 +113,6 @@ class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
                 if own_state is not None:
                     generator.set_state(own_state)
 '''
-# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
-BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
 # Calls whose arguments size a tensor or a buffer for one step.
 _TENSOR_FACTORIES = frozenset(
     f"torch.{name}" for name in ("zeros", "ones", "full", "empty", "randn", "rand", "randint", "arange", "eye", "tensor", "Tensor")
@@ -157,24 +145,6 @@ class _LoaderPlan:
     own_sampler: str | None = None
     wrap_at_loader: bool = False
     built: cst.Call | None = None  # where that sampler is built, if in this file
-
-
-def is_training_loader(call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool) -> bool:
-    """A loader named for training or shuffled, or the script's only loader: ``check`` asks the same."""
-    name = code_of(reference) if reference is not None else ""
-    if "train" in name.lower():
-        return True
-    if EVALUATION_NAME.search(name):
-        return False
-    shuffle = argument(call, SHUFFLE, "shuffle")
-    if shuffle is not None and not m.matches(shuffle, m.Name("False") | m.Name("None")):
-        return True
-    # A sampler or batch sampler of its own, unless it only reads the data in order, draws training batches.
-    for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
-        sampler = argument(call, position, keyword)
-        if sampler is not None and not m.matches(sampler, m.Name("None")) and "sequential" not in code_of(sampler).lower():
-            return True
-    return only_loader
 
 
 class AddDistributedSamplerCommand(Dp2ddpCodemod):

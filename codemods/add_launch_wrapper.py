@@ -12,18 +12,11 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 
-from . import _names as names
-from ._analysis import Analysis
-from ._base import (
-    MAIN_GUARD,
-    VISIBLE_DEVICES,
-    Dp2ddpCodemod,
-    add_helper,
-    code_of,
-    entry_point,
-    import_torch_distributed,
-    main_guard,
-)
+from dp2ddp.analysis import names
+from dp2ddp.analysis.module import Analysis
+from dp2ddp.analysis.syntax import MAIN_GUARD, VISIBLE_DEVICES, code_of, main_guard
+from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed
+from dp2ddp.analysis.script import entry_point
 
 # One statement per line and a one-line docstring: LibCST re-indents lines
 # and newlines to the script's own style (tabs, CRLF), not text inside them.

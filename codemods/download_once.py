@@ -29,10 +29,12 @@ import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
-from . import _names as names
-from ._analysis import Analysis
-from ._base import Dp2ddpCodemod, add_helper, call_to, code_of, entry_point, import_torch_distributed
-from ._effects import opens_for_writing, under_rank_guard
+from dp2ddp.analysis import names
+from dp2ddp.analysis.module import Analysis
+from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed
+from dp2ddp.analysis.syntax import call_to, code_of
+from dp2ddp.analysis.script import entry_point
+from dp2ddp.analysis.effects import opens_for_writing, under_rank_guard
 from .guard_side_effects import MAIN_PROCESS_HELPER_SOURCE
 
 MAIN_PROCESS_FIRST_HELPER_SOURCE = f'''

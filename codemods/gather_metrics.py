@@ -34,17 +34,13 @@ import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
-from . import _names as names
-from ._analysis import Analysis
-from ._base import REDUCTION, Dp2ddpCodemod, add_helper, call_to, code_of, import_torch_distributed
-from ._effects import is_rank_guard, under_rank_guard
-from ._lifecycle import per_process_names
-from ._results import (
-    LOADER_NAME,
-    in_inner_data_loop,
-    loop_results,
-    owner_of,
-)
+from dp2ddp.analysis import names
+from dp2ddp.analysis.module import Analysis
+from dp2ddp.analysis.syntax import REDUCTION, call_to, code_of
+from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed
+from dp2ddp.analysis.effects import is_rank_guard, under_rank_guard
+from dp2ddp.analysis.lifecycle import per_process_names
+from dp2ddp.analysis.results import LOADER_NAME, in_inner_data_loop, loop_results, owner_of
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values):

@@ -22,20 +22,12 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ParentNodeProvider, QualifiedNameSource, ScopeProvider
 
-from . import _names as names
-from ._analysis import Analysis
-from ._base import (
-    Dp2ddpCodemod,
-    add_helper,
-    call_to,
-    code_of,
-    entry_point,
-    import_torch_distributed,
-    keyword_arg,
-    parameter_for,
-    with_argument,
-)
-from ._effects import is_rank_guard, opens_for_writing, under_rank_guard
+from dp2ddp.analysis import names
+from dp2ddp.analysis.module import Analysis
+from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, with_argument
+from dp2ddp.analysis.syntax import call_to, code_of, parameter_for
+from dp2ddp.analysis.script import entry_point
+from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, under_rank_guard
 
 MAIN_PROCESS_HELPER_SOURCE = f'''
 def {names.MAIN_PROCESS_HELPER}() -> bool:

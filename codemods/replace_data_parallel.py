@@ -22,21 +22,10 @@ from libcst.helpers import get_full_name_for_node
 
 from dp2ddp.rules import RULES
 
-from . import _names as names
-from ._analysis import Analysis
-from ._base import (
-    DEVICE_MOVE,
-    VISIBLE_DEVICES,
-    Dp2ddpCodemod,
-    add_helper,
-    argument,
-    call_to,
-    code_of,
-    keyword_arg,
-    resolves_to,
-    string_literal,
-    without_device_move,
-)
+from dp2ddp.analysis import names
+from dp2ddp.analysis.module import Analysis
+from dp2ddp.analysis.syntax import DEVICE_MOVE, VISIBLE_DEVICES, argument, call_to, code_of, resolves_to, string_literal, without_device_move
+from ._base import Dp2ddpCodemod, add_helper, keyword_arg
 
 # One statement per line and a one-line docstring, so that LibCST renders the
 # helper in the script's own indentation and newline style.

@@ -19,11 +19,12 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext, SkipFile
 
-from . import _names as names
-from ._analysis import Analysis
-from ._base import Dp2ddpCodemod, argument, call_to, code_of
+from dp2ddp.analysis import names
+from dp2ddp.analysis.module import Analysis
+from ._base import Dp2ddpCodemod
+from dp2ddp.analysis.syntax import argument, call_to, code_of
 from ._global_batch import PER_PROCESS, add_batch_args, asks_world_size, runs_after_setup, times_world_size
-from .add_distributed_sampler import BATCH_SIZE, is_training_loader
+from dp2ddp.analysis.loaders import BATCH_SIZE, is_training_loader
 
 # Counts of samples a script divides by its batch to count steps, when not written `len(dataset)`.
 SAMPLE_COUNT = re.compile(r"(num|n)_?(train|samples?|examples?|images?|data)|train_?(size|len|num)|dataset_?(size|len)", re.IGNORECASE)

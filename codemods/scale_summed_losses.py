@@ -26,8 +26,9 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ParentNodeProvider, QualifiedNameProvider
 
-from ._analysis import Analysis
-from ._base import Dp2ddpCodemod, code_of, string_literal
+from dp2ddp.analysis.module import Analysis
+from ._base import Dp2ddpCodemod
+from dp2ddp.analysis.syntax import code_of, string_literal
 
 _TORCH_NN = m.MatchMetadataIfTrue(QualifiedNameProvider, lambda found: any(q.name.startswith("torch.nn.") for q in found))
 _SUMS = m.Arg(keyword=m.Name("reduction"), value=string_literal("sum")) | m.Arg(

@@ -23,18 +23,11 @@ import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.metadata import ParentNodeProvider
 
-from . import _names as names
-from ._analysis import Analysis
-from ._base import (
-    Dp2ddpCodemod,
-    add_helper,
-    argument,
-    call_to,
-    code_of,
-    keyword_arg,
-    with_argument,
-)
-from ._effects import is_rank_guard, under_rank_guard
+from dp2ddp.analysis import names
+from dp2ddp.analysis.module import Analysis
+from ._base import Dp2ddpCodemod, add_helper, keyword_arg, with_argument
+from dp2ddp.analysis.syntax import argument, call_to, code_of
+from dp2ddp.analysis.effects import is_rank_guard, under_rank_guard
 
 LOAD_STATE_HELPER_SOURCE = f'''
 def {names.LOAD_STATE_HELPER}(model, state_dict, **kwargs):

@@ -28,19 +28,13 @@ from typing import ClassVar
 import libcst as cst
 import libcst.matchers as m
 
-from . import _names as names
-from ._base import (
-    add_helper,
-    call_to,
-    code_of,
-    import_torch_distributed,
-    parameter_for,
-    resolves_to,
-    script_functions,
-)
-from ._analysis import Analysis
-from ._results import is_bound_here, loop_results, owner_of
-from .add_distributed_sampler import EVALUATION_NAME, AddDistributedSamplerCommand
+from dp2ddp.analysis import names
+from ._base import add_helper, import_torch_distributed
+from dp2ddp.analysis.syntax import call_to, code_of, parameter_for, resolves_to, script_functions
+from dp2ddp.analysis.module import Analysis
+from dp2ddp.analysis.results import is_bound_here, loop_results, owner_of
+from dp2ddp.analysis.loaders import EVALUATION_NAME
+from .add_distributed_sampler import AddDistributedSamplerCommand
 
 EVALUATION_SHARD_HELPER_SOURCE = f'''
 def {names.EVALUATION_SHARD_HELPER}(dataset) -> range:

@@ -15,10 +15,11 @@ import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, SkipFile
 
 from dp2ddp.codemods import codemods, groups
-from dp2ddp.codemods._analysis import Analysis
-from dp2ddp.codemods._base import FINDINGS_KEY, QUIET_KEY, Finding, code_of
+from dp2ddp.analysis.module import Analysis
+from dp2ddp.codemods._base import FINDINGS_KEY, QUIET_KEY, Finding
+from dp2ddp.analysis.syntax import code_of
 from dp2ddp.codemods._chain import ChainedTransformer, apply_queued_imports
-from dp2ddp.codemods._names import WRAP_HELPER
+from dp2ddp.analysis.names import WRAP_HELPER
 
 
 class ConversionError(Exception):

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from dp2ddp.api import ConversionError, convert_source, parse_source
-from dp2ddp.codemods._analysis import Analysis
-from dp2ddp.codemods._hazards import DistributedHazards
+from dp2ddp.analysis.module import Analysis
+from dp2ddp.hazards import DistributedHazards
 from dp2ddp.rules import RULES, Severity
 
 SEVERITY_ORDER: dict[str, int] = {"note": 0, "warning": 1, "error": 2}

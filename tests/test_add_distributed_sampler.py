@@ -1401,7 +1401,7 @@ def _sharded_sampler_class(rank: int, world_size: int) -> type:
     import types
 
     torch = pytest.importorskip("torch")
-    from codemods.add_distributed_sampler import SHARDED_SAMPLER_SOURCE
+    from dp2ddp.codemods.add_distributed_sampler import SHARDED_SAMPLER_SOURCE
 
     dist = types.SimpleNamespace(get_rank=lambda: rank, get_world_size=lambda: world_size)
     namespace = {"torch": torch, "dist": dist, "random": random, "sys": sys}

@@ -12,7 +12,7 @@ import pytest
 from libcst.codemod import CodemodTest
 
 from dp2ddp.check import check_source
-from dp2ddp.codemods._analysis import Analysis
+from dp2ddp.analysis.module import Analysis
 from dp2ddp.codemods.scale_summed_losses import ScaleSummedLossesCommand
 from dp2ddp.rules import RULES
 

@@ -23,20 +23,16 @@ from typing import TYPE_CHECKING
 import libcst as cst
 import libcst.matchers as m
 
-from . import _names as names
-from ._base import (
-    VISIBLE_DEVICES,
-    argument,
-    call_to,
-    code_of,
-    entry_point,
-    resolves_to,
-)
-from ._effects import is_rank_guard, opens_for_writing, tests_device_index
-from ._lifecycle import Hazard, ModelLifecycle
+from dp2ddp.analysis import names
+from dp2ddp.analysis.syntax import VISIBLE_DEVICES, argument, call_to, code_of, resolves_to
+from dp2ddp.analysis.script import entry_point
+from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, tests_device_index
+from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle
+from dp2ddp.analysis.loaders import is_training_loader
+from dp2ddp.analysis.results import loop_results
 
 if TYPE_CHECKING:
-    from ._analysis import Analysis, Holder
+    from dp2ddp.analysis.module import Analysis, Holder
 
 # torch.distributed calls every process of the group must make; queries, point-to-point calls
 # (`if rank == 0: dist.send(...)` is how those are used) and RPC, which talks to one named worker, are not.
@@ -429,8 +425,6 @@ class DistributedHazards:
     # -- loaders and samplers ----------------------------------------------------------------
 
     def _loaders(self) -> None:
-        from .add_distributed_sampler import is_training_loader
-
         loaders = [c for c in self.analysis.nodes(cst.Call) if self.analysis.matches(c, call_to(names.DATA_LOADER))]
         for call in loaders:
             reference = self._bound_to(call)
@@ -465,8 +459,6 @@ class DistributedHazards:
 
     def _evaluation_metrics(self, call: cst.Call, reference: cst.BaseExpression | None, sampler: cst.BaseExpression) -> None:
         """An evaluation over a DistributedSampler: its padding counts samples twice, and ungathered sums cover one shard."""
-        from ._results import loop_results
-
         for loop, holder in self._iterations(call):
             if any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in self.analysis.within(loop.body, cst.Call)):
                 continue

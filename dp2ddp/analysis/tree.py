@@ -2,15 +2,14 @@
 
 LibCST's metadata providers are the expensive part of a conversion: scope
 resolution alone costs about four bare parses, and every provider walks the
-whole tree again. An ``Analysis`` resolves ``ScopeProvider`` once, without
+whole tree again. A ``Tree`` resolves ``ScopeProvider`` once, without
 copying the tree, and walks the tree once more to record each node's parent
 and an index of nodes by type in document order. Qualified names are then
 looked up in the scopes only for the nodes a codemod asks about, and
 positions are resolved only when something is reported.
 
-Codemods read the analysis instead of resolving metadata themselves, and the
-facts derived from it (``script_facts``, ``effects``, ``lifecycle``) are computed once and
-shared by every codemod that plans against the same tree.
+Codemods read the tree's index instead of resolving metadata themselves; the
+facts derived from it live in ``module.Analysis``.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -34,10 +33,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-if TYPE_CHECKING:
-    from ._base import ScriptFacts
-    from ._effects import DeviceIndices, ProcessEffects
-    from ._lifecycle import Hazard, ModelLifecycle
+from .syntax import code_of
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 MISSING = object()
@@ -83,8 +79,8 @@ class _Indexer(cst.CSTVisitor):
         self._stack.pop()
 
 
-class Analysis:
-    """One module and the metadata every codemod needs about it.
+class Tree:
+    """One module and the metadata every fact, codemod and rule needs about it.
 
     It answers ``get_metadata`` like a resolved ``MetadataWrapper`` for
     ``ParentNodeProvider``, ``ScopeProvider``, ``QualifiedNameProvider`` and
@@ -120,7 +116,7 @@ class Analysis:
         self.whole_loops: set[cst.For] = set()
 
     @classmethod
-    def of_source(cls, source: str) -> Analysis:
+    def of_source(cls, source: str) -> Tree:
         return cls(cst.parse_module(source))
 
     # -- metadata ---------------------------------------------------------------------
@@ -229,8 +225,6 @@ class Analysis:
 
     def reads(self, node: cst.CSTNode) -> set[str]:
         """The names and dotted attributes ``node`` reads: ``x``, ``self.tokens`` (and ``tokens``)."""
-        from ._base import code_of
-
         return {n.value for n in self.within(node, cst.Name)} | {code_of(a) for a in self.within(node, cst.Attribute)}
 
     def flows_from(
@@ -240,8 +234,6 @@ class Analysis:
 
         Only ``assigns`` (every assignment of the file by default) that ``through`` accepts pass a value on.
         """
-        from ._base import code_of
-
         flows = set(seeds)
         candidates = [a for a in (self.nodes(cst.Assign) if assigns is None else assigns) if through(a)]
         changed = True
@@ -475,39 +467,6 @@ class Analysis:
         while node in self.parents:
             node = self.parents[node]
             yield node
-
-    # -- facts, shared by every codemod planning against this tree ----------------------
-
-    @cached_property
-    def script_facts(self) -> ScriptFacts:
-        from ._base import collect_script_facts
-
-        return collect_script_facts(self)
-
-    @cached_property
-    def effects(self) -> ProcessEffects:
-        from ._effects import ProcessEffects
-
-        return ProcessEffects(self)
-
-    @cached_property
-    def device_indices(self) -> DeviceIndices:
-        from ._effects import find_device_indices
-
-        return find_device_indices(self)
-
-    @cached_property
-    def lifecycle(self) -> ModelLifecycle:
-        from ._lifecycle import ModelLifecycle
-
-        return ModelLifecycle(self)
-
-    @cached_property
-    def batch_normalised_losses(self) -> tuple[Hazard, ...]:
-        """Training losses whose value depends on the share of the batch a process sees: convert warns, check reports."""
-        from ._losses import batch_normalised_losses
-
-        return batch_normalised_losses(self)
 
 
 def _parameters(function: cst.FunctionDef) -> list[cst.Param]:

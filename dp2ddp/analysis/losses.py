@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING
 import libcst as cst
 import libcst.matchers as m
 
-from . import _names as names
-from ._base import DEVICE_MOVE, argument, call_to, code_of, inside_helper, script_functions
-from ._lifecycle import Hazard
+from . import names
+from .syntax import DEVICE_MOVE, argument, call_to, code_of, script_functions
+from .script import inside_helper
+from .lifecycle import Hazard
 
 if TYPE_CHECKING:
-    from ._analysis import Analysis
+    from .module import Analysis
 
 WEIGHTED_CODE = "DDP319"
 CONTRASTIVE_CODE = "DDP320"

@@ -27,21 +27,12 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
-from . import _names as names
-from ._base import (
-    DEVICE_MOVE,
-    MAIN_GUARD,
-    REDUCTION,
-    argument,
-    call_to,
-    code_of,
-    inside_helper,
-    parameter_for,
-    without_device_move,
-)
+from . import names
+from .syntax import DEVICE_MOVE, MAIN_GUARD, REDUCTION, argument, call_to, code_of, parameter_for, without_device_move
+from .script import inside_helper
 
 if TYPE_CHECKING:
-    from ._analysis import Analysis
+    from .module import Analysis
 
 # A name that says it holds a GPU count, GPU ids or a CUDA switch: ngpu, args.cuda, gpu_ids.
 GPU_WORDS = re.compile(r"gpu|cuda", re.IGNORECASE)

@@ -19,11 +19,11 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ImportAssignment
 
-from . import _names as names
-from ._base import call_to, code_of
+from . import names
+from .syntax import call_to, code_of
 
 if TYPE_CHECKING:
-    from ._analysis import Analysis
+    from .module import Analysis
 
 # Increments that add a count or a sum over samples, which add up exactly across processes.
 SUM_INCREMENT = re.compile(

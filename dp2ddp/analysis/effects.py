@@ -14,17 +14,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BaseAssignment, ParentNodeProvider
 
-from . import _names as names
-from ._base import Dp2ddpCodemod, argument, call_to, code_of, parameter_for, script_functions
+from . import names
+from .syntax import argument, call_to, code_of, parameter_for, script_functions
+from .tree import Tree
 
 if TYPE_CHECKING:
-    from ._analysis import Analysis
+    from .module import Analysis
 
 # Names people give the objects they log through.
 LOGGER_NAME = re.compile(r"(^|_)(logger|log)$", re.IGNORECASE)
@@ -43,9 +44,19 @@ CONDITIONAL_CONTEXTS = (
 )
 
 
-def opens_for_writing(codemod: Dp2ddpCodemod | Analysis, node: cst.CSTNode) -> bool:
+class Planner(Protocol):
+    """Anything that plans against an analysis, such as a codemod."""
+
+    analysis: Analysis
+
+
+def _analysis_of(reader: Analysis | Planner) -> Analysis:
+    return reader if isinstance(reader, Tree) else reader.analysis  # type: ignore[return-value]
+
+
+def opens_for_writing(reader: Analysis | Planner, node: cst.CSTNode) -> bool:
     """``open(path, "w")`` and every other mode that creates or changes a file."""
-    if not isinstance(node, cst.Call) or not codemod.matches(node, call_to({"builtins.open"})):
+    if not isinstance(node, cst.Call) or not _analysis_of(reader).matches(node, call_to({"builtins.open"})):
         return False
     mode = argument(node, 1, "mode")
     return isinstance(mode, cst.SimpleString) and bool(WRITE_MODE.search(mode.evaluated_value))
@@ -141,11 +152,11 @@ def is_rank_guard(analysis: Analysis, test: cst.BaseExpression) -> bool:
     return bool(RANK_GUARD.search(code_of(test))) or tests_device_index(analysis, test)
 
 
-def under_rank_guard(codemod: Dp2ddpCodemod | Analysis, node: cst.CSTNode) -> bool:
+def under_rank_guard(reader: Analysis | Planner, node: cst.CSTNode) -> bool:
     """Whether ``node`` only runs on some processes: inside ``if rank == 0:`` and the like."""
-    analysis = codemod.analysis if isinstance(codemod, Dp2ddpCodemod) else codemod
+    analysis = _analysis_of(reader)
     while not isinstance(node, cst.Module):
-        node = codemod.get_metadata(ParentNodeProvider, node)
+        node = analysis.get_metadata(ParentNodeProvider, node)
         if isinstance(node, cst.If) and is_rank_guard(analysis, node.test):
             return True
     return False

@@ -1,0 +1,175 @@
+"""Whole-script facts: what wraps a model, what is already distributed, where setup goes."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import ClassScope, GlobalScope
+
+from . import names
+from .syntax import MAIN_GUARD, argument, call_to, code_of, defined_functions, main_guard, resolves_to, without_device_move
+
+if TYPE_CHECKING:
+    from .module import Analysis
+
+
+def entry_point(analysis: "Analysis") -> str | None:
+    """Where ``setup_distributed()`` goes: "main" (the entry guard), "top" (after the imports) or nowhere.
+
+    Training code at module level needs the process group as soon as the
+    script runs; otherwise the ``if __name__ == "__main__":`` block starts it,
+    and everything else at module level runs at import, before setup.
+    """
+    module = analysis.module
+    needs = m.Call(func=m.Name(names.WRAP_HELPER)) | call_to(names.DATA_PARALLEL | names.DATA_LOADER | names.DISTRIBUTED_SAMPLER)
+    top_level_training = any(
+        analysis.findall_in(statement, needs)
+        for statement in module.body
+        if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not m.matches(statement, MAIN_GUARD)
+    )
+    if top_level_training:
+        return "top"
+    if main_guard(module) is not None:
+        return "main"
+    return None
+
+
+def bound_in_enclosing_scope(analysis: Analysis, node: cst.CSTNode, name: str) -> bool:
+    """Whether ``name`` at ``node`` means something a function, comprehension or class body binds, not the module.
+
+    A function that binds ``dist`` anywhere in its body (``import torch.distributed as dist``
+    after the loader is built, a parameter, an assignment) makes every ``dist`` in it local:
+    a module-level alias read there raises ``UnboundLocalError`` or means the user's value.
+    """
+    scope = analysis.scopes.get(node)
+    innermost = True
+    while scope is not None and not isinstance(scope, GlobalScope):
+        # A class body's names are not visible in the functions defined in it.
+        if (innermost or not isinstance(scope, ClassScope)) and name in scope.assignments:
+            return True
+        innermost = False
+        scope = scope.parent
+    return False
+
+
+def distributed_alias_at(analysis: Analysis, node: cst.CSTNode) -> str:
+    """How code inserted at ``node`` spells torch.distributed, so that no local name shadows it.
+
+    The module-wide alias (``dist``) where nothing local binds it, else ``torch.distributed``,
+    else a module-level alias no code of the file uses.
+    """
+    module_alias = analysis.script_facts.distributed_alias
+    for alias in (module_alias, "torch.distributed"):
+        if not bound_in_enclosing_scope(analysis, node, alias.split(".")[0]):
+            return alias
+    used = {name.value for name in analysis.nodes(cst.Name)}
+    alias = "torch_distributed"
+    while alias in used:
+        alias = f"{alias}_"
+    return alias
+
+
+@dataclass
+class ScriptFacts:
+    """What the codemods need to know about the whole script before editing it."""
+
+    # Any use of a DataParallel name, convertible or not.
+    mentions_data_parallel: bool = False
+    # DataParallel calls that wrap a whole model, and those that wrap part of one.
+    model_wraps: list[cst.Call] = field(default_factory=list)
+    submodule_wraps: list[cst.Call] = field(default_factory=list)
+    # DataParallel calls whose name a star import may bind: what they mean is unknown.
+    unresolved_wraps: list[cst.Call] = field(default_factory=list)
+    # Calls of the wrap helper: the script was converted before.
+    helper_wraps: int = 0
+    # A torch.distributed construct the user wrote (not one of dp2ddp's helpers).
+    existing_distributed: tuple[cst.CSTNode, str] | None = None
+    helpers: set[str] = field(default_factory=set)
+    # The script's own module-level `dist` means something other than torch.distributed.
+    dist_name_taken: bool = False
+
+    @property
+    def distributed_alias(self) -> str:
+        """How module-level helpers spell torch.distributed: ``dist`` unless the module takes that name.
+
+        Code inserted inside a function asks ``distributed_alias_at``, which also
+        avoids the names that function binds.
+        """
+        return "torch.distributed" if self.dist_name_taken else "dist"
+
+    @property
+    def converts_to_ddp(self) -> bool:
+        """The model is (or will be) wrapped in DDP, so the rest of the migration applies."""
+        return bool(self.model_wraps) or self.helper_wraps > 0
+
+
+def collect_script_facts(analysis: Analysis) -> ScriptFacts:
+    """The whole-script facts every codemod starts from, read off the analysis's index."""
+    facts = ScriptFacts()
+
+    def means(node: cst.CSTNode, qualified: Collection[str]) -> bool:
+        return any(q.name in qualified for q in analysis.qualified_names(node))
+
+    # Spellings that can mean DataParallel here: its own names and what imports bind them to.
+    spellings = {"DataParallel", "data_parallel"}
+    for alias in analysis.nodes(cst.ImportAlias):
+        if code_of(alias.name).rsplit(".", 1)[-1] in spellings and alias.asname is not None:
+            spellings.add(code_of(alias.asname.name))
+    data_parallel = names.DATA_PARALLEL | names.FUNCTIONAL_DATA_PARALLEL
+    mentions = [n for n in analysis.nodes(cst.Name) if n.value in spellings]
+    mentions += [n for n in analysis.nodes(cst.Attribute) if n.attr.value in spellings]
+    facts.mentions_data_parallel = any(means(node, data_parallel) for node in mentions)
+    if analysis.nodes(cst.ImportStar):
+        # `from models import *` may bind `torch` or `nn`: a spelling of DataParallel that
+        # resolves to nothing could be torch's, and nothing about it can be established.
+        for call in analysis.nodes(cst.Call):
+            spelled = call.func.attr if isinstance(call.func, cst.Attribute) else call.func
+            if isinstance(spelled, cst.Name) and spelled.value == "DataParallel" and not means(call.func, data_parallel):
+                facts.unresolved_wraps.append(call)
+        facts.mentions_data_parallel |= bool(facts.unresolved_wraps)
+    for name in analysis.nodes(cst.Name):
+        if name.value == "dist" and not bound_in_enclosing_scope(analysis, name, "dist"):
+            qualified = analysis.qualified_names(name)
+            # Import aliases carry no qualified name; any other meaning is a clash. A `dist`
+            # that a function binds for itself is no clash here: code inserted in that
+            # function spells torch.distributed another way (distributed_alias_at).
+            if qualified and not any(q.name.startswith("torch.distributed") for q in qualified):
+                facts.dist_name_taken = True
+                break
+    for call in analysis.nodes(cst.Call):
+        if analysis.matches(call, call_to(names.DATA_PARALLEL)):
+            wrapped = argument(call, 0, "module")
+            # `model.features = DataParallel(model.features)` wraps part of a model.
+            part_of_model = wrapped is not None and m.matches(
+                without_device_move(wrapped), m.Attribute(value=m.Name() & ~m.Name("self"))
+            )
+            if _in_module_class(analysis, call) or part_of_model:
+                facts.submodule_wraps.append(call)
+            elif wrapped is not None:
+                facts.model_wraps.append(call)
+        if m.matches(call.func, m.Name(names.WRAP_HELPER)):
+            facts.helper_wraps += 1
+        if facts.existing_distributed is None and not inside_helper(analysis, call):
+            if analysis.matches(call, call_to(names.DISTRIBUTED_DATA_PARALLEL)):
+                facts.existing_distributed = (call, "DistributedDataParallel")
+            elif analysis.matches(call, call_to(names.INIT_PROCESS_GROUP)):
+                facts.existing_distributed = (call, "init_process_group")
+    facts.helpers = defined_functions(analysis.module)
+    return facts
+
+
+def _in_module_class(analysis: Analysis, node: cst.CSTNode) -> bool:
+    """Whether the innermost class around ``node`` is an ``nn.Module``."""
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, cst.ClassDef):
+            return any(analysis.matches(base.value, resolves_to(names.NN_MODULE)) for base in ancestor.bases)
+    return False
+
+
+def inside_helper(analysis: Analysis, node: cst.CSTNode) -> bool:
+    """Whether ``node`` is in one of the helpers dp2ddp adds (``wrap_ddp``, ``all_reduce_sum``, ...)."""
+    return any(isinstance(a, (cst.FunctionDef, cst.ClassDef)) and a.name.value in names.HELPERS for a in analysis.ancestors(node))

@@ -98,6 +98,9 @@ class Dp2ddpCodemod(CodemodCommand, ABC):
     # Most codemods only make sense once the model is wrapped in DDP; the one
     # that does the wrapping runs wherever DataParallel is mentioned.
     RUNS_ON_MENTION: ClassVar[bool] = False
+    # In a project, a module with no model of its own may hold functions that converted
+    # modules call to write files: only the codemod that guards writes runs there.
+    GUARDS_HELPERS: ClassVar[bool] = False
 
     analysis: Analysis
     facts: ScriptFacts
@@ -120,9 +123,12 @@ class Dp2ddpCodemod(CodemodCommand, ABC):
             found, what = existing
             self.report(found, "DDP001", what=what)
             raise SkipFile(f"already uses torch.distributed ({what})")
+        role = analysis.role
+        if role.guard_only and not self.GUARDS_HELPERS:
+            raise SkipFile("converted only for the writes of functions that converted modules call")
         # A converted file still runs the codemods that report, so a second run names the hazards left.
-        mentioned = self.facts.mentions_data_parallel or self.facts.helper_wraps > 0
-        if not (mentioned if self.RUNS_ON_MENTION else self.facts.converts_to_ddp):
+        mentioned = self.facts.mentions_data_parallel or self.facts.helper_wraps > 0 or bool(self.facts.imported_wraps)
+        if not (mentioned if self.RUNS_ON_MENTION else self.facts.converts_to_ddp or role.converts):
             raise SkipFile("no nn.DataParallel wrap of a whole model in this file")
         if not self.RUNS_ON_MENTION and analysis.lifecycle.blocked:
             raise SkipFile("the model's life-cycle has a hazard no edit makes safe; the file is left as it was")
@@ -179,7 +185,7 @@ def parse_helper(source: str) -> cst.FunctionDef | cst.ClassDef:
 
 def add_helper(module: cst.Module, facts: ScriptFacts, name: str, source: str) -> cst.Module:
     """Add helper ``name`` once, spelling torch.distributed as the script can."""
-    if name in defined_functions(module):
+    if name in defined_functions(module) or name in facts.helpers:
         return module
     if facts.distributed_alias != "dist":
         source = re.sub(r"\bdist\.", f"{facts.distributed_alias}.", source)

@@ -856,14 +856,41 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 continue  # a fragment: where its batches come from is not for this file to say
             if self._draws_at_random(source):
                 continue  # `torch.randn(8, 4)`: noise drawn per step, no data set to split
+            if self._from_project_loader(source):
+                continue  # batches of a loader another module of the project builds, and splits there
             where = self._bound_in_function(source, loop) or source
             self.report(where, "DDP317", source=code_of(source).strip())
             unsplit = True
-        if not loaders and not unsplit and self.facts.model_wraps:
+        wraps = self.facts.model_wraps or self.facts.imported_wraps
+        if not loaders and not unsplit and wraps and not analysis.role.loader_sources and not self._trained_elsewhere(analysis):
             # A script run on its own that trains through another module (`engine.run(model)`) would train every
             # process on that module's unsplit loader; a module others import only builds the model.
             runs = main_guard(analysis.module) is not None and self._handed_to_another_module(analysis)
-            self.report(self.facts.model_wraps[0], "DDP325" if runs else "DDP306")
+            self.report(wraps[0], "DDP325" if runs else "DDP306")
+
+    def _trained_elsewhere(self, analysis: Analysis) -> bool:
+        """In a project: this module's wraps are in factories whose callers train the model, and say so there."""
+        if not analysis.role.setup_elsewhere:
+            return False
+        for call in self.facts.model_wraps:
+            function = next((a for a in analysis.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
+            if function is None or not any(r.value is not None for r in analysis.within(function.body, cst.Return)):
+                return False
+        return True
+
+    def _from_project_loader(self, source: cst.BaseExpression) -> bool:
+        """Whether ``source`` reads what a call of a project function that builds the program's loaders returned."""
+        role = self.analysis.role
+        if not role.loader_sources:
+            return False
+        produced: set[str] = set()
+        for assign in self.analysis.nodes(cst.Assign):
+            calls = [assign.value] if isinstance(assign.value, cst.Call) else []
+            if any(role.loader_site(q.name) for call in calls for q in self.analysis.qualified_names(call.func)):
+                produced |= {code_of(t.target) for t in assign.targets}
+        calls = self.analysis.within(source, cst.Call)
+        direct = any(role.loader_site(q.name) for call in calls for q in self.analysis.qualified_names(call.func))
+        return direct or bool(self.analysis.reads(source) & produced)
 
     def _handed_to_another_module(self, analysis: Analysis) -> bool:
         """Whether the wrapped model is passed to something imported from outside torch: an engine, a trainer."""
@@ -1167,6 +1194,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return True
         if depth == 0:
             return False
+        if isinstance(node, cst.Name):
+            # `pbar = tqdm(enumerate(loader)) if is_train else enumerate(loader)`, then `for x, y in pbar:`.
+            bindings = self.analysis.bindings(node) or []
+            if bindings and all(b is not None and self._reaches(b.value, holders, depth - 1) for b in bindings):
+                return True
         for call in self.analysis.within(node, cst.Call):
             function = self.analysis.callee(call)
             if function is not None and self._reaches(function.body, holders, depth - 1):

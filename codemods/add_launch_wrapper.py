@@ -65,8 +65,17 @@ class AddLaunchWrapperCommand(Dp2ddpCodemod):
         super().plan(analysis)
         node = analysis.module
         self.entry = entry_point(analysis)
-        if self.entry is None and names.SETUP_HELPER not in self.facts.helpers:
+        role = analysis.role
+        for call in self.facts.imported_wraps:
+            site = next(role.wrap_site(q.name) for q in analysis.qualified_names(call.func) if role.wrap_site(q.name))
+            self.report(call, "DDP104", call=code_of(call.func), site=site)
+        if role.setup_elsewhere:
+            self.entry = None  # An entry point of the project that imports this module starts the group.
+        elif self.entry is None and names.SETUP_HELPER not in self.facts.helpers:
             self.report(self.facts.model_wraps[0] if self.facts.model_wraps else node, "DDP101")
+        elif role.drives is not None and not self.facts.model_wraps and names.SETUP_HELPER not in self.facts.helpers:
+            guard = main_guard(node)
+            self.report(guard if guard is not None and self.entry == "main" else node, "DDP103", site=role.drives)
         # CUDA reads CUDA_VISIBLE_DEVICES when setup_distributed() starts it: setup goes after
         # the script's own assignment when that is in the block setup goes into, and one
         # inside a function runs too late.

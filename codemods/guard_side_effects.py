@@ -53,6 +53,7 @@ def _guard_call() -> cst.Call:
 
 class GuardSideEffectsCommand(Dp2ddpCodemod):
     DESCRIPTION = "Run prints, logs, saves and file writes on the main process only; never guard a collective."
+    GUARDS_HELPERS = True
     def __init__(self, context: CodemodContext) -> None:
         super().__init__(context)
         self.uses_helper = False
@@ -63,8 +64,20 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
         self.effects = analysis.effects
-        self._report_unknown_writers(analysis)
-        self._report_per_process_paths(analysis)
+        role = analysis.role
+        # In a project, a module converted only for its writers: only those functions change.
+        self.only_functions = {function for function, _, _ in role.guarded_functions} if role.guard_only else None
+        for function, writes, callers in role.guarded_functions:
+            definition = next(s for s in analysis.module.body if isinstance(s, cst.FunctionDef) and s.name.value == function)
+            shown = ", ".join(str(c) for c in callers[:3]) + (", ..." if len(callers) > 3 else "")
+            self.report(definition.name, "DDP105", function=function, site=writes, callers=shown)
+        for call in analysis.nodes(cst.Call):
+            written = next((role.writer_site(q.name) for q in analysis.qualified_names(call.func) if role.writer_site(q.name)), None)
+            if written is not None and not under_rank_guard(self, call):
+                self.report(call, "DDP106", call=code_of(call.func), site=written)
+        if self.only_functions is None:
+            self._report_unknown_writers(analysis)
+            self._report_per_process_paths(analysis)
 
     def _report_per_process_paths(self, analysis: Analysis) -> None:
         """``run_id = random.randint(...)`` or a timestamp that then names a directory: one per process."""
@@ -96,6 +109,8 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             if not WRITER_NAME.search(name.rsplit(".", 1)[-1]) or name in self.effects.functions:
                 continue
             imported = [q.name for q in analysis.qualified_names(call.func) if q.source is QualifiedNameSource.IMPORT]
+            if any(q in analysis.role.project_calls for q in imported):
+                continue  # The project's own function: converted there, guarded here, or it does not write.
             if not imported and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
                 # `checkpoint_io.save(...)` on an object built from another file's class.
                 imported = self._built_from_import(call.func.value)
@@ -121,10 +136,12 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return built
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        if self.only_functions is not None and isinstance(self.analysis.parents.get(node), cst.Module):
+            return node.name.value in self.only_functions
         return node.name.value not in names.HELPERS
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return node.name.value not in names.HELPERS
+        return node.name.value not in names.HELPERS and self.only_functions is None
 
     def visit_If(self, node: cst.If) -> bool:
         if not is_rank_guard(self.analysis, node.test):
@@ -477,7 +494,9 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return False
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if entry_point(self.analysis) == "main":
+        if self.only_functions is not None:
+            module = updated_node  # Only the writers that converted code calls change here.
+        elif entry_point(self.analysis) == "main":
             # Module-level code runs at import, before setup_distributed() in the entry
             # block: no process group exists yet, so a guard would be true everywhere.
             for statement in original_node.body:

@@ -16,6 +16,7 @@ from libcst.codemod import Codemod, CodemodContext, SkipFile
 
 from dp2ddp.codemods import codemods, groups
 from dp2ddp.analysis.module import Analysis
+from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.codemods._base import FINDINGS_KEY, QUIET_KEY, Finding
 from dp2ddp.analysis.syntax import code_of
 from dp2ddp.codemods._chain import ChainedTransformer, apply_queued_imports
@@ -81,19 +82,22 @@ def _selected_groups(options: ConvertOptions) -> list[list[type[Codemod]]]:
     return [group for group in found if group]
 
 
-def convert_source(source: str, options: ConvertOptions = ConvertOptions()) -> ConvertResult:
-    """Convert one DataParallel script to DDP.
+def convert_source(source: str, options: ConvertOptions = ConvertOptions(), role: ModuleRole | None = None) -> ConvertResult:
+    """Convert one DataParallel script to DDP; ``role`` is what a project says about this module.
 
     Raises ``ValueError`` for unknown codemod names and ``ConversionError``
     when the source does not parse or the conversion would not be sound.
     """
     codemod_groups = _selected_groups(options)
-    if not needs_analysis(source) or not _wraps_or_imports_data_parallel(module := parse_source(source)):
-        return ConvertResult(source, source, (), NO_DATA_PARALLEL)
-    analysis = Analysis(module)
+    module = None
+    if role is None or not role.converts:
+        # Settled from tokens, then from the bare tree, before any metadata is resolved.
+        if not needs_analysis(source) or not _wraps_or_imports_data_parallel(module := parse_source(source)):
+            return ConvertResult(source, source, (), NO_DATA_PARALLEL)
+    analysis = Analysis(module if module is not None else parse_source(source), role)
     output, findings = _convert(analysis, codemod_groups, options)
     if output != source:
-        _check_stable(source, output, codemod_groups, options)
+        _check_stable(source, output, codemod_groups, options, role)
     unique = sorted(set(findings), key=lambda f: (f.line, f.column, f.code))
     reason = None if output != source or any(f.severity == "error" for f in unique) else _unchanged(analysis, unique)
     return ConvertResult(source, output, tuple(unique), reason)
@@ -242,7 +246,7 @@ def _convert(
 ) -> tuple[str, list[Finding]]:
     """Apply each group of codemods in one traversal; one analysis per group that changes the code."""
     facts = analysis.script_facts
-    if facts.existing_distributed is not None or not facts.converts_to_ddp:
+    if facts.existing_distributed is not None or not (facts.converts_to_ddp or analysis.role.converts):
         # Settled by this analysis: the script is left as it is, and the codemods say why.
         return analysis.module.code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
     if analysis.lifecycle.blocked:
@@ -271,7 +275,7 @@ def _groups_applied(
     added_imports: set[object] = set()
     for position, group in enumerate(codemod_groups):
         if position and code != analysis.module.code:
-            analysis = Analysis(_parse_output(code))
+            analysis = Analysis(_parse_output(code), analysis.role)
         output, reported = _apply_group(analysis, group, options, added_imports)
         findings = []
         for finding in reported:
@@ -378,7 +382,11 @@ def _parse_output(code: str) -> cst.Module:
 
 
 def _check_stable(
-    source: str, output: str, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
+    source: str,
+    output: str,
+    codemod_groups: list[list[type[Codemod]]],
+    options: ConvertOptions,
+    role: ModuleRole | None = None,
 ) -> None:
     """black's rule: the result compiles, and converting it again changes nothing.
 
@@ -391,7 +399,7 @@ def _check_stable(
         # LibCST parses some Python 2 that CPython refuses (`except E, name:`): then the script is at fault.
         _raise_if_python_refuses(source)
         raise ConversionError(f"internal error: the converted script does not compile: {error.msg}") from None
-    analysis = Analysis(_parse_output(output))
+    analysis = Analysis(_parse_output(output), role)
     added_imports: set[object] = set()
     for group in codemod_groups:
         again, _ = _apply_group(analysis, group, options, added_imports, quiet=True)

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source
 from dp2ddp.check import CheckResult, Selection, check_source
 from dp2ddp.config import Config
 from dp2ddp.files import SourceError, read_source
 
 T = TypeVar("T")
+W = TypeVar("W")
 # Below this many files a pool costs more than it saves.
 PARALLEL_MINIMUM = 4
 
@@ -43,7 +45,7 @@ def convert_file(path: Path, options: ConvertOptions) -> FileResult:
     try:
         return FileResult(path, source.encoding, convert_source(source.text, options))
     except ConversionError as error:
-        return FileResult(path, source.encoding, error=_located(path, error))
+        return FileResult(path, source.encoding, error=located(path, error))
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,9 @@ class CheckedFile:
     error: str | None = None
 
 
-def check_file(path: Path, selection: Selection, config: Config | None = None) -> CheckedFile:
+def check_file(
+    path: Path, selection: Selection, config: Config | None = None, roles: Mapping[Path, ModuleRole] | None = None
+) -> CheckedFile:
     if config is not None:
         selection = selection.also_ignoring(config.ignored_in(path))
     try:
@@ -63,12 +67,12 @@ def check_file(path: Path, selection: Selection, config: Config | None = None) -
     except SourceError as error:
         return CheckedFile(path, error=str(error))
     try:
-        return CheckedFile(path, check_source(source.text, selection), source.encoding)
+        return CheckedFile(path, check_source(source.text, selection, (roles or {}).get(path)), source.encoding)
     except ConversionError as error:
-        return CheckedFile(path, error=_located(path, error))
+        return CheckedFile(path, error=located(path, error))
 
 
-def _located(path: Path, error: ConversionError) -> str:
+def located(path: Path, error: ConversionError) -> str:
     """``train.py:3:7: syntax error ...``, or ``train.py: internal error ...`` where no line is known."""
     return f"{path}:{error}" if error.line is not None else f"{path}: {error}"
 
@@ -82,8 +86,8 @@ def convert_files(paths: Sequence[Path], options: ConvertOptions, jobs: int) -> 
     return map_files(partial(convert_file, options=options), paths, jobs)
 
 
-def map_files(work: Callable[[Path], T], paths: Sequence[Path], jobs: int) -> Iterator[T]:
-    """``work(path)`` for each path, in the order of ``paths``, in up to ``jobs`` processes."""
+def map_files(work: Callable[[W], T], paths: Sequence[W], jobs: int) -> Iterator[T]:
+    """``work(path)`` for each path (or other picklable item), in the order of ``paths``, in up to ``jobs`` processes."""
     if jobs <= 1 or len(paths) < PARALLEL_MINIMUM:
         for path in paths:
             yield work(path)

@@ -22,6 +22,7 @@ import libcst as cst
 
 from dp2ddp.api import ConversionError, convert_source, parse_source
 from dp2ddp.analysis.module import Analysis
+from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.hazards import DistributedHazards
 from dp2ddp.rules import RULES, Severity
 
@@ -115,11 +116,12 @@ def needs_check(source: str) -> bool:
     return False
 
 
-def check_source(source: str, selection: Selection = Selection()) -> CheckResult:
-    """The diagnostics of one script; raises ``ConversionError`` when it does not parse."""
+def check_source(source: str, selection: Selection = Selection(), role: ModuleRole | None = None) -> CheckResult:
+    """The diagnostics of one script; ``role`` says what the project's other modules do. Raises
+    ``ConversionError`` when it does not parse."""
     if not needs_check(source):
         return CheckResult(source, (), source)
-    analysis = Analysis(parse_source(source))
+    analysis = Analysis(parse_source(source), role)
     found: dict[Diagnostic, cst.CSTNode | None] = {}
     facts = analysis.script_facts
     converted: str | None = None

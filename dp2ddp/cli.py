@@ -24,11 +24,14 @@ from dp2ddp.api import (
     convert_source,
     select_codemods,
 )
-from dp2ddp.batch import FileResult, check_file, convert_files, default_jobs, map_files
+from dp2ddp.batch import FileResult, located, check_file, convert_files, default_jobs, map_files
 from dp2ddp.check import Diagnostic, Selection, fails
 from dp2ddp.codemods import codemods
 from dp2ddp.config import ConfigError, find_config
-from dp2ddp.files import SourceError, discover, read_source, write_atomic
+from dp2ddp.files import SourceError, SourceFile, discover, read_source, write_atomic
+from dp2ddp.analysis.project import Project
+from dp2ddp.analysis.roles import ModuleRole
+from dp2ddp.projects import DEFAULT_HELPERS_MODULE, HelpersMode, ProjectError, convert_project
 from dp2ddp.formats import FORMATS, FileDiagnostics, as_json, github, sarif, text
 from dp2ddp.report import EXIT_ERROR, EXIT_INTERRUPTED, Report
 from dp2ddp.rules import RULES
@@ -59,6 +62,17 @@ def _codemod_names(ctx: click.Context, param: click.Parameter, values: tuple[str
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     return names
+
+
+def _helpers_option(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[HelpersMode, str] | None:
+    if value is None:
+        return None
+    mode, _, name = value.partition(":")
+    if mode == "inline" and not name:
+        return "inline", DEFAULT_HELPERS_MODULE
+    if mode == "module" and (not name or name.isidentifier()):
+        return "module", name or DEFAULT_HELPERS_MODULE
+    raise click.BadParameter(f"{value!r}: give inline, module or module:NAME, where NAME is a Python module name")
 
 
 @click.group(
@@ -129,6 +143,20 @@ Codemods, in the order they run:
     type=click.IntRange(min=1),
     help="Convert files in this many processes (default: the number of CPUs); output order is unchanged.",
 )
+@click.option(
+    "--project",
+    is_flag=True,
+    help="Convert the script named and the modules of its folder it imports as one project (a folder is one already).",
+)
+@click.option(
+    "--helpers",
+    default=None,
+    callback=_helpers_option,
+    metavar="inline|module[:NAME]",
+    help="Where the distributed helpers go: inlined into each converted file (the default for a single file), or "
+    f"once into a module of the project that every converted file imports (the default for a folder; NAME "
+    f"defaults to {DEFAULT_HELPERS_MODULE}).",
+)
 def convert(
     paths: tuple[Path, ...],
     diff: bool,
@@ -140,14 +168,21 @@ def convert(
     keep_per_process_batch: bool,
     report_path: Path | None,
     jobs: int | None,
+    project: bool,
+    helpers: tuple[HelpersMode, str] | None,
 ) -> None:
     """Rewrite DataParallel training scripts to use DistributedDataParallel.
 
-    PATHS are scripts or directories (searched recursively for *.py). Files
-    are rewritten in place unless --diff, --check or --output is given.
+    PATHS are scripts or directories. A directory is one project: its entry
+    points are followed through the project's own imports, a model wrapped in
+    one module and trained in another is converted across them, and the
+    distributed helpers go once into a module of the project. Files are
+    rewritten in place unless --diff, --check or --output is given.
     """
     if output is not None and (len(paths) != 1 or paths[0].is_dir()):
         raise click.UsageError("--output takes exactly one input file")
+    if output is not None and (project or (helpers is not None and helpers[0] == "module")):
+        raise click.UsageError("--output takes one file converted on its own: leave out --project and --helpers module")
     report_format = _report_format(report_path) if report_path is not None else None
     if keep_per_process_batch:
         click.echo("warning: --keep-per-process-batch is deprecated; use --batch per-process", err=True)
@@ -155,9 +190,21 @@ def convert(
     options = ConvertOptions(only=only, skip=skip, batch=batch)
     report = Report(dry_run=diff or check, check=check)
     try:
-        files = discover(paths)
+        files = discover(path for path in paths if not _as_project(path, project, helpers))
+        projects = [(path, discover([_project_root(path)])) for path in paths if _as_project(path, project, helpers)]
     except SourceError as error:
         raise click.UsageError(str(error)) from None
+    if projects:
+        try:
+            outcomes = _convert_projects(projects, options, helpers, report, diff=diff, check=check, jobs=jobs or default_jobs())
+        except KeyboardInterrupt:
+            click.echo(f"interrupted: {report.summary()}; every other file is untouched", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        click.echo(report.summary(), err=True)
+        if report_path is not None and report_format is not None:
+            _write_report(report_path, report_format, outcomes, options, written=not (diff or check))
+        if not files:
+            sys.exit(report.exit_code)
     show_progress = len(files) > PROGRESS_MINIMUM and sys.stderr.isatty()
     progress = click.progressbar(length=len(files), label="converting", file=sys.stderr) if show_progress else None
 
@@ -166,7 +213,7 @@ def convert(
         click.echo(("\r\x1b[K" if progress is not None else "") + message, err=True)
 
     # Kept only for the report: each holds a file's source and output.
-    outcomes: list[FileResult] = []
+    outcomes = []
     try:
         for outcome in convert_files(files, options, jobs or default_jobs()):
             _finish_file(outcome, report, say, diff=diff, check=check, output=output, alone=len(files) == 1)
@@ -184,6 +231,85 @@ def convert(
     if report_path is not None and report_format is not None:
         _write_report(report_path, report_format, outcomes, options, written=not (diff or check))
     sys.exit(report.exit_code)
+
+
+def _as_project(path: Path, project: bool, helpers: tuple[HelpersMode, str] | None) -> bool:
+    """A folder is one project; a script is one with --project, or when its helpers go into a module."""
+    return path.is_dir() or project or (helpers is not None and helpers[0] == "module")
+
+
+def _project_root(path: Path) -> Path:
+    return path if path.is_dir() else path.parent
+
+
+def _convert_projects(
+    projects: list[tuple[Path, list[Path]]],
+    options: ConvertOptions,
+    helpers: tuple[HelpersMode, str] | None,
+    report: Report,
+    diff: bool,
+    check: bool,
+    jobs: int,
+) -> list[FileResult]:
+    """Convert each project as one program, then report and write its files in path order.
+
+    Written, the helpers module goes first: an interrupted run never leaves a file that
+    imports helpers from a module not there yet.
+    """
+    mode, name = helpers if helpers is not None else ("module", DEFAULT_HELPERS_MODULE)
+    outcomes: list[FileResult] = []
+    for named, files in projects:
+        root = _project_root(named)
+        read: dict[Path, SourceFile] = {}
+        failed: list[FileResult] = []
+        for path in files:
+            try:
+                read[path] = read_source(path)
+            except SourceError as error:
+                failed.append(FileResult(path, error=str(error)))
+        try:
+            converted = convert_project(
+                root, {path: source.text for path, source in read.items()}, options, mode, name,
+                mapper=lambda work, items: map_files(work, items, jobs),
+            )  # fmt: skip
+        except ProjectError as error:
+            raise click.UsageError(str(error)) from None
+        # A script named with --project is converted with what it imports; the rest of its folder is not.
+        wanted = converted.reached_from(named) if named.is_file() else None
+        results: list[FileResult] = list(failed)
+        for path, result in converted.files.items():
+            if wanted is not None and path not in wanted:
+                continue
+            if isinstance(result, ConversionError):
+                results.append(FileResult(path, read[path].encoding, error=located(path, result)))
+            else:
+                results.append(FileResult(path, read[path].encoding, result))
+        helpers_module = converted.helpers
+        if helpers_module is not None and not diff:
+            _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff, check=check)
+            helpers_module = None
+        for outcome in sorted(results, key=lambda r: r.path):
+            if helpers_module is not None and helpers_module.path < outcome.path:
+                _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff, check=check)
+                helpers_module = None
+            _finish_file(outcome, report, partial(click.echo, err=True), diff=diff, check=check, output=None, alone=False)
+            outcomes.append(outcome)
+        if helpers_module is not None:
+            _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff, check=check)
+    return outcomes
+
+
+def _finish_helpers(path: Path, before: str | None, after: str, diff: bool, check: bool) -> None:
+    """Show or write the project's helpers module; the summary counts the user's files only."""
+    if before == after:
+        return
+    if diff:
+        _print_diff(path, before or "", after)
+    elif check:
+        click.echo(f"would write the helpers module {path}", err=True)
+    else:
+        write_atomic(path, after, "utf-8")
+        click.echo(f"wrote the helpers module {path}", err=True)
 
 
 def _report_format(path: Path) -> str:
@@ -256,8 +382,10 @@ def _finish_file(
 
 
 def _print_diff(path: Path, before: str, after: str) -> None:
+    # A file convert creates (the helpers module) is new to git and patch too.
+    old = f"a/{path}" if before or path.exists() else "/dev/null"
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+        before.splitlines(keepends=True), after.splitlines(keepends=True), old, f"b/{path}"
     )
     for line in lines:
         click.echo(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n", nl=False)
@@ -559,7 +687,8 @@ def check(
         raise click.UsageError(str(error)) from None
     checked: list[FileDiagnostics] = []
     failed = fixed = 0
-    work = partial(check_file, selection=selection, config=config)
+    roles = _check_roles(paths, files)
+    work = partial(check_file, selection=selection, config=config, roles=roles)
     try:
         for outcome in map_files(work, files, jobs or default_jobs()):
             if outcome.result is None:
@@ -572,7 +701,7 @@ def check(
             if fix and result.fixable:
                 write_atomic(outcome.path, result.fixed, outcome.encoding)
                 fixed += 1
-                left = check_file(outcome.path, selection, config).result
+                left = check_file(outcome.path, selection, config, roles).result
                 result = left if left is not None else result
             checked.append(FileDiagnostics(outcome.path, result.source, result.diagnostics))
     except KeyboardInterrupt:
@@ -589,6 +718,21 @@ def check(
     if failed:
         sys.exit(2)
     sys.exit(0 if exit_zero or not fails(diagnostics, fail_on) else 1)
+
+
+def _check_roles(paths: tuple[Path, ...], files: list[Path]) -> dict[Path, ModuleRole]:
+    """For each folder checked, what its modules' calls into one another do (a project, as convert reads it)."""
+    roles: dict[Path, ModuleRole] = {}
+    for folder in [path for path in paths if path.is_dir()]:
+        sources = {}
+        for path in files:
+            if path.is_relative_to(folder):
+                try:
+                    sources[path] = read_source(path).text
+                except SourceError:
+                    continue  # the file's own check names the error
+        roles.update(Project(folder, sources).check_roles())
+    return roles
 
 
 def _check_summary(files: int, diagnostics: list[Diagnostic], fixed: int, failed: int, fixing: bool) -> str:

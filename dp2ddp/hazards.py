@@ -125,12 +125,15 @@ class DistributedHazards:
         self.fixes: dict[cst.CSTNode, cst.CSTNode] = {}
         calls = analysis.nodes(cst.Call)
         inits = [c for c in calls if analysis.matches(c, call_to(names.INIT_PROCESS_GROUP))]
-        self.initialises = bool(inits)
+        # `setup_distributed()` imported from a project's helpers module starts the group as the inlined one does.
+        imported_setup = names.SETUP_HELPER in analysis.script_facts.helpers and names.SETUP_HELPER not in self.effects.functions
+        self.initialises = bool(inits) or (imported_setup and any(m.matches(c.func, m.Name(names.SETUP_HELPER)) for c in calls))
         self.wraps = [c for c in calls if analysis.matches(c, call_to(names.DISTRIBUTED_DATA_PARALLEL)) and not self._in_helper(c)]
         if inits and not self.wraps and all(_single_process(c) for c in inits):
             return  # the "fake" backend, or world_size=1: one process, so nothing repeats or waits
         self.helper_wraps = [c for c in calls if m.matches(c.func, m.Name(names.WRAP_HELPER))]
-        if not (self.initialises or self.wraps):
+        imported_wrap = names.WRAP_HELPER in analysis.script_facts.helpers and names.WRAP_HELPER not in self.effects.functions
+        if not (self.initialises or self.wraps or (imported_wrap and self.helper_wraps)):
             return
         self._models()
         self._collectives_under_rank_conditions()
@@ -354,6 +357,9 @@ class DistributedHazards:
         return any(PROCESS_WORDS.search(name) for arg in call.args for name in self.analysis.reads(arg.value))
 
     def _what(self, call: cst.Call) -> str:
+        written = next((w for q in self.analysis.qualified_names(call.func) if (w := self.analysis.role.writer_site(q.name))), None)
+        if written is not None:
+            return f"writes ({written})"
         if self.analysis.matches(call, call_to(names.TORCH_SAVE)) or (
             isinstance(call.func, cst.Attribute) and call.func.attr.value in names.MODEL_SAVE_METHODS
         ):

@@ -165,6 +165,67 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP103",
+            "project-entry-point",
+            "note",
+            "starts the process group here: this entry point imports code that wraps a model ({site})",
+            doc=_doc(
+                "Finds an entry point of a project (`convert DIR`) that has no DataParallel itself but imports a module that wraps a model.",
+                "DDP needs a process group before the model is wrapped, and only the script that is launched "
+                "can start one for every process. The module that wraps the model is imported, so the entry "
+                "point that imports it gets `setup_distributed()` first thing in its `__main__` block.",
+                "# run.py\nfrom trainer import Trainer\n\nif __name__ == \"__main__\":\n    Trainer().fit()",
+                "# run.py\nfrom ddp_helpers import setup_distributed\nfrom trainer import Trainer\n\n"
+                "if __name__ == \"__main__\":\n    setup_distributed()\n    Trainer().fit()",
+                "Done by convert.",
+            ),
+        ),
+        Rule(
+            "DDP104",
+            "project-factory-wrap",
+            "note",
+            "`{call}` returns the model that {site} wraps in DDP: the loaders, loops and writes here are converted around it",
+            doc=_doc(
+                "Finds a call of a project function that returns a model it wrapped (a model factory in another module).",
+                "The wrap is in the factory, but the model trains in the caller: the caller's loaders are "
+                "split, its epoch loop calls `set_epoch`, its prints and saves run on the main process, and "
+                "anything done to the model after the call is checked as done after the wrap.",
+                "# models/__init__.py\ndef create_model(opt):\n    return nn.DataParallel(Net())\n\n"
+                "# train.py\nmodel = create_model(opt)",
+                "# models/__init__.py\ndef create_model(opt):\n    return wrap_ddp(Net())",
+                "Done by convert.",
+            ),
+        ),
+        Rule(
+            "DDP105",
+            "project-helper-guarded",
+            "note",
+            "`{function}` writes ({site}) on the main process only now: every caller of it is converted ({callers})",
+            doc=_doc(
+                "Finds a function of another project module that saves, prints, logs or writes files and is called from converted code.",
+                "After conversion every process runs the caller, so the helper would write once per process: "
+                "duplicate logs, and checkpoints written by several processes to one path. When every caller "
+                "is converted, the writes are guarded inside the helper, as convert guards them in a script.",
+                "# utils.py\ndef save_checkpoint(state, path):\n    torch.save(state, path)",
+                "# utils.py\ndef save_checkpoint(state, path):\n    if is_main_process():\n        torch.save(state, path)",
+                "Done by convert.",
+            ),
+        ),
+        Rule(
+            "DDP106",
+            "project-call-guarded",
+            "note",
+            "`{call}` writes ({site}); it is guarded at this call, because code that is not converted calls it too",
+            doc=_doc(
+                "Finds a call, in converted code, of a project function that writes and that other, unconverted code also calls.",
+                "Guarding inside the helper would change what the unconverted callers do, so the converted "
+                "call runs on the main process only instead.",
+                "utils.save_checkpoint(state, path)",
+                "if is_main_process():\n    utils.save_checkpoint(state, path)",
+                "Done by convert.",
+            ),
+        ),
+        Rule(
             "DDP102",
             "unresolved-data-parallel",
             "error",
@@ -608,6 +669,45 @@ RULES: dict[str, Rule] = {
                 "shard's gradients, and the copies drift apart without an error.",
                 "net = nn.DataParallel(backbone)\nopt = SGD([*backbone.parameters(), *head.parameters()])",
                 "model = nn.Sequential(backbone, head)\nnet = nn.DataParallel(model)",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP227",
+            "part-replaced-after-wrap",
+            "error",
+            "`{target} = ...` puts a new sub-module into the model after the DataParallel wrap; the file is left as "
+            "it was: DDP registers the parameters it is given at the wrap, so the new part's gradients would not be "
+            "averaged and its initial weights would differ between processes: replace the part before the wrap",
+            doc=_doc(
+                "Finds an assignment of a freshly built module (`nn.Linear(...)`, a model class) to an attribute of a wrapped model, after the wrap.",
+                "DataParallel replicates the module on every forward, so a part replaced after the wrap is used. "
+                "DDP hooks the parameters once, when it is built: a part added later trains on each process "
+                "alone, from a different random initialisation on each, and the replicas drift apart. Where the "
+                "wrap and the change sit in one block, convert moves the wrap after the change (DDP219).",
+                "model = nn.DataParallel(backbone)\nif cond:\n    model.module.fc = nn.Linear(512, 10)",
+                "if cond:\n    backbone.fc = nn.Linear(512, 10)\nmodel = nn.DataParallel(backbone)",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP228",
+            "change-after-imported-wrap",
+            "error",
+            "`{change}` changes the model after `{factory}` wrapped it ({site}); the file is left as it was: DDP "
+            "hooks the parameters it is given at the wrap, so casts, re-initialisations, device moves and new parts "
+            "must come first: make the change inside `{factory}`, before its wrap (pass what it needs as an "
+            "argument), then run convert again",
+            doc=_doc(
+                "Finds a change to a model after a call of another project module's function that returns the model it wrapped in DataParallel.",
+                "The wrap is in the factory and cannot move to the caller without changing every other caller. "
+                "A cast, a re-initialisation, a move to another device or a new sub-module after the DDP wrap "
+                "desynchronises the processes or breaks DDP's hooks.",
+                "# common/model.py\ndef build(args):\n    return nn.DataParallel(Net())\n\n"
+                "# finetune.py\nmodel = build(args)\nmodel.module.head = nn.Linear(64, 3)",
+                "# common/model.py\ndef build(args, num_classes=None):\n    net = Net()\n"
+                "    if num_classes is not None:\n        net.head = nn.Linear(64, num_classes)\n"
+                "    return nn.DataParallel(net)\n\n# finetune.py\nmodel = build(args, num_classes=3)",
                 "No fix: the file is left as it was.",
             ),
         ),

@@ -512,6 +512,57 @@ CASES = [
         + '\n\n\nif __name__ == "__main__":\n    main()\n',
         id="a script that trains through another module converts once its loader and loop are here",
     ),
+    pytest.param(
+        "DDP227",
+        _script(
+            """
+            def build():
+                model = nn.DataParallel(nn.Sequential(nn.Linear(4, 4)))
+                return model
+
+
+            model = build()
+            model.module.head = nn.Linear(4, 1)
+            """
+        ),
+        _script(
+            """
+            def build():
+                net = nn.Sequential(nn.Linear(4, 4))
+                net.head = nn.Linear(4, 1)
+                model = nn.DataParallel(net)
+                return model
+
+
+            model = build()
+            """
+        ),
+        id="a new part after the wrap, in another function, converts once it is added before the wrap",
+    ),
+]
+
+
+# Errors only a project has: each case is a folder (path -> source), converted as one project.
+PROJECT_CASES = [
+    pytest.param(
+        "DDP228",
+        {
+            "model.py": "import torch.nn as nn\n\n\ndef build():\n    return nn.DataParallel(nn.Sequential(nn.Linear(4, 4)))\n",
+            "train.py": dedent(HEADER)
+            + "from model import build\n\n\ndef main():\n    model = build()\n    model.module.head = nn.Linear(4, 1)\n"
+            + "\n".join("    " + line for line in dedent(TRAIN).strip().splitlines())
+            + '\n\n\nif __name__ == "__main__":\n    main()\n',
+        },
+        {
+            "model.py": "import torch.nn as nn\n\n\ndef build(head=None):\n    net = nn.Sequential(nn.Linear(4, 4))\n"
+            "    if head is not None:\n        net.head = head\n    return nn.DataParallel(net)\n",
+            "train.py": dedent(HEADER)
+            + "from model import build\n\n\ndef main():\n    model = build(head=nn.Linear(4, 1))\n"
+            + "\n".join("    " + line for line in dedent(TRAIN).strip().splitlines())
+            + '\n\n\nif __name__ == "__main__":\n    main()\n',
+        },
+        id="a new part after a factory's wrap converts once the factory builds it before its wrap",
+    ),
 ]
 
 
@@ -522,7 +573,7 @@ def _blocking_convert_codes() -> set[str]:
 
 def test_every_blocking_code_has_advice_that_converts() -> None:
     """Should fail when an error code has no case below: its advice was never followed."""
-    covered = {case.values[0] for case in CASES}
+    covered = {case.values[0] for case in CASES + PROJECT_CASES}
     assert _blocking_convert_codes() - covered == set(), "add a case to CASES for each of these codes"
     assert covered - _blocking_convert_codes() == set(), "a case names a code that is not a blocking convert code"
 
@@ -537,6 +588,28 @@ def test_advice_followed_converts(code: str, before: str, advised: str) -> None:
     assert converted.changed, converted.reason
     assert [f for f in converted.findings if f.severity == "error"] == []
     compile(converted.output, f"<{code} advised, converted>", "exec")
+
+
+@pytest.mark.parametrize(("code", "before", "advised"), PROJECT_CASES)
+def test_project_advice_followed_converts(code: str, before: dict[str, str], advised: dict[str, str], tmp_path: Path) -> None:
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    def convert(files: dict[str, str]) -> dict[str, ConvertResult]:
+        sources = {tmp_path / name: text for name, text in files.items()}
+        result = convert_project(tmp_path, sources)
+        assert all(isinstance(r, ConvertResult) for r in result.files.values()), result.files
+        return {path.name: r for path, r in result.files.items()}  # type: ignore[misc]
+
+    refused = convert(before)
+    assert not any(r.changed for r in refused.values()), "a refused program must leave every file as it was"
+    assert {f.code for r in refused.values() for f in r.findings if f.severity == "error"} == {code}
+
+    converted = convert(advised)
+    assert all(r.changed for r in converted.values()), {name: r.reason for name, r in converted.items()}
+    assert [f for r in converted.values() for f in r.findings if f.severity == "error"] == []
+    for name, r in converted.items():
+        compile(r.output, f"<{code} advised, {name} converted>", "exec")
 
 
 # -- advice of warnings that once led nowhere ------------------------------------------------

@@ -21,9 +21,9 @@ def analyses(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     built: list[object] = []
     original = api.Analysis
 
-    def counting(module: object) -> object:
+    def counting(module: object, role: object = None) -> object:
         built.append(module)
-        return original(module)  # type: ignore[arg-type]
+        return original(module, role)  # type: ignore[arg-type]
 
     monkeypatch.setattr(api, "Analysis", counting)
     return built

@@ -172,10 +172,11 @@ class ProcessEffects:
         self.writers: set[str] = set()
         # Names bound to a function that logs: `logging = create_exp_dir(...)`, then `logging("...")`.
         self.log_functions: set[str] = set()
+        imported_wraps = set(analysis.script_facts.imported_wraps)
         for assign in analysis.findall(m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
             assert isinstance(assign, cst.Assign)
             target, value = code_of(assign.targets[0].target), assign.value
-            if m.matches(value, m.Call(func=m.Name(names.WRAP_HELPER))):
+            if m.matches(value, m.Call(func=m.Name(names.WRAP_HELPER))) or value in imported_wraps:
                 # A DDP model is often passed on as `model` or kept as `self.model`.
                 self.models |= {target, target.rsplit(".", 1)[-1]}
             elif analysis.matches(value, call_to(names.GET_LOGGER)):
@@ -283,6 +284,8 @@ class ProcessEffects:
         qualified = self.analysis.qualified_names(call.func)
         if any(q.name.startswith(names.REPORTING_MODULES) for q in qualified):
             return True
+        if any(self.analysis.role.writer_site(q.name) for q in qualified):
+            return True  # Another module's function that writes, which the project guards at its calls.
         if isinstance(call.func, cst.Name):
             return call.func.value in self.log_functions
         if isinstance(call.func, cst.Attribute):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -121,8 +121,11 @@ class ModelLifecycle:
         # Parameters that pick the GPU and that every call sets to this process's own GPU, or will.
         self.local_gpu_parameters: set[cst.Param] = set()
         self._decided_parameters: set[cst.Param] = set()
-        self.model_names: set[str] = set().union(*(wrap.names for wrap in self.wraps))
-        if not self.wraps:
+        # Calls of another module's function that returns the model it wrapped (`model = build(args)`):
+        # the model is followed from there as from a wrap, but the wrap itself cannot move.
+        self.imported = [replace(self._wrap(call), inner=None) for call in analysis.script_facts.imported_wraps] if around is None else []
+        self.model_names: set[str] = set().union(*(wrap.names for wrap in self.wraps + self.imported))
+        if not self.wraps and not self.imported:
             if analysis.script_facts.helper_wraps:
                 # Converted already: the devices are still this script's own.
                 self._gpu_parameters()
@@ -137,6 +140,10 @@ class ModelLifecycle:
             if around is None:
                 self._move_after_mutations(wrap, self.blockers[before:])
                 self._find_unused_parameters(wrap)
+        for wrap in self.imported:
+            before = len(self.blockers)
+            self._after_the_wrap(wrap)
+            self._name_the_factory(wrap, before)
         for returned in self._returned_models():
             self.model_names |= returned.names
             self._after_the_wrap(returned)
@@ -437,7 +444,12 @@ class ModelLifecycle:
                 continue  # `if distributed: model = DDP(model) else: model.to(device)`: never after the wrap
             # A name rebound to a new model before this call no longer holds the wrapped one.
             held = {name for name in wrap.names if not self._rebound_between(wrap, name, call)}
-            if any(q.name.startswith("torch.nn.init.") for q in self.analysis.qualified_names(call.func)):
+            if self._replaces_part(call, held):
+                assign = self.analysis.parents[call]
+                assert isinstance(assign, cst.Assign)
+                target = assign.targets[0].target
+                self.blockers.append(Hazard(target, "DDP227", (("target", code_of(target)),)))
+            elif any(q.name.startswith("torch.nn.init.") for q in self.analysis.qualified_names(call.func)):
                 if call.args and self._is_model(call.args[0].value, held):
                     self.blockers.append(Hazard(call, "DDP211", (("call", code_of(call)),)))
             elif isinstance(call.func, cst.Attribute):
@@ -453,6 +465,25 @@ class ModelLifecycle:
                     self.blockers.append(Hazard(call, "DDP211", (("call", code_of(call)),)))
                 elif method in ("to", "cuda") and call.args and not self.is_local_device(call.args[0].value):
                     self.blockers.append(Hazard(call, "DDP212", (("device", code_of(call.args[0].value)),)))
+
+    def _name_the_factory(self, wrap: Wrap, first: int) -> None:
+        """Blockers after an imported wrap name the factory that wraps: the change belongs there."""
+        role = self.analysis.role
+        site = next((role.wrap_site(q.name) for q in self.analysis.qualified_names(wrap.call.func) if role.wrap_site(q.name)), None)
+        for index in range(first, len(self.blockers)):
+            hazard = self.blockers[index]
+            change = code_of(self.analysis.parents[self.analysis.parents[hazard.node]]) if hazard.code == "DDP227" else code_of(hazard.node)
+            values = (("change", change.strip()), ("factory", code_of(wrap.call.func)), ("site", str(site)))
+            self.blockers[index] = Hazard(hazard.node, "DDP228", values)
+
+    def _replaces_part(self, call: cst.Call, held: set[str]) -> bool:
+        """``model.module.head = nn.Linear(...)``: a new sub-module put into the wrapped model."""
+        parent = self.analysis.parents.get(call)
+        if not isinstance(parent, cst.Assign) or parent.value is not call or not self._builds_module(call):
+            return False
+        return any(
+            isinstance(t.target, cst.Attribute) and self._is_model(t.target, held) for t in parent.targets
+        )
 
     def _move_after_mutations(self, wrap: Wrap, hazards: list[Hazard]) -> None:
         """Move ``model = DataParallel(m)`` after the casts, initialisations and moves that follow it.
@@ -533,6 +564,8 @@ class ModelLifecycle:
         if isinstance(parent, cst.AssignTarget):
             assign = self.analysis.parents.get(parent)
             value = assign.value if isinstance(assign, cst.Assign) else None
+            if isinstance(chain, cst.Attribute) and value is not None and self._builds_module(value):
+                return True  # `model.module.head = nn.Linear(...)`: a new part, before the wrap once it moves
             return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and code_of(value.func.value) == code_of(chain)
         if isinstance(parent, cst.Arg):
             call = self.analysis.parents.get(parent)

@@ -148,6 +148,14 @@ def is_bound_here(analysis: Analysis, name: cst.CSTNode) -> bool:
     return False
 
 
+METER_CLASS = m.MatchIfTrue(lambda cls: "Meter" in cls)
+
+
+def _project_meter(analysis: Analysis, func: cst.CSTNode) -> bool:
+    meters = analysis.role.meter_classes
+    return bool(meters) and any(q.name in meters for q in analysis.qualified_names(func))
+
+
 def _meters(analysis: Analysis, loop: cst.For, owner: cst.CSTNode) -> list[str]:
     """Meters updated in the loop and created in the same function before it."""
     updated: list[str] = []
@@ -162,7 +170,8 @@ def _meters(analysis: Analysis, loop: cst.For, owner: cst.CSTNode) -> list[str]:
     for name in updated:
         created = m.Assign(
             targets=[m.AssignTarget(m.Name(name))],
-            value=m.Call(func=m.Name(m.MatchIfTrue(lambda cls: "Meter" in cls))),
+            # `AverageMeter(...)`, or a meter class of another module of the project: `utils.AverageMeter(...)`.
+            value=m.Call(func=m.Name(METER_CLASS) | m.MatchIfTrue(lambda func: _project_meter(analysis, func))),
         )
         before = any(analysis.is_before(a, loop) for a in analysis.findall_in(owner, created))
         if before and not _reduced_already(analysis, owner, name, loop):

@@ -26,8 +26,9 @@ def entry_point(analysis: "Analysis") -> str | None:
     """
     module = analysis.module
     needs = m.Call(func=m.Name(names.WRAP_HELPER)) | call_to(names.DATA_PARALLEL | names.DATA_LOADER | names.DISTRIBUTED_SAMPLER)
+    imported = set(analysis.script_facts.imported_wraps)
     top_level_training = any(
-        analysis.findall_in(statement, needs)
+        analysis.findall_in(statement, needs) or any(call in imported for call in analysis.within(statement, cst.Call))
         for statement in module.body
         if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not m.matches(statement, MAIN_GUARD)
     )
@@ -35,6 +36,8 @@ def entry_point(analysis: "Analysis") -> str | None:
         return "top"
     if main_guard(module) is not None:
         return "main"
+    if analysis.role.drives is not None:
+        return "top"  # A script of the project whose top level drives code that trains (`Trainer(...).train()`).
     return None
 
 
@@ -86,6 +89,8 @@ class ScriptFacts:
     unresolved_wraps: list[cst.Call] = field(default_factory=list)
     # Calls of the wrap helper: the script was converted before.
     helper_wraps: int = 0
+    # Calls of a project function that returns a wrapped model (`model = create_model(opt)`).
+    imported_wraps: list[cst.Call] = field(default_factory=list)
     # A torch.distributed construct the user wrote (not one of dp2ddp's helpers).
     existing_distributed: tuple[cst.CSTNode, str] | None = None
     helpers: set[str] = field(default_factory=set)
@@ -104,7 +109,7 @@ class ScriptFacts:
     @property
     def converts_to_ddp(self) -> bool:
         """The model is (or will be) wrapped in DDP, so the rest of the migration applies."""
-        return bool(self.model_wraps) or self.helper_wraps > 0
+        return bool(self.model_wraps) or self.helper_wraps > 0 or bool(self.imported_wraps)
 
 
 def collect_script_facts(analysis: Analysis) -> ScriptFacts:
@@ -153,12 +158,19 @@ def collect_script_facts(analysis: Analysis) -> ScriptFacts:
                 facts.model_wraps.append(call)
         if m.matches(call.func, m.Name(names.WRAP_HELPER)):
             facts.helper_wraps += 1
+        elif analysis.role.imported_wraps and any(analysis.role.wrap_site(q.name) for q in analysis.qualified_names(call.func)):
+            facts.imported_wraps.append(call)
         if facts.existing_distributed is None and not inside_helper(analysis, call):
             if analysis.matches(call, call_to(names.DISTRIBUTED_DATA_PARALLEL)):
                 facts.existing_distributed = (call, "DistributedDataParallel")
             elif analysis.matches(call, call_to(names.INIT_PROCESS_GROUP)):
                 facts.existing_distributed = (call, "init_process_group")
-    facts.helpers = defined_functions(analysis.module)
+    # The helpers this file defines, or imports from the project's helpers module.
+    facts.helpers = defined_functions(analysis.module) | {
+        code_of(alias.asname.name if alias.asname else alias.name)
+        for alias in analysis.nodes(cst.ImportAlias)
+        if code_of(alias.name) in names.HELPERS and isinstance(analysis.parents.get(alias), cst.ImportFrom)
+    }
     return facts
 
 

@@ -24,6 +24,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import (
     CodeRange,
+    GlobalScope,
     MetadataWrapper,
     ParentNodeProvider,
     PositionProvider,
@@ -33,6 +34,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from .roles import ModuleRole
 from .syntax import code_of
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
@@ -88,8 +90,10 @@ class Tree:
     ``metadata_resolver``.
     """
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, role: ModuleRole | None = None) -> None:
         self.module = module
+        # What the rest of the project says about this module; a file on its own has none.
+        self.role = role or ModuleRole()
         # The module was parsed for this analysis alone, so the wrapper need not copy it.
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.scopes: Mapping[cst.CSTNode, Scope | None] = self.wrapper.resolve(ScopeProvider)
@@ -374,6 +378,12 @@ class Tree:
         file (``trainer.fit(...)``), or a class's ``__init__`` (``Trainer(...)``)."""
         func = call.func
         if isinstance(func, cst.Name):
+            # A function defined inside the caller's function (`def run_epoch(loader): ...` in `train`).
+            scope = self.scopes.get(func)
+            if scope is not None and not isinstance(scope, GlobalScope) and func.value in scope:
+                defined = [a.node for a in scope[func.value] if isinstance(getattr(a, "node", None), cst.FunctionDef)]
+                if len(defined) == 1:
+                    return defined[0]  # type: ignore[return-value]
             return self._functions.get(func.value)
         if isinstance(func, cst.Attribute):
             methods = self._methods.get(func.attr.value, [])

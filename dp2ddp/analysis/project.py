@@ -1,0 +1,389 @@
+"""Facts about a folder of modules: one training program spread over several files.
+
+From each entry point (an ``if __name__ == "__main__":`` block or training
+code at module level) the project's own imports are followed: absolute and
+relative imports, packages, and ``from x import *`` where ``x`` is the
+project's. Nothing outside the folder is followed. Then:
+
+- a module that wraps a model in DataParallel (or, converted already, in
+  ``wrap_ddp``) is converted, and every entry point that imports it, directly
+  or not, starts the process group;
+- a function that returns the wrapped model (a factory) is a wrap in every
+  module that calls it, so the caller's loaders, loops and saves are
+  converted around it;
+- a function of another module that writes (saves, prints, logs, makes
+  directories) and is called from a converted module is guarded where that
+  is safe: inside the function when every caller is converted, at the
+  converted callers otherwise.
+
+The import graph is read with ``ast``, which costs a fraction of a LibCST
+parse; only the modules that hold a writer are analysed with LibCST, once.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from . import names
+from .effects import under_rank_guard
+from .module import Analysis
+from .roles import ModuleRole, Site
+
+# Spellings of a wrap: DataParallel itself, and the helper a conversion wraps with.
+_WRAP_NAMES = frozenset({"DataParallel", names.WRAP_HELPER})
+
+
+@dataclass
+class _Module:
+    name: str
+    path: Path
+    tree: ast.Module
+    source: str
+    # Bound name -> (module it refers to, attribute or None for the module itself, qualified spelling).
+    bindings: dict[str, tuple[str, str | None, str]] = field(default_factory=dict)
+    imports: set[str] = field(default_factory=set)
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    wraps: list[ast.Call] = field(default_factory=list)
+    loaders: list[ast.Call] = field(default_factory=list)
+    factories: dict[str, ast.Call] = field(default_factory=dict)
+    # Classes that keep a running average as `sum`, `count` and `avg`, with an `update` method.
+    meters: set[str] = field(default_factory=set)
+    entry: bool = False
+
+    @property
+    def is_package(self) -> bool:
+        return self.path.name == "__init__.py"
+
+
+class Project:
+    """The modules of one folder and what crosses between them."""
+
+    def __init__(self, root: Path, sources: Mapping[Path, str]) -> None:
+        self.root = root
+        self.modules: dict[str, _Module] = {}
+        self.by_path: dict[Path, _Module] = {}
+        for path, source in sorted(sources.items()):
+            try:
+                tree = ast.parse(source)
+            except (SyntaxError, ValueError):
+                continue  # The file's own conversion names the error.
+            name = _module_name(path.relative_to(root))
+            module = _Module(name, path, tree, source)
+            self.modules.setdefault(name, module)
+            self.by_path[path] = module
+        for module in self.by_path.values():
+            self._read(module)
+        # A script no module imports, whose top level calls into the project, runs as a program too
+        # (`trainer = Trainer(model); trainer.train()` at module level, as a notebook exported to a script).
+        imported = set().union(*(m.imports for m in self.by_path.values()))
+        for module in self.by_path.values():
+            if not module.entry and module.name not in imported and _calls_at_top_level(module):
+                module.entry = True
+        self.wrapping = {m.name for m in self.by_path.values() if m.wraps}
+        self.reach = {m.name: self.reachable(m.name) for m in self.by_path.values() if m.entry}
+        training = {entry for entry, reached in self.reach.items() if reached & self.wrapping}
+        # Modules that build the DataLoaders of a program that trains a wrapped model: split there.
+        reached = set().union(*(self.reach[entry] for entry in training))
+        self.loading = {name for name in reached if self.modules[name].loaders} - self.wrapping
+        # Every entry point that imports a converted module starts the process group, so the
+        # converted code always finds one, also in a script that only evaluates or loads data.
+        self.drivers = {entry for entry, reached in self.reach.items() if reached & (self.wrapping | self.loading)}
+        self.converted = self.wrapping | self.loading | self.drivers
+        self._analyses: dict[str, Analysis] = {}
+
+    def site(self, module: _Module, node: ast.AST) -> Site:
+        return Site(module.path.relative_to(self.root).as_posix(), getattr(node, "lineno", 1))
+
+    # -- reading one module -----------------------------------------------------------
+
+    def _read(self, module: _Module) -> None:
+        for statement in module.tree.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                module.functions[statement.name] = statement
+            elif _is_main_guard(statement) or (isinstance(statement, (ast.For, ast.While)) and _trains(statement)):
+                module.entry = True
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    target = self._resolve(module, alias.name, 0)
+                    if target is None:
+                        continue
+                    module.imports.add(target)
+                    if alias.asname:
+                        module.bindings[alias.asname] = (target, None, alias.name)
+                    else:
+                        # `import a.b` binds `a`; `a.b.f()` is read through the dotted spelling.
+                        for depth in range(1, alias.name.count(".") + 2):
+                            prefix = ".".join(alias.name.split(".")[:depth])
+                            resolved = self._resolve(module, prefix, 0)
+                            if resolved is not None:
+                                module.bindings.setdefault(prefix, (resolved, None, prefix))
+            elif isinstance(node, ast.ImportFrom):
+                spelled = "." * node.level + (node.module or "")
+                target = self._resolve(module, node.module or "", node.level)
+                if target is None:
+                    continue
+                module.imports.add(target)
+                for alias in node.names:
+                    if alias.name == "*":
+                        module.bindings.update(
+                            (function, (target, function, f"{spelled}.{function}"))
+                            for function in self._public_functions(target)
+                        )
+                        continue
+                    qualified = f"{spelled}.{alias.name}" if spelled != "." * node.level else f"{spelled}{alias.name}"
+                    submodule = self._resolve(module, f"{node.module}.{alias.name}" if node.module else alias.name, node.level)
+                    if submodule is not None:
+                        module.imports.add(submodule)
+                        module.bindings[alias.asname or alias.name] = (submodule, None, qualified)
+                    else:
+                        module.bindings[alias.asname or alias.name] = (target, alias.name, qualified)
+            elif isinstance(node, ast.Call) and _spelled_name(node.func) in _WRAP_NAMES:
+                module.wraps.append(node)
+            elif isinstance(node, ast.Call) and _spelled_name(node.func) == "DataLoader":
+                module.loaders.append(node)
+        for statement in module.tree.body:
+            if isinstance(statement, ast.ClassDef) and _is_meter(statement):
+                module.meters.add(statement.name)
+        for name, function in module.functions.items():
+            wraps = [call for call in ast.walk(function) if isinstance(call, ast.Call) and _spelled_name(call.func) in _WRAP_NAMES]
+            returns = [r for r in ast.walk(function) if isinstance(r, ast.Return) and r.value is not None]
+            if wraps and returns:
+                module.factories[name] = wraps[0]
+
+    def _public_functions(self, target: str) -> list[str]:
+        module = self.modules.get(target)
+        if module is None:
+            return []
+        # `from models import *` in a package re-exports what its __init__ defines.
+        return [name for name in module.functions if not name.startswith("_")]
+
+    def _resolve(self, module: _Module, dotted: str, level: int) -> str | None:
+        """The project module an import names, or None for anything outside the folder."""
+        if level:
+            base = module.path.parent
+            for _ in range(level - 1):
+                base = base.parent
+            candidates = [base]
+        else:
+            # A script's own folder is on sys.path when it runs, and so is the project's.
+            candidates = [module.path.parent, self.root]
+        parts = [p for p in dotted.split(".") if p]
+        for base in candidates:
+            stem = base.joinpath(*parts) if parts else base
+            for path in (stem.with_suffix(".py") if parts else None, stem / "__init__.py"):
+                if path is not None and path in self.by_path:
+                    return self.by_path[path].name
+        return None
+
+    def reachable(self, name: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            current = todo.pop()
+            if current in seen or current not in self.modules:
+                continue
+            seen.add(current)
+            todo += self.modules[current].imports
+        return seen
+
+    # -- what crosses modules -----------------------------------------------------------
+
+    def calls(self, module: _Module) -> Iterator[tuple[ast.Call, str, str, str]]:
+        """Each call of another project module's function: (call, module, function, qualified spelling)."""
+        for node in ast.walk(module.tree):
+            if not isinstance(node, ast.Call):
+                continue
+            spelled = _dotted(node.func)
+            if spelled is None:
+                continue
+            if spelled in module.bindings and module.bindings[spelled][1] is not None:
+                target, function, qualified = module.bindings[spelled]
+                yield node, target, function, qualified  # type: ignore[misc]
+                continue
+            prefix, _, function = spelled.rpartition(".")
+            if prefix in module.bindings and module.bindings[prefix][1] is None:
+                target, _, qualified = module.bindings[prefix]
+                yield node, target, function, f"{qualified}.{function}"
+
+    def _analysis(self, name: str) -> Analysis | None:
+        if name not in self._analyses:
+            try:
+                self._analyses[name] = Analysis(cst.parse_module(self.modules[name].source))
+            except cst.ParserSyntaxError:
+                return None
+        return self._analyses[name]
+
+    def check_roles(self) -> dict[Path, ModuleRole]:
+        """For ``check``: each module's calls of other project modules' functions that write on every process."""
+        roles: dict[Path, ModuleRole] = {}
+        for module in self.by_path.values():
+            found: dict[str, Site] = {}
+            for _, target, function, qualified in self.calls(module):
+                if target != module.name and qualified not in found:
+                    written = self.writes(target, function, unguarded=True)
+                    if written is not None:
+                        found[qualified] = written
+            if found:
+                roles[module.path] = ModuleRole(guarded_calls=tuple(found.items()))
+        return roles
+
+    def writes(self, target: str, function: str, unguarded: bool = False) -> Site | None:
+        """The first line where ``function`` of ``target`` writes: a save, print, log or new directory;
+        with ``unguarded``, only a write every process makes (not under a rank condition)."""
+        analysis = self._analysis(target)
+        if analysis is None:
+            return None
+        definition = next(
+            (s for s in analysis.module.body if isinstance(s, cst.FunctionDef) and s.name.value == function), None
+        )
+        if definition is None:
+            return None
+        for call in analysis.within(definition.body, cst.Call):
+            if unguarded and under_rank_guard(analysis, call):
+                continue
+            if analysis.effects.is_side_effect(call):
+                line = analysis.position(call).start.line
+                return Site(self.modules[target].path.relative_to(self.root).as_posix(), line)
+        return None
+
+    def roles(self, helpers_module: str | None = None) -> dict[Path, ModuleRole]:
+        """The role of every module the project changes, by path."""
+        wraps: dict[str, list[tuple[str, Site]]] = {}
+        loader_sources: dict[str, list[tuple[str, Site]]] = {}
+        project_calls: dict[str, set[str]] = {}
+        meters: dict[str, set[str]] = {}
+        callers: dict[tuple[str, str], list[tuple[str, str, Site]]] = {}
+        for module in self.by_path.values():
+            for call, target, function, qualified in self.calls(module):
+                project_calls.setdefault(module.name, set()).add(qualified)
+                if function in self.modules[target].meters:
+                    meters.setdefault(module.name, set()).add(qualified)
+                factory = self.modules[target].factories.get(function)
+                if factory is not None and module.name not in self.wrapping:
+                    wraps.setdefault(module.name, []).append((qualified, self.site(self.modules[target], factory)))
+                elif target in self.loading and target != module.name:
+                    site = self.site(self.modules[target], self.modules[target].loaders[0])
+                    loader_sources.setdefault(module.name, []).append((qualified, site))
+                elif target not in self.converted:
+                    callers.setdefault((target, function), []).append((module.name, qualified, self.site(module, call)))
+        inside: dict[str, list[tuple[str, Site, tuple[Site, ...]]]] = {}
+        at_call: dict[str, list[tuple[str, Site]]] = {}
+        for (target, function), sites in sorted(callers.items()):
+            if not any(caller in self.converted for caller, _, _ in sites):
+                continue
+            written = self.writes(target, function)
+            if written is None:
+                continue
+            if all(caller in self.converted for caller, _, _ in sites):
+                inside.setdefault(target, []).append((function, written, tuple(site for _, _, site in sites)))
+            else:
+                for caller, qualified, _ in sites:
+                    if caller in self.converted:
+                        at_call.setdefault(caller, []).append((qualified, written))
+        roles: dict[Path, ModuleRole] = {}
+        for module in self.by_path.values():
+            name = module.name
+            setup_elsewhere = name in self.wrapping and not module.entry and any(
+                name in self.reach[entry] for entry in self.drivers
+            )
+            role = ModuleRole(
+                imported_wraps=tuple(dict.fromkeys(wraps.get(name, ()))),
+                drives=self._first_wrap(self.reach[name]) if name in self.drivers and name not in self.wrapping else None,
+                setup_elsewhere=setup_elsewhere,
+                guarded_functions=tuple(inside.get(name, ())),
+                guarded_calls=tuple(dict.fromkeys(at_call.get(name, ()))),
+                loader_sources=tuple(dict.fromkeys(loader_sources.get(name, ()))) if name in self.converted else (),
+                splits_loaders=name in self.loading,
+                project_calls=frozenset(project_calls.get(name, ())) if name in self.converted | set(inside) else frozenset(),
+                meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
+                helpers_module=helpers_module if (name in self.converted or name in inside) else None,
+            )
+            if role != ModuleRole():
+                roles[module.path] = role
+        return roles
+
+    def _first_wrap(self, reached: set[str]) -> Site:
+        """Where the first module this entry point imports wraps a model, or else builds its loaders."""
+        wrapping = reached & self.wrapping
+        module = self.modules[min(wrapping or (reached & self.loading))]
+        return self.site(module, (module.wraps or module.loaders)[0])
+
+    def helpers_folder(self) -> Path | None:
+        """The folder a helpers module goes in: the one that every converted entry point runs from."""
+        folders = {self.modules[entry].path.parent for entry in self.drivers | (self.converted & set(self.reach))}
+        if len(folders) == 1:
+            return folders.pop()
+        return None
+
+
+def _module_name(relative: Path) -> str:
+    parts = list(relative.with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or "__init__"
+
+
+def _calls_at_top_level(module: _Module) -> bool:
+    """Whether statements outside any function or class call something imported from the project."""
+    for statement in module.tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+            continue
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call) and (spelled := _dotted(node.func)) is not None:
+                if spelled in module.bindings or spelled.rpartition(".")[0] in module.bindings:
+                    return True
+    return False
+
+
+def _is_meter(cls: ast.ClassDef) -> bool:
+    methods = {s.name for s in cls.body if isinstance(s, ast.FunctionDef)}
+    kept = {
+        target.attr
+        for node in ast.walk(cls)
+        if isinstance(node, (ast.Assign, ast.AugAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        for target in (target.elts if isinstance(target, ast.Tuple) else [target])
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+    }
+    return "update" in methods and {"sum", "count", "avg"} <= kept
+
+
+def _is_main_guard(statement: ast.stmt) -> bool:
+    if not isinstance(statement, ast.If) or not isinstance(statement.test, ast.Compare):
+        return False
+    sides = [statement.test.left, *statement.test.comparators]
+    return any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides) and any(
+        isinstance(s, ast.Constant) and s.value == "__main__" for s in sides
+    )
+
+
+def _trains(loop: ast.stmt) -> bool:
+    """A module-level loop that steps a model: it calls ``backward()`` or ``step()``."""
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("backward", "step")
+        for node in ast.walk(loop)
+    )
+
+
+def _spelled_name(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _dotted(func: ast.expr) -> str | None:
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return None
+    return ".".join([func.id, *reversed(parts)])

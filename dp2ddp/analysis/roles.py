@@ -1,0 +1,66 @@
+"""What a project tells the conversion of one of its modules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Site:
+    """A line of a project file, written ``models/__init__.py:12`` relative to the project."""
+
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class ModuleRole:
+    """What the rest of the project tells the conversion of one module."""
+
+    # Qualified names, as this module spells them, of project functions that return a wrapped
+    # model, each with where it wraps: `create_model(opt)` is then this module's wrap.
+    imported_wraps: tuple[tuple[str, Site], ...] = ()
+    # An entry point that imports a module that wraps a model, with where: it starts the process group.
+    drives: Site | None = None
+    # Imported by an entry point that starts the process group, so none is started here.
+    setup_elsewhere: bool = False
+    # Functions of this module whose writes are guarded inside them, each with where it first writes
+    # and its callers.
+    guarded_functions: tuple[tuple[str, Site, tuple[Site, ...]], ...] = ()
+    # Other modules' writers that this module calls, by qualified name, each with where it writes:
+    # guarded at the call, because code that is not converted calls them too.
+    guarded_calls: tuple[tuple[str, Site], ...] = ()
+    # Project callables this module calls whose module builds the program's DataLoaders, with where:
+    # their loaders are split there, so batches this module reads from them are split too.
+    loader_sources: tuple[tuple[str, Site], ...] = ()
+    # A module that builds DataLoaders for a converted program, and is converted for them.
+    splits_loaders: bool = False
+    # Meter classes of other project modules this module builds (`utils.AverageMeter(...)`): they keep
+    # `sum` and `count`, so the reduction of AverageMeter-style meters applies to them.
+    meter_classes: frozenset[str] = frozenset()
+    # Qualified names of the other project functions this module calls: convert sees what they do.
+    project_calls: frozenset[str] = frozenset()
+    # Where the distributed helpers come from: a module of the project, or None to inline them.
+    helpers_module: str | None = None
+
+    @property
+    def converts(self) -> bool:
+        """Whether the project makes this module part of a DDP program it would not be on its own."""
+        return bool(self.imported_wraps or self.drives is not None or self.guarded_functions or self.splits_loaders)
+
+    @property
+    def guard_only(self) -> bool:
+        """A module converted only for the writes of its functions that converted code calls."""
+        return bool(self.guarded_functions) and not (self.imported_wraps or self.drives is not None or self.splits_loaders)
+
+    def wrap_site(self, qualified: str) -> Site | None:
+        return dict(self.imported_wraps).get(qualified)
+
+    def loader_site(self, qualified: str) -> Site | None:
+        return dict(self.loader_sources).get(qualified)
+
+    def writer_site(self, qualified: str) -> Site | None:
+        return dict(self.guarded_calls).get(qualified)

@@ -1,0 +1,320 @@
+"""A folder converted as one project: sources in, each file's result and one helpers module out. No I/O.
+
+Each module is converted with what the project says about it (its
+``ModuleRole``). The distributed helpers the conversion adds are then moved
+out of the converted files into one module of the project, which every
+converted file imports, so the project carries them once. Converting the
+converted project again changes nothing: the helpers module is found, and
+reused as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+
+from dp2ddp.analysis import names
+from dp2ddp.analysis.project import Project
+from dp2ddp.analysis.roles import ModuleRole
+from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source
+from dp2ddp.codemods._base import helper_insertion_index
+
+HelpersMode = Literal["inline", "module"]
+DEFAULT_HELPERS_MODULE = "ddp_helpers"
+# The first lines of a helpers module convert wrote; the digest covers everything after them,
+# so an edit by hand is seen and the module is never overwritten.
+_HEADER = '"""Distributed helpers shared by the modules of this project (written by dp2ddp convert)."""\n'
+_DIGEST = "# dp2ddp-digest: "
+# The order helpers appear in, in the module.
+_ORDER = (
+    names.SETUP_HELPER,
+    names.MAIN_PROCESS_HELPER,
+    names.MAIN_PROCESS_FIRST_HELPER,
+    names.LOCAL_DEVICE_HELPER,
+    names.WRAP_HELPER,
+    names.LOAD_STATE_HELPER,
+    names.SUM_HELPER,
+    names.MEAN_HELPER,
+    names.METER_HELPER,
+    names.EVALUATION_SHARD_HELPER,
+    names.SHARDED_SAMPLER_HELPER,
+)
+
+
+class ProjectError(Exception):
+    """The project as a whole cannot be converted; nothing is written."""
+
+
+@dataclass(frozen=True)
+class HelpersModule:
+    path: Path
+    # The module's text as it stands, and as convert would write it (equal when nothing changes).
+    before: str | None
+    after: str
+
+
+@dataclass
+class ProjectResult:
+    # Each file's result, or why it could not be converted; in path order.
+    files: dict[Path, ConvertResult | ConversionError] = field(default_factory=dict)
+    helpers: HelpersModule | None = None
+    roles: dict[Path, ModuleRole] = field(default_factory=dict)
+    project: Project | None = None
+
+    def reached_from(self, entry: Path) -> set[Path]:
+        """The files a script imports from its project, directly or not, and the script itself."""
+        assert self.project is not None
+        module = self.project.by_path.get(entry)
+        if module is None:
+            return {entry}
+        reached = self.project.reachable(module.name)
+        found = {self.project.modules[name].path for name in reached}
+        if self.helpers is not None:
+            found.add(self.helpers.path)
+        return found
+
+
+def convert_project(
+    root: Path,
+    sources: Mapping[Path, str],
+    options: ConvertOptions = ConvertOptions(),
+    helpers: HelpersMode = "module",
+    helpers_name: str = DEFAULT_HELPERS_MODULE,
+    mapper: Callable[[Callable[[_Work], ConvertResult | ConversionError], Sequence[_Work]], Iterable[ConvertResult | ConversionError]] = map,
+) -> ProjectResult:
+    """Convert the modules of ``root`` (``sources``: path -> text) as one program.
+
+    ``mapper`` runs the conversion of each file, which needs nothing but its own
+    source and role once the project is read: ``map``, or a pool's.
+    """
+    project = Project(root, sources)
+    folder = project.helpers_folder() if helpers == "module" else None
+    helpers_path = folder / f"{helpers_name}.py" if folder is not None else None
+    existing = sources.get(helpers_path) if helpers_path is not None else None
+    if existing is not None and _DIGEST not in existing:
+        raise ProjectError(
+            f"{helpers_path} exists and was not written by dp2ddp: choose another name for the helpers "
+            f"module with --helpers module:NAME, or --helpers inline"
+        )
+    roles = project.roles(helpers_name if helpers_path is not None else None)
+    result = ProjectResult(roles=roles, project=project)
+    paths = [path for path in sorted(sources) if path != helpers_path]
+    work = [(sources[path], options, roles.get(path)) for path in paths]
+    for path, converted in zip(paths, mapper(_convert_one, work)):
+        result.files[path] = converted
+    _hold_back_programs_with_a_refusal(project, result)
+    if helpers_path is None:
+        return result
+    definitions = _defined_helpers(existing) if existing is not None else {}
+    edited = existing is not None and not _unedited(existing)
+    for path, converted in result.files.items():
+        if isinstance(converted, ConvertResult) and converted.changed:
+            output, moved = _move_helpers_out(converted.source, converted.output, helpers_name)
+            missing = sorted(set(moved) - definitions.keys())
+            if edited and missing:
+                raise ProjectError(
+                    f"{helpers_path} was edited by hand and has no {', '.join(missing)}, which "
+                    f"{path} needs: add them there (or delete the file to have it written again), then run convert again"
+                )
+            for name, code in moved.items():
+                definitions.setdefault(name, code)
+            result.files[path] = _recheck(converted, output, options, roles.get(path))
+    if definitions:
+        after = existing if edited else _helpers_module(definitions)
+        assert after is not None
+        result.helpers = HelpersModule(helpers_path, existing, after)
+    return result
+
+
+_Work = tuple[str, ConvertOptions, ModuleRole | None]
+
+
+def _convert_one(work: _Work) -> ConvertResult | ConversionError:
+    source, options, role = work
+    try:
+        return convert_source(source, options, role)
+    except ConversionError as error:
+        return error
+
+
+def _refused(converted: ConvertResult | ConversionError) -> bool:
+    if isinstance(converted, ConversionError):
+        return True
+    return not converted.changed and any(f.severity == "error" for f in converted.findings)
+
+
+def _hold_back_programs_with_a_refusal(project: Project, result: ProjectResult) -> None:
+    """Leave every module of a program unchanged where one of its modules is refused.
+
+    The modules of one program change together: a factory that wraps in DDP
+    needs the process group its entry point starts, and a helper guarded for
+    converted callers assumes they are converted. Modules are of one program
+    when one imports the other and the conversion changes or refuses both.
+    """
+    touched = {
+        project.by_path[path].name
+        for path, converted in result.files.items()
+        if path in project.by_path and (_refused(converted) or (isinstance(converted, ConvertResult) and converted.changed))
+    }
+    group = {name: name for name in touched}
+
+    def find(name: str) -> str:
+        while group[name] != name:
+            group[name] = group[group[name]]
+            name = group[name]
+        return name
+
+    for name in touched:
+        for imported in project.modules[name].imports & touched:
+            group[find(name)] = find(imported)
+    refused = {
+        find(project.by_path[path].name): path
+        for path, converted in result.files.items()
+        if path in project.by_path and project.by_path[path].name in touched and _refused(converted)
+    }
+    for path, converted in list(result.files.items()):
+        module = project.by_path.get(path)
+        if module is None or module.name not in touched or not isinstance(converted, ConvertResult) or not converted.changed:
+            continue
+        blocker = refused.get(find(module.name))
+        if blocker is not None:
+            where = blocker.relative_to(project.root).as_posix()
+            reason = f"{where}, which is part of the same program, is refused: converting this file alone would break it"
+            result.files[path] = ConvertResult(converted.source, converted.source, (), reason)
+
+
+def _recheck(converted: ConvertResult, output: str, options: ConvertOptions, role: ModuleRole | None) -> ConvertResult:
+    """The result with its helpers imported, once converting it again is seen to change nothing."""
+    again = convert_source(output, options, role)
+    if again.output != output:
+        raise ConversionError("internal error: the project's conversion is not stable; please report this project")
+    return ConvertResult(converted.source, output, converted.findings, converted.reason)
+
+
+def _added_helpers(source: str, tree: cst.Module) -> list[cst.FunctionDef | cst.ClassDef]:
+    before = cst.parse_module(source)
+    had = {s.name.value for s in before.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
+    return [
+        s
+        for s in tree.body
+        if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value in names.HELPERS and s.name.value not in had
+    ]
+
+
+def _move_helpers_out(source: str, output: str, module: str) -> tuple[str, dict[str, str]]:
+    """``output`` with the helpers convert added replaced by an import of ``module``, and those helpers."""
+    tree = cst.parse_module(output)
+    added = _added_helpers(source, tree)
+    if not added:
+        return output, {}
+    moved = {helper.name.value: cst.Module([]).code_for_node(helper.with_changes(leading_lines=[])) for helper in added}
+    body = [s for s in tree.body if s not in added]
+    # The statement the helpers were put before gets back the blank lines it had.
+    original = cst.parse_module(source)
+    here, there = helper_insertion_index(tree.with_changes(body=body)), helper_insertion_index(original)
+    if here < len(body) and there < len(original.body):
+        follower, was = body[here], original.body[there]
+        if _bare(follower) == _bare(was):
+            body[here] = follower.with_changes(leading_lines=was.leading_lines)
+    tree = tree.with_changes(body=body)
+    context = CodemodContext()
+    for name in sorted(moved):
+        AddImportsVisitor.add_needed_import(context, module, name)
+    # Imports convert added for the helpers alone go with them; the script's own stay.
+    for statement in _imports(tree):
+        if cst.Module([]).code_for_node(statement).strip() not in _import_lines(source):
+            for alias in _aliases(statement):
+                RemoveImportsVisitor.remove_unused_import(context, *alias)
+    tree = RemoveImportsVisitor(context).transform_module(tree)
+    tree = AddImportsVisitor(context).transform_module(tree)
+    return tree.code, moved
+
+
+def _bare(statement: cst.BaseStatement) -> str:
+    return cst.Module([]).code_for_node(statement.with_changes(leading_lines=[]))
+
+
+def _imports(tree: cst.Module) -> list[cst.SimpleStatementLine]:
+    return [
+        s for s in tree.body if isinstance(s, cst.SimpleStatementLine) and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in s.body)
+    ]
+
+
+def _import_lines(source: str) -> set[str]:
+    return {cst.Module([]).code_for_node(s).strip() for s in _imports(cst.parse_module(source))}
+
+
+def _aliases(statement: cst.SimpleStatementLine) -> list[tuple[str, str | None, str | None]]:
+    """(module, name, asname) of each name an import line binds, as RemoveImportsVisitor takes them."""
+    found: list[tuple[str, str | None, str | None]] = []
+    for small in statement.body:
+        if isinstance(small, cst.Import):
+            for alias in small.names:
+                asname = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
+                found.append((cst.Module([]).code_for_node(alias.name), None, asname))
+        elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative and not isinstance(small.names, cst.ImportStar):
+            for alias in small.names:
+                asname = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
+                found.append((cst.Module([]).code_for_node(small.module), cst.Module([]).code_for_node(alias.name), asname))
+    return found
+
+
+# Every import a helper may need, by the name it binds; the module keeps those its helpers use.
+_STANDARD_IMPORTS = {name: f"import {name}" for name in ("atexit", "contextlib", "math", "os", "random", "subprocess", "sys")}
+_TORCH_IMPORTS = {
+    "torch": "import torch",
+    "dist": "import torch.distributed as dist",
+    "DistributedDataParallel": "from torch.nn.parallel import DistributedDataParallel",
+}
+
+
+def _helpers_module(definitions: Mapping[str, str]) -> str:
+    ordered = sorted(definitions, key=lambda name: _ORDER.index(name) if name in _ORDER else len(_ORDER))
+    body = "\n\n".join(definitions[name].rstrip() + "\n" for name in ordered)
+    used = {node.value for node in _names_in(cst.parse_module(body))}
+    groups = [
+        [line for name, line in imports.items() if name in used] for imports in (_STANDARD_IMPORTS, _TORCH_IMPORTS)
+    ]
+    text = "\n".join("\n".join(group) + "\n" for group in groups if group) + "\n\n" + body
+    return _HEADER + _DIGEST + _digest(text) + "\n" + text
+
+
+def _names_in(tree: cst.Module) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node)
+
+    tree.visit(Collect())
+    return found
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _unedited(module: str) -> bool:
+    """Whether a helpers module is still exactly as convert wrote it."""
+    first, _, rest = module.partition("\n")
+    digest_line, _, text = rest.partition("\n")
+    return first + "\n" == _HEADER and digest_line == _DIGEST + _digest(text)
+
+
+def _defined_helpers(module: str) -> dict[str, str]:
+    try:
+        tree = cst.parse_module(module)
+    except cst.ParserSyntaxError:
+        return {}
+    return {
+        s.name.value: cst.Module([]).code_for_node(s.with_changes(leading_lines=[]))
+        for s in tree.body
+        if isinstance(s, (cst.FunctionDef, cst.ClassDef))
+    }

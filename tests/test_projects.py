@@ -1,0 +1,258 @@
+"""Folders converted as one project: golden trees, stability, the helpers module, and real training.
+
+Each ``fixtures/projects/<case>/`` holds ``before/`` (a small project of
+several modules), ``after/`` (the whole tree convert makes of it, absent
+when the project must stay as it was) and ``report.txt`` (every finding,
+``path:line:col: CODE message``). ``runs.txt`` lists the entry points the
+end-to-end test launches, in order, with ``{out}`` for the output folder.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dp2ddp.api import ConversionError, ConvertResult
+from dp2ddp.projects import DEFAULT_HELPERS_MODULE, ProjectError, ProjectResult, convert_project
+from tests.conftest import FIXTURES
+
+PROJECTS = FIXTURES / "projects"
+CASES = sorted(path.name for path in PROJECTS.iterdir() if (path / "before").is_dir())
+
+
+def _sources(root: Path) -> dict[Path, str]:
+    return {path: path.read_text(encoding="utf-8") for path in sorted(root.rglob("*.py")) if "__pycache__" not in path.parts}
+
+
+def _converted_tree(root: Path) -> tuple[ProjectResult, dict[str, str], list[str]]:
+    """The project's result, its whole converted tree (relative path -> text) and its findings."""
+    sources = _sources(root)
+    result = convert_project(root, sources)
+    tree = {path.relative_to(root).as_posix(): text for path, text in sources.items()}
+    findings: list[str] = []
+    for path, converted in result.files.items():
+        relative = path.relative_to(root).as_posix()
+        assert isinstance(converted, ConvertResult), f"{relative}: {converted}"
+        tree[relative] = converted.output
+        findings += [f"{relative}:{finding}" for finding in converted.findings]
+    if result.helpers is not None:
+        tree[result.helpers.path.relative_to(root).as_posix()] = result.helpers.after
+    return result, tree, findings
+
+
+def _read_tree(root: Path) -> dict[str, str]:
+    return {path.relative_to(root).as_posix(): text for path, text in _sources(root).items()}
+
+
+def _write_tree(root: Path, tree: dict[str, str]) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    for relative, text in tree.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text, encoding="utf-8")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_project_converts_to_its_golden_tree(case: str, update_goldens: bool) -> None:
+    folder = PROJECTS / case
+    before = _read_tree(folder / "before")
+    result, tree, findings = _converted_tree(folder / "before")
+    report = "".join(f"{line}\n" for line in findings)
+    changed = tree != before
+    if update_goldens:
+        (folder / "report.txt").write_text(report, encoding="utf-8")
+        if changed:
+            _write_tree(folder / "after", tree)
+        else:
+            shutil.rmtree(folder / "after", ignore_errors=True)
+    assert report == (folder / "report.txt").read_text(encoding="utf-8")
+    if not (folder / "after").is_dir():
+        assert not changed, "the project must stay as it was"
+        return
+    assert tree == _read_tree(folder / "after")
+    for relative, text in tree.items():
+        compile(text, relative, "exec")
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if (PROJECTS / case / "after").is_dir()])
+def test_converting_a_converted_project_again_changes_nothing(case: str, tmp_path: Path) -> None:
+    root = tmp_path / case
+    shutil.copytree(PROJECTS / case / "after", root)
+    result, tree, findings = _converted_tree(root)
+    assert tree == _read_tree(root)
+    assert not any(f.severity == "error" for r in result.files.values() if isinstance(r, ConvertResult) for f in r.findings)
+    # The helpers module is found and reused as it is.
+    assert result.helpers is not None and result.helpers.after == result.helpers.before
+
+
+def test_helpers_go_once_into_one_module_every_converted_file_imports() -> None:
+    tree = _read_tree(PROJECTS / "two_entries_shared_model" / "after")
+    helpers = tree[f"{DEFAULT_HELPERS_MODULE}.py"]
+    for name in ("setup_distributed", "wrap_ddp", "is_main_process"):
+        assert helpers.count(f"def {name}(") == 1
+    for relative in ("pretrain.py", "finetune.py", "common/model.py"):
+        assert "def setup_distributed" not in tree[relative] and "def wrap_ddp" not in tree[relative]
+        assert f"from {DEFAULT_HELPERS_MODULE} import" in tree[relative]
+
+
+def test_a_program_with_a_refused_module_is_left_whole(tmp_path: Path) -> None:
+    """finetune.py changes the model after common/model.py wraps it: DDP228 there, and no file of the program changes."""
+    result, tree, findings = _converted_tree(PROJECTS / "change_after_factory" / "before")
+    assert tree == _read_tree(PROJECTS / "change_after_factory" / "before")
+    errors = [line for line in findings if " DDP228 " in line]
+    assert len(errors) == 1 and errors[0].startswith("finetune.py:") and "common/model.py:" in errors[0]
+    assert result.helpers is None
+    held = [r for r in result.files.values() if isinstance(r, ConvertResult) and r.reason and "finetune.py" in r.reason]
+    assert {r.source.splitlines()[0] for r in held}  # pretrain.py and common/model.py say why they stay
+
+
+def test_an_edited_helpers_module_is_never_overwritten(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "model_factory_package" / "after", root)
+    helpers = root / f"{DEFAULT_HELPERS_MODULE}.py"
+    edited = helpers.read_text(encoding="utf-8").replace('"""Join the process group', '"""Join the group (edited)')
+    helpers.write_text(edited, encoding="utf-8")
+    result = convert_project(root, _sources(root))
+    assert result.helpers is not None and result.helpers.after == edited
+
+    # A module it lacks, which a newly converted file needs, is an error, and nothing is written.
+    lacking = edited.replace("def all_reduce_mean(", "def renamed_all_reduce_mean(")
+    helpers.write_text(lacking, encoding="utf-8")
+    (root / "train.py").write_text((PROJECTS / "model_factory_package" / "before" / "train.py").read_text(), encoding="utf-8")
+    with pytest.raises(ProjectError, match="edited by hand and has no all_reduce_mean"):
+        convert_project(root, _sources(root))
+
+
+def test_a_module_of_the_users_with_the_helpers_name_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "model_factory_package" / "before", root)
+    (root / f"{DEFAULT_HELPERS_MODULE}.py").write_text("def mine():\n    pass\n", encoding="utf-8")
+    with pytest.raises(ProjectError, match="not written by dp2ddp"):
+        convert_project(root, _sources(root))
+    result = convert_project(root, _sources(root), helpers_name="distributed_helpers")
+    assert result.helpers is not None and result.helpers.path.name == "distributed_helpers.py"
+
+
+def test_helpers_inline_keeps_every_file_self_contained() -> None:
+    root = PROJECTS / "trainer_with_driver" / "before"
+    result = convert_project(root, _sources(root), helpers="inline")
+    assert result.helpers is None
+    outputs = {path.name: r.output for path, r in result.files.items() if isinstance(r, ConvertResult)}
+    assert "def setup_distributed(" in outputs["run.py"] and "def wrap_ddp(" in outputs["trainer.py"]
+    assert "ddp_helpers" not in "".join(outputs.values())
+
+
+def test_a_helper_other_unconverted_code_calls_is_guarded_at_the_converted_call(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "utils_save_and_log" / "before", root)
+    # A plain tool that is not converted also saves checkpoints through utils.
+    (root / "export.py").write_text(
+        "import utils\n\n\nif __name__ == \"__main__\":\n    utils.save_checkpoint({}, False, \"runs\")\n", encoding="utf-8"
+    )
+    result = convert_project(root, _sources(root))
+    outputs = {path.name: r for path, r in result.files.items() if isinstance(r, ConvertResult)}
+    assert not outputs["utils.py"].changed and not outputs["export.py"].changed
+    main = outputs["main.py"]
+    assert "    if is_main_process():\n            utils.save_checkpoint(" in main.output.replace("        if is_main", "    if is_main")
+    assert any(f.code == "DDP106" and "utils.py:31" in f.message for f in main.findings)
+
+
+def test_convert_folder_cli_prints_every_files_diff_in_path_order(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "two_entries_shared_model" / "before", root)
+    completed = subprocess.run(
+        [sys.executable, "-m", "dp2ddp", "convert", "--diff", "project"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr
+    headers = [line.split()[1] for line in completed.stdout.splitlines() if line.startswith("+++ ")]
+    assert headers == sorted(headers)
+    assert headers == [f"b/project/{name}" for name in ("common/model.py", "ddp_helpers.py", "finetune.py", "pretrain.py")]
+    assert "--- /dev/null" in completed.stdout  # the helpers module is a new file to patch and git apply
+    assert filecmp.dircmp(root, PROJECTS / "two_entries_shared_model" / "before").diff_files == []  # --diff writes nothing
+
+
+def test_convert_project_entry_converts_what_it_imports_and_writes_it(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "model_factory_package" / "before", root)
+    (root / "notes.py").write_text("print('not imported by train.py')\n", encoding="utf-8")
+    completed = subprocess.run(
+        [sys.executable, "-m", "dp2ddp", "convert", "--project", "project/train.py"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert _read_tree(root) == {**_read_tree(PROJECTS / "model_factory_package" / "after"), "notes.py": "print('not imported by train.py')\n"}
+
+
+def test_convert_refuses_a_bad_helpers_option(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "dp2ddp", "convert", "--helpers", "module:not-a-name", str(tmp_path)], capture_output=True, text=True
+    )
+    assert completed.returncode == 2 and "module:NAME" in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_every_project_error_is_reported_with_its_file() -> None:
+    root = PROJECTS / "model_factory_package" / "before"
+    sources = _sources(root)
+    sources[root / "broken.py"] = "import torch\nmodel = torch.nn.DataParallel(\n"
+    result = convert_project(root, sources)
+    assert isinstance(result.files[root / "broken.py"], ConversionError)
+    assert isinstance(result.files[root / "train.py"], ConvertResult) and result.files[root / "train.py"].changed
+
+
+# -- the converted projects train ---------------------------------------------------------------
+
+
+def _runs(case: str) -> list[list[str]]:
+    return [line.split() for line in (PROJECTS / case / "runs.txt").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [case for case in CASES if (PROJECTS / case / "runs.txt").is_file()])
+def test_converted_project_trains_on_two_processes(case: str, tmp_path: Path) -> None:
+    """Each entry point trains under torchrun: data split and reshuffled, replicas equal, each checkpoint written once."""
+    from tests.test_end_to_end import run_under_torchrun
+
+    root = tmp_path / case
+    shutil.copytree(PROJECTS / case / "after", root)
+    out = tmp_path / "out"
+    for number, (script, *args) in enumerate(_runs(case)):
+        args = [arg.replace("{out}", str(out)) for arg in args]
+        completed, ranks = run_under_torchrun(root / script, root, *args, probe=f"probe{number}")
+        assert completed.returncode == 0, completed.stdout + completed.stderr
+        assert [rank["world_size"] for rank in ranks] == [2, 2]
+        split = [[p for p in rank["passes"] if p["sampler"] == "DistributedSampler"] for rank in ranks]
+        assert split[0] and len(split[0]) == len(split[1]), f"{script}: the training data was not split"
+        for first, second in zip(*split):
+            assert set(first["indices"]).isdisjoint(second["indices"])
+            assert sorted(first["indices"] + second["indices"]) == list(range(first["dataset_size"]))
+        assert split[0][0]["indices"] != split[0][1]["indices"], "set_epoch did not reshuffle"
+        assert ranks[0]["replicas"] and ranks[0]["replicas"] == ranks[1]["replicas"], "the ranks ended with different weights"
+        assert ranks[0]["saves"] and ranks[1]["saves"] == [], "a checkpoint was written by more than one process"
+
+
+# -- check reads the same graph -------------------------------------------------------------------
+
+
+def _check(folder: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dp2ddp", "check", str(folder)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if (PROJECTS / case / "after").is_dir()])
+def test_check_finds_nothing_in_a_converted_project(case: str) -> None:
+    completed = _check(PROJECTS / case / "after")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "0 findings" in completed.stderr
+
+
+def test_check_reports_a_helper_that_saves_on_every_process_at_its_call(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "utils_save_and_log" / "after", root)
+    # The helper as it was before convert guarded it: every process writes the checkpoint.
+    shutil.copy(PROJECTS / "utils_save_and_log" / "before" / "utils.py", root / "utils.py")
+    completed = _check(root)
+    assert completed.returncode == 1
+    lines = [line for line in completed.stdout.splitlines() if " DDP501 " in line]
+    assert len(lines) == 1 and lines[0].startswith(f"{root}/main.py:") and "utils.py:31" in lines[0], completed.stdout

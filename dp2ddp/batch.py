@@ -35,6 +35,8 @@ class FileResult:
     result: ConvertResult | None = None
     # Set instead of ``result`` when the file could not be read or converted.
     error: str | None = None
+    # What the project said about the file, when it was converted as part of one.
+    role: ModuleRole | None = None
 
 
 def convert_file(path: Path, options: ConvertOptions) -> FileResult:

@@ -283,7 +283,7 @@ def _convert_projects(
             if isinstance(result, ConversionError):
                 results.append(FileResult(path, read[path].encoding, error=located(path, result)))
             else:
-                results.append(FileResult(path, read[path].encoding, result))
+                results.append(FileResult(path, read[path].encoding, result, role=converted.roles.get(path)))
         helpers_module = converted.helpers
         if helpers_module is not None and not diff:
             _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff, check=check)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from dp2ddp import __version__
+from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.api import ConversionError, ConvertOptions, convert_source, select_codemods
 from dp2ddp.batch import FileResult
 from dp2ddp.codemods import codemods
@@ -28,6 +29,8 @@ FORMATS: dict[str, str] = {".md": "markdown", ".json": "json"}
 
 # Stands in for a codemod's name when the changes could not be attributed one codemod at a time.
 ALL_CODEMODS = "all codemods"
+# The last step of a project's conversion: the helpers leave the file for the helpers module.
+HELPERS_MODULE = "helpers module"
 
 # The findings that change the batch a step sees or the scale of its gradient, and what that means
 # for the training run. Worded after the rules' messages; the findings' own messages carry the numbers.
@@ -232,7 +235,7 @@ def file_report(outcome: FileResult, options: ConvertOptions) -> FileReport:
     review = tuple(_item(f) for f in result.findings if f.severity == "note" and f.code not in BATCH_CONSEQUENCES)
     loaders = tuple(filter(None, map(_loader_batch, result.findings)))
     if result.changed:
-        changes, attributed = attribute(result.source, result.output, options)
+        changes, attributed = attribute(result.source, result.output, options, outcome.role)
         return FileReport(path, "changed", None, attributed, changes, needs_human, batch, review, loaders)
     errors = sum(f.severity == "error" for f in result.findings)
     if errors:
@@ -256,7 +259,9 @@ def _loader_batch(finding: Finding) -> LoaderBatch | None:
     return LoaderBatch(finding.line, finding.column, batch, f"{batch} * world_size", batch)
 
 
-def attribute(source: str, output: str, options: ConvertOptions) -> tuple[tuple[CodemodChanges, ...], bool]:
+def attribute(
+    source: str, output: str, options: ConvertOptions, role: ModuleRole | None = None
+) -> tuple[tuple[CodemodChanges, ...], bool]:
     """Each codemod's changes, and whether attributing them reproduced ``output``.
 
     Converting with the first k codemods for each k is consistent because a
@@ -271,7 +276,7 @@ def attribute(source: str, output: str, options: ConvertOptions) -> tuple[tuple[
     for count, name in enumerate(names, start=1):
         prefix = dataclasses.replace(options, only=tuple(names[:count]), skip=())
         try:
-            after = convert_source(source, prefix).output
+            after = convert_source(source, prefix, role).output
         except ConversionError:
             # A prefix that converts unsoundly alone says nothing about the whole conversion.
             before = None
@@ -280,6 +285,11 @@ def attribute(source: str, output: str, options: ConvertOptions) -> tuple[tuple[
         if changes:
             found.append(CodemodChanges(name, codemods()[name].DESCRIPTION, changes))
         before = after
+    if before is not None and before != output and role is not None and role.helpers_module is not None:
+        # In a project the helpers the codemods added move to the project's helpers module.
+        changes = _changes(original, before.splitlines(), output.splitlines())
+        found.append(CodemodChanges(HELPERS_MODULE, f"The added helpers move to `{role.helpers_module}`, imported here.", changes))
+        before = output
     if before != output:
         # Better no attribution than a wrong one.
         everything = _changes(original, original, output.splitlines())

@@ -141,14 +141,15 @@ RULES: dict[str, Rule] = {
             "warning",
             "no `if __name__ == \"__main__\":` entry or top-level training code, so no process-group "
             "setup was added here: the script that imports this one must start the process group before it "
-            "builds the model, and be launched with torchrun; convert adds no setup to a script without "
-            "DataParallel, so add it there by hand (`dp2ddp explain DDP101` shows the lines)",
+            "builds the model, and be launched with torchrun: convert the folder as one project "
+            "(`dp2ddp convert DIR`, or `convert ENTRY.py --project`), which adds the setup to the entry point "
+            "that imports this module, or add it there by hand (`dp2ddp explain DDP101` shows the lines)",
             doc=_doc(
                 'Finds a file with a DataParallel wrap but no `if __name__ == "__main__":` block and no top-level training code, such as a trainer module.',
                 "DDP needs a process group before the model is wrapped. A module that is imported has no place "
-                "where convert can start one for every way the program is launched. `dp2ddp convert` on a folder "
-                "converts each file on its own: a run script that only imports the trainer has no DataParallel, "
-                "so it is left as it was and gains no setup.",
+                "where convert can start one for every way the program is launched. Converted on its own, a "
+                "trainer module gets no setup; converted as part of its folder (`dp2ddp convert DIR`), the entry "
+                "point that imports it gets `setup_distributed()` (DDP103), and this finding is not reported.",
                 "# trainer.py\nclass Trainer:\n    def __init__(self, model):\n        self.model = nn.DataParallel(model)\n\n"
                 "# run.py\nfrom trainer import Trainer\n\nif __name__ == \"__main__\":\n    Trainer(Net()).fit()",
                 "# run.py, once trainer.py is converted; launch: torchrun --nproc-per-node=N run.py\n"

@@ -256,3 +256,20 @@ def test_check_reports_a_helper_that_saves_on_every_process_at_its_call(tmp_path
     assert completed.returncode == 1
     lines = [line for line in completed.stdout.splitlines() if " DDP501 " in line]
     assert len(lines) == 1 and lines[0].startswith(f"{root}/main.py:") and "utils.py:31" in lines[0], completed.stdout
+
+
+def test_the_migration_report_covers_the_project_codemod_by_codemod(tmp_path: Path) -> None:
+    import json
+
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "utils_save_and_log" / "before", root)
+    report = tmp_path / "report.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "dp2ddp", "convert", "--diff", "--report", str(report), str(root)], capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr
+    files = {Path(entry["path"]).name: entry for entry in json.loads(report.read_text())["files"]}
+    assert set(files) == {"main.py", "utils.py"}
+    assert files["main.py"]["attributed"] is True
+    steps = [change["codemod"] for change in files["main.py"]["changes"]]
+    assert steps[0] == "replace_data_parallel" and steps[-1] == "helpers module", steps

@@ -23,6 +23,7 @@ parse; only the modules that hold a writer are analysed with LibCST, once.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,9 @@ class _Module:
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
     wraps: list[ast.Call] = field(default_factory=list)
     loaders: list[ast.Call] = field(default_factory=list)
+    import_nodes: list[ast.Import | ast.ImportFrom] = field(default_factory=list)
+    # Every call whose function is a name or a dotted name, with that spelling.
+    calls: list[tuple[ast.Call, str]] = field(default_factory=list)
     factories: dict[str, ast.Call] = field(default_factory=dict)
     # Classes that keep a running average as `sum`, `count` and `avg`, with an `update` method.
     meters: set[str] = field(default_factory=set)
@@ -67,17 +71,22 @@ class Project:
         self.root = root
         self.modules: dict[str, _Module] = {}
         self.by_path: dict[Path, _Module] = {}
-        for path, source in sorted(sources.items()):
+        # Every file's module name, parsed or not: what imports resolve against.
+        self._names = {path: _module_name(path.relative_to(root)) for path in sources}
+        self._sources = sources
+        self._importers: dict[Path, set[Path]] = {}
+        for path in sorted(self._relevant(sources)):
             try:
-                tree = ast.parse(source)
+                tree = ast.parse(sources[path])
             except (SyntaxError, ValueError):
                 continue  # The file's own conversion names the error.
-            name = _module_name(path.relative_to(root))
-            module = _Module(name, path, tree, source)
-            self.modules.setdefault(name, module)
+            module = _Module(self._names[path], path, tree, sources[path])
+            self.modules.setdefault(module.name, module)
             self.by_path[path] = module
         for module in self.by_path.values():
-            self._read(module)
+            self._index(module)
+        for module in self.by_path.values():
+            self._bind(module)
         # A script no module imports, whose top level calls into the project, runs as a program too
         # (`trainer = Trainer(model); trainer.train()` at module level, as a notebook exported to a script).
         imported = set().union(*(m.imports for m in self.by_path.values()))
@@ -96,18 +105,97 @@ class Project:
         self.converted = self.wrapping | self.loading | self.drivers
         self._analyses: dict[str, Analysis] = {}
 
+    def _relevant(self, sources: Mapping[Path, str]) -> set[Path]:
+        """The files that can take part in a conversion, found from their text before any parse.
+
+        A folder none of whose files mentions a wrap has nothing to convert. Otherwise the
+        files that import a wrapping file, directly or not, and everything those import, are
+        read; a large library tree of which one corner uses DataParallel is not parsed whole.
+        """
+        wrapping = {path for path, source in sources.items() if _WRAP_CALL.search(source)}
+        if not wrapping:
+            return set()
+        imports = {path: self._quick_imports(path, source) for path, source in sources.items()}
+        importers: dict[Path, set[Path]] = {}
+        for path, targets in imports.items():
+            for target in targets:
+                importers.setdefault(target, set()).add(path)
+        self._importers = importers
+        upstream = _closure(wrapping, importers)
+        # What the programs that train a wrapped model import: their loaders, writers and meters.
+        programs = {path for path in upstream if path not in importers or _MAIN_GUARD_TEXT.search(sources[path])}
+        return upstream | _closure(programs | wrapping, imports)
+
+    def _quick_imports(self, path: Path, source: str) -> set[Path]:
+        found: set[Path] = set()
+        for match in _IMPORT_LINE.finditer(source):
+            if match.group("module") is not None:
+                stem = match.group("module")
+                level = len(stem) - len(stem.lstrip("."))
+                dotted = stem.lstrip(".")
+                found |= self._resolve_path(path, dotted, level)
+                for name in re.findall(r"[A-Za-z_]\w*", match.group("names")):
+                    found |= self._resolve_path(path, f"{dotted}.{name}" if dotted else name, level)
+            else:
+                for dotted in re.findall(r"[A-Za-z_][\w.]*", match.group("plain").split(" as ")[0]):
+                    found |= self._resolve_path(path, dotted, 0)
+        return found
+
+    def _resolve_path(self, path: Path, dotted: str, level: int) -> set[Path]:
+        parts = [p for p in dotted.split(".") if p]
+        if level:
+            base = path.parent
+            for _ in range(level - 1):
+                base = base.parent
+            bases = [base]
+        else:
+            bases = [path.parent, self.root]
+        for base in bases:
+            stem = base.joinpath(*parts) if parts else base
+            for candidate in (stem.with_suffix(".py") if parts else None, stem / "__init__.py"):
+                if candidate is not None and candidate in self._names:
+                    return {candidate}
+        return set()
+
     def site(self, module: _Module, node: ast.AST) -> Site:
         return Site(module.path.relative_to(self.root).as_posix(), getattr(node, "lineno", 1))
 
     # -- reading one module -----------------------------------------------------------
 
-    def _read(self, module: _Module) -> None:
+    def _index(self, module: _Module) -> None:
+        """One walk of the tree: its functions, imports, calls and returns, and whether it is an entry point."""
         for statement in module.tree.body:
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 module.functions[statement.name] = statement
+            elif isinstance(statement, ast.ClassDef) and _is_meter(statement):
+                module.meters.add(statement.name)
             elif _is_main_guard(statement) or (isinstance(statement, (ast.For, ast.While)) and _trains(statement)):
                 module.entry = True
+        returns: list[ast.Return] = []
         for node in ast.walk(module.tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                module.import_nodes.append(node)
+            elif isinstance(node, ast.Call):
+                spelled = _dotted(node.func)
+                if spelled is None:
+                    continue
+                module.calls.append((node, spelled))
+                name = spelled.rpartition(".")[2]
+                if name in _WRAP_NAMES:
+                    module.wraps.append(node)
+                elif name == "DataLoader":
+                    module.loaders.append(node)
+            elif isinstance(node, ast.Return) and node.value is not None:
+                returns.append(node)
+        for name, function in module.functions.items():
+            inside = range(function.lineno, (function.end_lineno or function.lineno) + 1)
+            wraps = [call for call in module.wraps if call.lineno in inside]
+            if wraps and any(r.lineno in inside for r in returns):
+                module.factories[name] = wraps[0]
+
+    def _bind(self, module: _Module) -> None:
+        """What each import binds, once every module's functions are known (``from x import *``)."""
+        for node in module.import_nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     target = self._resolve(module, alias.name, 0)
@@ -123,38 +211,25 @@ class Project:
                             resolved = self._resolve(module, prefix, 0)
                             if resolved is not None:
                                 module.bindings.setdefault(prefix, (resolved, None, prefix))
-            elif isinstance(node, ast.ImportFrom):
-                spelled = "." * node.level + (node.module or "")
-                target = self._resolve(module, node.module or "", node.level)
-                if target is None:
+                continue
+            spelled = "." * node.level + (node.module or "")
+            target = self._resolve(module, node.module or "", node.level)
+            if target is None:
+                continue
+            module.imports.add(target)
+            for alias in node.names:
+                if alias.name == "*":
+                    module.bindings.update(
+                        (function, (target, function, f"{spelled}.{function}")) for function in self._public_functions(target)
+                    )
                     continue
-                module.imports.add(target)
-                for alias in node.names:
-                    if alias.name == "*":
-                        module.bindings.update(
-                            (function, (target, function, f"{spelled}.{function}"))
-                            for function in self._public_functions(target)
-                        )
-                        continue
-                    qualified = f"{spelled}.{alias.name}" if spelled != "." * node.level else f"{spelled}{alias.name}"
-                    submodule = self._resolve(module, f"{node.module}.{alias.name}" if node.module else alias.name, node.level)
-                    if submodule is not None:
-                        module.imports.add(submodule)
-                        module.bindings[alias.asname or alias.name] = (submodule, None, qualified)
-                    else:
-                        module.bindings[alias.asname or alias.name] = (target, alias.name, qualified)
-            elif isinstance(node, ast.Call) and _spelled_name(node.func) in _WRAP_NAMES:
-                module.wraps.append(node)
-            elif isinstance(node, ast.Call) and _spelled_name(node.func) == "DataLoader":
-                module.loaders.append(node)
-        for statement in module.tree.body:
-            if isinstance(statement, ast.ClassDef) and _is_meter(statement):
-                module.meters.add(statement.name)
-        for name, function in module.functions.items():
-            wraps = [call for call in ast.walk(function) if isinstance(call, ast.Call) and _spelled_name(call.func) in _WRAP_NAMES]
-            returns = [r for r in ast.walk(function) if isinstance(r, ast.Return) and r.value is not None]
-            if wraps and returns:
-                module.factories[name] = wraps[0]
+                qualified = f"{spelled}.{alias.name}" if spelled != "." * node.level else f"{spelled}{alias.name}"
+                submodule = self._resolve(module, f"{node.module}.{alias.name}" if node.module else alias.name, node.level)
+                if submodule is not None:
+                    module.imports.add(submodule)
+                    module.bindings[alias.asname or alias.name] = (submodule, None, qualified)
+                else:
+                    module.bindings[alias.asname or alias.name] = (target, alias.name, qualified)
 
     def _public_functions(self, target: str) -> list[str]:
         module = self.modules.get(target)
@@ -164,22 +239,10 @@ class Project:
         return [name for name in module.functions if not name.startswith("_")]
 
     def _resolve(self, module: _Module, dotted: str, level: int) -> str | None:
-        """The project module an import names, or None for anything outside the folder."""
-        if level:
-            base = module.path.parent
-            for _ in range(level - 1):
-                base = base.parent
-            candidates = [base]
-        else:
-            # A script's own folder is on sys.path when it runs, and so is the project's.
-            candidates = [module.path.parent, self.root]
-        parts = [p for p in dotted.split(".") if p]
-        for base in candidates:
-            stem = base.joinpath(*parts) if parts else base
-            for path in (stem.with_suffix(".py") if parts else None, stem / "__init__.py"):
-                if path is not None and path in self.by_path:
-                    return self.by_path[path].name
-        return None
+        """The project module an import names, or None for anything outside the folder (or not read)."""
+        found = self._resolve_path(module.path, dotted, level)
+        name = self._names[found.pop()] if found else None
+        return name if name in self.modules else None
 
     def reachable(self, name: str) -> set[str]:
         seen: set[str] = set()
@@ -196,12 +259,7 @@ class Project:
 
     def calls(self, module: _Module) -> Iterator[tuple[ast.Call, str, str, str]]:
         """Each call of another project module's function: (call, module, function, qualified spelling)."""
-        for node in ast.walk(module.tree):
-            if not isinstance(node, ast.Call):
-                continue
-            spelled = _dotted(node.func)
-            if spelled is None:
-                continue
+        for node, spelled in module.calls:
             if spelled in module.bindings and module.bindings[spelled][1] is not None:
                 target, function, qualified = module.bindings[spelled]
                 yield node, target, function, qualified  # type: ignore[misc]
@@ -280,7 +338,7 @@ class Project:
             written = self.writes(target, function)
             if written is None:
                 continue
-            if all(caller in self.converted for caller, _, _ in sites):
+            if all(caller in self.converted for caller, _, _ in sites) and not self._unread_callers(target, function):
                 inside.setdefault(target, []).append((function, written, tuple(site for _, _, site in sites)))
             else:
                 for caller, qualified, _ in sites:
@@ -308,6 +366,15 @@ class Project:
                 roles[module.path] = role
         return roles
 
+    def _unread_callers(self, target: str, function: str) -> list[Path]:
+        """Files the project did not read that import ``target`` and name ``function``: callers too, unconverted."""
+        called = re.compile(rf"\b{re.escape(function)}\b")
+        return [
+            path
+            for path in self._importers.get(self.modules[target].path, ())
+            if path not in self.by_path and called.search(self._sources[path])
+        ]
+
     def _first_wrap(self, reached: set[str]) -> Site:
         """Where the first module this entry point imports wraps a model, or else builds its loaders."""
         wrapping = reached & self.wrapping
@@ -320,6 +387,29 @@ class Project:
         if len(folders) == 1:
             return folders.pop()
         return None
+
+
+# `from .models import create_model, (...)` and `import utils.tools as tools`, read from text.
+_IMPORT_LINE = re.compile(
+    r"^[ \t]*(?:from[ \t]+(?P<module>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|[^\n#;]*)"
+    r"|import[ \t]+(?P<plain>[^\n#;]+))",
+    re.MULTILINE,
+)
+
+
+_WRAP_CALL = re.compile(r"\b(?:DataParallel|data_parallel|" + names.WRAP_HELPER + r")\s*\(")
+_MAIN_GUARD_TEXT = re.compile(r"""__name__\s*==\s*['"]__main__['"]|['"]__main__['"]\s*==\s*__name__""")
+
+
+def _closure(start: set[Path], edges: Mapping[Path, set[Path]]) -> set[Path]:
+    seen = set(start)
+    todo = list(start)
+    while todo:
+        for target in edges.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
 
 
 def _module_name(relative: Path) -> str:
@@ -343,6 +433,8 @@ def _calls_at_top_level(module: _Module) -> bool:
 
 def _is_meter(cls: ast.ClassDef) -> bool:
     methods = {s.name for s in cls.body if isinstance(s, ast.FunctionDef)}
+    if "update" not in methods:
+        return False
     kept = {
         target.attr
         for node in ast.walk(cls)
@@ -351,7 +443,7 @@ def _is_meter(cls: ast.ClassDef) -> bool:
         for target in (target.elts if isinstance(target, ast.Tuple) else [target])
         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
     }
-    return "update" in methods and {"sum", "count", "avg"} <= kept
+    return {"sum", "count", "avg"} <= kept
 
 
 def _is_main_guard(statement: ast.stmt) -> bool:
@@ -371,12 +463,6 @@ def _trains(loop: ast.stmt) -> bool:
     )
 
 
-def _spelled_name(func: ast.expr) -> str | None:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
 
 
 def _dotted(func: ast.expr) -> str | None:

@@ -490,7 +490,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return
         elif edit == "shuffle":
             self.sampler_edits[plan.built] = "sampler"  # type: ignore[index]  # a DistributedSampler would repeat one order
-        why = "a loop starts its passes with `iter()`" if per_step else "no epoch loop was found"
+        why = "a loop starts its passes with `iter()`" if per_step else "convert found no epoch loop where it could call `set_epoch` on it"
+        if not per_step and self.analysis.role.setup_elsewhere:
+            why = "its epochs are counted in another module, where convert cannot call `set_epoch` on it"
         self.report(call, "DDP322", loader=loader, why=why)
 
     def _unshuffled(self, call: cst.Call) -> bool:
@@ -862,32 +864,30 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(where, "DDP317", source=code_of(source).strip())
             unsplit = True
         wraps = self.facts.model_wraps or self.facts.imported_wraps
-        if not loaders and not unsplit and wraps and not analysis.role.loader_sources and not self._trained_elsewhere(analysis):
+        role = analysis.role
+        if not loaders and not unsplit and wraps and not role.loader_sources and not role.program_loaders:
             # A script run on its own that trains through another module (`engine.run(model)`) would train every
             # process on that module's unsplit loader; a module others import only builds the model.
             runs = main_guard(analysis.module) is not None and self._handed_to_another_module(analysis)
             self.report(wraps[0], "DDP325" if runs else "DDP306")
-
-    def _trained_elsewhere(self, analysis: Analysis) -> bool:
-        """In a project: this module's wraps are in factories whose callers train the model, and say so there."""
-        if not analysis.role.setup_elsewhere:
-            return False
-        for call in self.facts.model_wraps:
-            function = next((a for a in analysis.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
-            if function is None or not any(r.value is not None for r in analysis.within(function.body, cst.Return)):
-                return False
-        return True
 
     def _from_project_loader(self, source: cst.BaseExpression) -> bool:
         """Whether ``source`` reads what a call of a project function that builds the program's loaders returned."""
         role = self.analysis.role
         if not role.loader_sources:
             return False
-        produced: set[str] = set()
+        seeds: set[str] = set()
         for assign in self.analysis.nodes(cst.Assign):
             calls = [assign.value] if isinstance(assign.value, cst.Call) else []
             if any(role.loader_site(q.name) for call in calls for q in self.analysis.qualified_names(call.func)):
-                produced |= {code_of(t.target) for t in assign.targets}
+                # `loader = make_loader()`, `train_loader, val_loader = make_loaders()`
+                for target in assign.targets:
+                    if isinstance(target.target, (cst.Tuple, cst.List)):
+                        seeds |= {code_of(element.value) for element in target.target.elements}
+                    else:
+                        seeds.add(code_of(target.target))
+        # And what is made from them: `dataset = data_loader.load_data()`, `tbar = tqdm(loader)`.
+        produced = self.analysis.flows_from(seeds) if seeds else set()
         calls = self.analysis.within(source, cst.Call)
         direct = any(role.loader_site(q.name) for call in calls for q in self.analysis.qualified_names(call.func))
         return direct or bool(self.analysis.reads(source) & produced)

@@ -76,6 +76,10 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             self.report(call, "DDP201")
         for call in self.facts.unresolved_wraps:
             self.report(call, "DDP102", spelled=code_of(call.func))
+        role = analysis.role
+        for call in self.facts.subclass_wraps:
+            site = next(role.subclass_site(q.name) for q in analysis.qualified_names(call.func) if role.subclass_site(q.name))
+            self.report(call, "DDP229", call=code_of(call.func), site=site)
         # A file that wraps no whole model is not a training script to migrate, and
         # one whose model life-cycle has a hazard no edit makes safe is left as it
         # was: what could not be converted is reported, and nothing is edited.

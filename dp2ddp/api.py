@@ -90,7 +90,7 @@ def convert_source(source: str, options: ConvertOptions = ConvertOptions(), role
     """
     codemod_groups = _selected_groups(options)
     module = None
-    if role is None or not role.converts:
+    if role is None or not (role.converts or role.subclass_wraps):
         # Settled from tokens, then from the bare tree, before any metadata is resolved.
         if not needs_analysis(source) or not _wraps_or_imports_data_parallel(module := parse_source(source)):
             return ConvertResult(source, source, (), NO_DATA_PARALLEL)

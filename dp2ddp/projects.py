@@ -156,7 +156,8 @@ def _hold_back_programs_with_a_refusal(project: Project, result: ProjectResult) 
     The modules of one program change together: a factory that wraps in DDP
     needs the process group its entry point starts, and a helper guarded for
     converted callers assumes they are converted. Modules are of one program
-    when one imports the other and the conversion changes or refuses both.
+    when one imports the other and the conversion changes or refuses both, or when one entry
+    point reaches both.
     """
     touched = {
         project.by_path[path].name
@@ -174,6 +175,12 @@ def _hold_back_programs_with_a_refusal(project: Project, result: ProjectResult) 
     for name in touched:
         for imported in project.modules[name].imports & touched:
             group[find(name)] = find(imported)
+    # An entry point's program is everything it reaches, through unchanged modules too
+    # (a package `__init__` between the entry point and its loader module).
+    for entry, reached in project.reach.items():
+        members = sorted(reached & touched)
+        for member in members[1:]:
+            group[find(member)] = find(members[0])
     refused = {
         find(project.by_path[path].name): path
         for path, converted in result.files.items()

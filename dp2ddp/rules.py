@@ -713,6 +713,25 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP229",
+            "imported-data-parallel-subclass",
+            "error",
+            "`{call}` wraps the model in a subclass of DataParallel defined at {site}; the file is left as it was: "
+            "its overrides (a custom scatter, callbacks on each replica) have no DDP equivalent, so convert cannot "
+            "tell what the DDP model must keep: wrap the model in `nn.DataParallel` itself, or write the DDP wrap "
+            "by hand, then run convert again",
+            doc=_doc(
+                "Finds, in a project, a model wrapped in a DataParallel subclass that another module of the project defines.",
+                "A subclass overrides how DataParallel scatters inputs or replicates modules (SyncBatchNorm "
+                "callbacks, balanced GPU 0 loads). Those overrides act across threads of one process; under DDP "
+                "there is one process per GPU, and what they did must be redone by hand, if at all.",
+                "# trainer.py\nfrom sync_batchnorm import DataParallelWithCallback\n"
+                "model = DataParallelWithCallback(net, device_ids=gpus)",
+                "# trainer.py\nmodel = nn.DataParallel(net, device_ids=gpus)  # nn.SyncBatchNorm after the DDP conversion",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP219",
             "wrap-moved-after-mutation",
             "note",

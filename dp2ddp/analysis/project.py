@@ -23,6 +23,7 @@ parse; only the modules that hold a writer are analysed with LibCST, once.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class _Module:
     factories: dict[str, ast.Call] = field(default_factory=dict)
     # Classes that keep a running average as `sum`, `count` and `avg`, with an `update` method.
     meters: set[str] = field(default_factory=set)
+    # Classes that subclass DataParallel (`DataParallelWithCallback`), with their definitions.
+    subclasses: dict[str, ast.ClassDef] = field(default_factory=dict)
     entry: bool = False
 
     @property
@@ -75,6 +78,7 @@ class Project:
         self._names = {path: _module_name(path.relative_to(root)) for path in sources}
         self._sources = sources
         self._importers: dict[Path, set[Path]] = {}
+        self._search_roots = self._path_additions(sources)
         for path in sorted(self._relevant(sources)):
             try:
                 tree = ast.parse(sources[path])
@@ -149,13 +153,37 @@ class Project:
                 base = base.parent
             bases = [base]
         else:
-            bases = [path.parent, self.root]
+            bases = [path.parent, self.root, *self._search_roots]
         for base in bases:
             stem = base.joinpath(*parts) if parts else base
             for candidate in (stem.with_suffix(".py") if parts else None, stem / "__init__.py"):
                 if candidate is not None and candidate in self._names:
                     return {candidate}
         return set()
+
+    def _path_additions(self, sources: Mapping[Path, str]) -> list[Path]:
+        """Folders of the project that its code puts on ``sys.path``, so that absolute imports find modules there.
+
+        HRNet's ``_init_paths.py`` inserts ``join(dirname(__file__), '..', 'lib')``; RAFT appends ``'core'``.
+        The string literals of a file that changes ``sys.path`` are joined in order, from the file's folder and
+        from the project's root, and every folder of the project they name is searched.
+        """
+        folders = {parent for path in sources for parent in path.parents if parent.is_relative_to(self.root)}
+        found: list[Path] = []
+        for path, source in sources.items():
+            if "sys.path" not in source:
+                continue
+            for line in source.splitlines():
+                if "sys.path" not in line and "path" not in line.lower():
+                    continue
+                literals = re.findall(r"""['"]([\w./-]+)['"]""", line)
+                for start in (path.parent, self.root):
+                    joined = start
+                    for literal in literals:
+                        joined = Path(os.path.normpath(joined / literal))
+                        if joined in folders and joined not in found and joined != self.root:
+                            found.append(joined)
+        return found
 
     def site(self, module: _Module, node: ast.AST) -> Site:
         return Site(module.path.relative_to(self.root).as_posix(), getattr(node, "lineno", 1))
@@ -167,8 +195,11 @@ class Project:
         for statement in module.tree.body:
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 module.functions[statement.name] = statement
-            elif isinstance(statement, ast.ClassDef) and _is_meter(statement):
-                module.meters.add(statement.name)
+            elif isinstance(statement, ast.ClassDef):
+                if _is_meter(statement):
+                    module.meters.add(statement.name)
+                if any(_dotted(base) is not None and _dotted(base).rpartition(".")[2] == "DataParallel" for base in statement.bases):
+                    module.subclasses[statement.name] = statement
             elif _is_main_guard(statement) or (isinstance(statement, (ast.For, ast.While)) and _trains(statement)):
                 module.entry = True
         returns: list[ast.Return] = []
@@ -215,6 +246,13 @@ class Project:
             spelled = "." * node.level + (node.module or "")
             target = self._resolve(module, node.module or "", node.level)
             if target is None:
+                # A folder without `__init__.py` (a namespace package): its modules are still imported.
+                for alias in node.names:
+                    dotted = f"{node.module}.{alias.name}" if node.module else alias.name
+                    submodule = self._resolve(module, dotted, node.level)
+                    if submodule is not None:
+                        module.imports.add(submodule)
+                        module.bindings[alias.asname or alias.name] = (submodule, None, f"{spelled}.{alias.name}")
                 continue
             module.imports.add(target)
             for alias in node.names:
@@ -262,12 +300,33 @@ class Project:
         for node, spelled in module.calls:
             if spelled in module.bindings and module.bindings[spelled][1] is not None:
                 target, function, qualified = module.bindings[spelled]
-                yield node, target, function, qualified  # type: ignore[misc]
+                yield node, *self._defined_in(target, function), qualified  # type: ignore[misc]
                 continue
-            prefix, _, function = spelled.rpartition(".")
-            if prefix in module.bindings and module.bindings[prefix][1] is None:
-                target, _, qualified = module.bindings[prefix]
-                yield node, target, function, f"{qualified}.{function}"
+            # `utils.save(...)`, `reidlib.data.DataManager(...)`: the longest prefix bound to a module,
+            # then its submodules, attribute by attribute.
+            parts = spelled.split(".")
+            for cut in range(len(parts) - 1, 0, -1):
+                prefix = ".".join(parts[:cut])
+                if prefix in module.bindings and module.bindings[prefix][1] is None:
+                    target, _, qualified = module.bindings[prefix]
+                    for part in parts[cut:-1]:
+                        inner = self._resolve(self.modules[target], f"{part}", 1) if self.modules[target].is_package else None
+                        if inner is None:
+                            break
+                        target = inner
+                    else:
+                        yield node, *self._defined_in(target, parts[-1]), f"{qualified}.{'.'.join(parts[cut:])}"
+                    break
+
+    def _defined_in(self, target: str, name: str, hops: int = 3) -> tuple[str, str]:
+        """Where ``name`` of module ``target`` is defined: a package re-exports it from a module of its own."""
+        module = self.modules.get(target)
+        while module is not None and hops and name not in module.functions and name in module.bindings:
+            source, attribute, _ = module.bindings[name]
+            if attribute is None or source not in self.modules:
+                break
+            module, name, hops = self.modules[source], attribute, hops - 1
+        return (module.name if module is not None else target), name
 
     def _analysis(self, name: str) -> Analysis | None:
         if name not in self._analyses:
@@ -316,17 +375,21 @@ class Project:
         loader_sources: dict[str, list[tuple[str, Site]]] = {}
         project_calls: dict[str, set[str]] = {}
         meters: dict[str, set[str]] = {}
+        subclass_wraps: dict[str, list[tuple[str, Site]]] = {}
         callers: dict[tuple[str, str], list[tuple[str, str, Site]]] = {}
         for module in self.by_path.values():
             for call, target, function, qualified in self.calls(module):
                 project_calls.setdefault(module.name, set()).add(qualified)
                 if function in self.modules[target].meters:
                     meters.setdefault(module.name, set()).add(qualified)
+                subclass = self.modules[target].subclasses.get(function)
+                if subclass is not None and target != module.name:
+                    subclass_wraps.setdefault(module.name, []).append((qualified, self.site(self.modules[target], subclass)))
                 factory = self.modules[target].factories.get(function)
                 if factory is not None and module.name not in self.wrapping:
                     wraps.setdefault(module.name, []).append((qualified, self.site(self.modules[target], factory)))
-                elif target in self.loading and target != module.name:
-                    site = self.site(self.modules[target], self.modules[target].loaders[0])
+                elif target != module.name and (loading := self._loading_from(target)) is not None:
+                    site = self.site(loading, loading.loaders[0])
                     loader_sources.setdefault(module.name, []).append((qualified, site))
                 elif target not in self.converted:
                     callers.setdefault((target, function), []).append((module.name, qualified, self.site(module, call)))
@@ -347,7 +410,7 @@ class Project:
         roles: dict[Path, ModuleRole] = {}
         for module in self.by_path.values():
             name = module.name
-            setup_elsewhere = name in self.wrapping and not module.entry and any(
+            setup_elsewhere = (name in self.wrapping or name in self.loading) and not module.entry and any(
                 name in self.reach[entry] for entry in self.drivers
             )
             role = ModuleRole(
@@ -360,11 +423,25 @@ class Project:
                 splits_loaders=name in self.loading,
                 project_calls=frozenset(project_calls.get(name, ())) if name in self.converted | set(inside) else frozenset(),
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
+                subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
+                program_loaders=self._program_loaders(name) if name in self.converted else (),
                 helpers_module=helpers_module if (name in self.converted or name in inside) else None,
             )
             if role != ModuleRole():
                 roles[module.path] = role
         return roles
+
+    def _program_loaders(self, name: str) -> tuple[Site, ...]:
+        """The DataLoaders the other modules of the programs that import ``name`` build."""
+        program = set().union(*(self.reach[entry] for entry in self.drivers if name in self.reach[entry])) - {name}
+        return tuple(self.site(self.modules[other], call) for other in sorted(program) for call in self.modules[other].loaders)
+
+    def _loading_from(self, target: str) -> _Module | None:
+        """The loader module a call into ``target`` builds its loaders in: ``target`` itself, or one it imports."""
+        if target in self.loading:
+            return self.modules[target]
+        reached = sorted(self.reachable(target) & self.loading)
+        return self.modules[reached[0]] if reached else None
 
     def _unread_callers(self, target: str, function: str) -> list[Path]:
         """Files the project did not read that import ``target`` and name ``function``: callers too, unconverted."""
@@ -397,7 +474,8 @@ _IMPORT_LINE = re.compile(
 )
 
 
-_WRAP_CALL = re.compile(r"\b(?:DataParallel|data_parallel|" + names.WRAP_HELPER + r")\s*\(")
+# A wrap, in the text: a call of DataParallel or of the wrap helper, or a class that subclasses DataParallel.
+_WRAP_CALL = re.compile(r"\b(?:DataParallel|data_parallel|" + names.WRAP_HELPER + r")\s*\(|^class\s+\w+\s*\([^)]*DataParallel", re.M)
 _MAIN_GUARD_TEXT = re.compile(r"""__name__\s*==\s*['"]__main__['"]|['"]__main__['"]\s*==\s*__name__""")
 
 

@@ -36,8 +36,12 @@ class ModuleRole:
     # Project callables this module calls whose module builds the program's DataLoaders, with where:
     # their loaders are split there, so batches this module reads from them are split too.
     loader_sources: tuple[tuple[str, Site], ...] = ()
+    # Where the other modules of this module's programs build their DataLoaders: they are split there.
+    program_loaders: tuple[Site, ...] = ()
     # A module that builds DataLoaders for a converted program, and is converted for them.
     splits_loaders: bool = False
+    # DataParallel subclasses of other project modules this module wraps models in, with where each is defined.
+    subclass_wraps: tuple[tuple[str, Site], ...] = ()
     # Meter classes of other project modules this module builds (`utils.AverageMeter(...)`): they keep
     # `sum` and `count`, so the reduction of AverageMeter-style meters applies to them.
     meter_classes: frozenset[str] = frozenset()
@@ -58,6 +62,9 @@ class ModuleRole:
 
     def wrap_site(self, qualified: str) -> Site | None:
         return dict(self.imported_wraps).get(qualified)
+
+    def subclass_site(self, qualified: str) -> Site | None:
+        return dict(self.subclass_wraps).get(qualified)
 
     def loader_site(self, qualified: str) -> Site | None:
         return dict(self.loader_sources).get(qualified)

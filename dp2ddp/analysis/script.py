@@ -91,6 +91,8 @@ class ScriptFacts:
     helper_wraps: int = 0
     # Calls of a project function that returns a wrapped model (`model = create_model(opt)`).
     imported_wraps: list[cst.Call] = field(default_factory=list)
+    # Wraps in a DataParallel subclass another module of the project defines.
+    subclass_wraps: list[cst.Call] = field(default_factory=list)
     # A torch.distributed construct the user wrote (not one of dp2ddp's helpers).
     existing_distributed: tuple[cst.CSTNode, str] | None = None
     helpers: set[str] = field(default_factory=set)
@@ -160,6 +162,9 @@ def collect_script_facts(analysis: Analysis) -> ScriptFacts:
             facts.helper_wraps += 1
         elif analysis.role.imported_wraps and any(analysis.role.wrap_site(q.name) for q in analysis.qualified_names(call.func)):
             facts.imported_wraps.append(call)
+        elif analysis.role.subclass_wraps and any(analysis.role.subclass_site(q.name) for q in analysis.qualified_names(call.func)):
+            facts.subclass_wraps.append(call)
+            facts.mentions_data_parallel = True
         if facts.existing_distributed is None and not inside_helper(analysis, call):
             if analysis.matches(call, call_to(names.DISTRIBUTED_DATA_PARALLEL)):
                 facts.existing_distributed = (call, "DistributedDataParallel")

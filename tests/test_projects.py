@@ -223,7 +223,7 @@ def test_converted_project_trains_on_two_processes(case: str, tmp_path: Path) ->
         completed, ranks = run_under_torchrun(root / script, root, *args, probe=f"probe{number}")
         assert completed.returncode == 0, completed.stdout + completed.stderr
         assert [rank["world_size"] for rank in ranks] == [2, 2]
-        split = [[p for p in rank["passes"] if p["sampler"] == "DistributedSampler"] for rank in ranks]
+        split = [[p for p in rank["passes"] if p["sampler"] in ("DistributedSampler", "ShardedSampler")] for rank in ranks]
         assert split[0] and len(split[0]) == len(split[1]), f"{script}: the training data was not split"
         for first, second in zip(*split):
             assert set(first["indices"]).isdisjoint(second["indices"])

@@ -395,13 +395,17 @@ class Project:
                     callers.setdefault((target, function), []).append((module.name, qualified, self.site(module, call)))
         inside: dict[str, list[tuple[str, Site, tuple[Site, ...]]]] = {}
         at_call: dict[str, list[tuple[str, Site]]] = {}
+        training: set[str] = set()
         for (target, function), sites in sorted(callers.items()):
             if not any(caller in self.converted for caller, _, _ in sites):
                 continue
+            all_converted = all(caller in self.converted for caller, _, _ in sites) and not self._unread_callers(target, function)
+            if all_converted and self._steps(self.modules[target], {function}):
+                training.add(target)  # `train_one_epoch(model, loader, ...)` of lib/: trains for the converted caller
             written = self.writes(target, function)
             if written is None:
                 continue
-            if all(caller in self.converted for caller, _, _ in sites) and not self._unread_callers(target, function):
+            if all_converted:
                 inside.setdefault(target, []).append((function, written, tuple(site for _, _, site in sites)))
             else:
                 for caller, qualified, _ in sites:
@@ -410,7 +414,7 @@ class Project:
         roles: dict[Path, ModuleRole] = {}
         for module in self.by_path.values():
             name = module.name
-            setup_elsewhere = (name in self.wrapping or name in self.loading) and not module.entry and any(
+            setup_elsewhere = (name in self.wrapping or name in self.loading or name in training) and not module.entry and any(
                 name in self.reach[entry] for entry in self.drivers
             )
             role = ModuleRole(
@@ -418,18 +422,28 @@ class Project:
                 drives=self._first_wrap(self.reach[name]) if name in self.drivers and name not in self.wrapping else None,
                 setup_elsewhere=setup_elsewhere,
                 guarded_functions=tuple(inside.get(name, ())),
+                trains=name in training,
                 guarded_calls=tuple(dict.fromkeys(at_call.get(name, ()))),
                 loader_sources=tuple(dict.fromkeys(loader_sources.get(name, ()))) if name in self.converted else (),
                 splits_loaders=name in self.loading,
-                project_calls=frozenset(project_calls.get(name, ())) if name in self.converted | set(inside) else frozenset(),
+                project_calls=frozenset(project_calls.get(name, ())) if name in self.converted | set(inside) | training else frozenset(),
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 program_loaders=self._program_loaders(name) if name in self.converted else (),
-                helpers_module=helpers_module if (name in self.converted or name in inside) else None,
+                helpers_module=helpers_module if (name in self.converted or name in inside or name in training) else None,
             )
             if role != ModuleRole():
                 roles[module.path] = role
         return roles
+
+    def _steps(self, module: _Module, functions: set[str]) -> bool:
+        """Whether one of ``functions`` of ``module`` runs a training step: it calls ``backward()``."""
+        for name in functions & module.functions.keys():
+            function = module.functions[name]
+            inside = range(function.lineno, (function.end_lineno or function.lineno) + 1)
+            if any(spelled.endswith(".backward") and call.lineno in inside for call, spelled in module.calls):
+                return True
+        return False
 
     def _program_loaders(self, name: str) -> tuple[Site, ...]:
         """The DataLoaders the other modules of the programs that import ``name`` build."""

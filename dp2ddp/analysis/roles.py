@@ -38,6 +38,9 @@ class ModuleRole:
     loader_sources: tuple[tuple[str, Site], ...] = ()
     # Where the other modules of this module's programs build their DataLoaders: they are split there.
     program_loaders: tuple[Site, ...] = ()
+    # A module whose functions, called only from converted modules, run training steps (`loss.backward()`):
+    # converted whole, its metrics gathered and its writes guarded, as the caller's own code would be.
+    trains: bool = False
     # A module that builds DataLoaders for a converted program, and is converted for them.
     splits_loaders: bool = False
     # DataParallel subclasses of other project modules this module wraps models in, with where each is defined.
@@ -53,12 +56,12 @@ class ModuleRole:
     @property
     def converts(self) -> bool:
         """Whether the project makes this module part of a DDP program it would not be on its own."""
-        return bool(self.imported_wraps or self.drives is not None or self.guarded_functions or self.splits_loaders)
+        return bool(self.imported_wraps or self.drives is not None or self.guarded_functions or self.splits_loaders or self.trains)
 
     @property
     def guard_only(self) -> bool:
         """A module converted only for the writes of its functions that converted code calls."""
-        return bool(self.guarded_functions) and not (self.imported_wraps or self.drives is not None or self.splits_loaders)
+        return bool(self.guarded_functions) and not (self.imported_wraps or self.drives is not None or self.splits_loaders or self.trains)
 
     def wrap_site(self, qualified: str) -> Site | None:
         return dict(self.imported_wraps).get(qualified)

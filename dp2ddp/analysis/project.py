@@ -58,6 +58,7 @@ class _Module:
     factories: dict[str, ast.Call] = field(default_factory=dict)
     # Classes that keep a running average as `sum`, `count` and `avg`, with an `update` method.
     meters: set[str] = field(default_factory=set)
+    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     # Classes that subclass DataParallel (`DataParallelWithCallback`), with their definitions.
     subclasses: dict[str, ast.ClassDef] = field(default_factory=dict)
     entry: bool = False
@@ -196,6 +197,7 @@ class Project:
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 module.functions[statement.name] = statement
             elif isinstance(statement, ast.ClassDef):
+                module.classes[statement.name] = statement
                 if _is_meter(statement):
                     module.meters.add(statement.name)
                 if any(_dotted(base) is not None and _dotted(base).rpartition(".")[2] == "DataParallel" for base in statement.bases):
@@ -388,10 +390,11 @@ class Project:
                 factory = self.modules[target].factories.get(function)
                 if factory is not None and module.name not in self.wrapping:
                     wraps.setdefault(module.name, []).append((qualified, self.site(self.modules[target], factory)))
-                elif target != module.name and (loading := self._loading_from(target)) is not None:
+                    continue
+                if target != module.name and (loading := self._loading_from(target)) is not None:
                     site = self.site(loading, loading.loaders[0])
                     loader_sources.setdefault(module.name, []).append((qualified, site))
-                elif target not in self.converted:
+                if target not in self.converted:
                     callers.setdefault((target, function), []).append((module.name, qualified, self.site(module, call)))
         inside: dict[str, list[tuple[str, Site, tuple[Site, ...]]]] = {}
         at_call: dict[str, list[tuple[str, Site]]] = {}
@@ -401,7 +404,10 @@ class Project:
                 continue
             all_converted = all(caller in self.converted for caller, _, _ in sites) and not self._unread_callers(target, function)
             if all_converted and self._steps(self.modules[target], {function}):
-                training.add(target)  # `train_one_epoch(model, loader, ...)` of lib/: trains for the converted caller
+                # `train_one_epoch(model, loader, ...)` of lib/, or an engine class whose methods train, and the
+                # modules of the classes it builds on (an `Engine` base with the epoch loop and the logs).
+                training.add(target)
+                training |= self._bases(self.modules[target], function)
             written = self.writes(target, function)
             if written is None:
                 continue
@@ -436,10 +442,30 @@ class Project:
                 roles[module.path] = role
         return roles
 
+    def _bases(self, module: _Module, name: str) -> set[str]:
+        """The project modules that define the base classes of class ``name``, followed up the hierarchy."""
+        found: set[str] = set()
+        todo = [(module, name)]
+        while todo:
+            current, cls = todo.pop()
+            definition = current.classes.get(cls)
+            for base in definition.bases if definition is not None else []:
+                spelled = _dotted(base)
+                if spelled is None:
+                    continue
+                if spelled in current.classes:
+                    todo.append((current, spelled))
+                elif spelled in current.bindings and current.bindings[spelled][1] is not None:
+                    target, attribute = self._defined_in(*current.bindings[spelled][:2])  # type: ignore[arg-type]
+                    if target not in found and target in self.modules:
+                        found.add(target)
+                        todo.append((self.modules[target], attribute))
+        return found
+
     def _steps(self, module: _Module, functions: set[str]) -> bool:
-        """Whether one of ``functions`` of ``module`` runs a training step: it calls ``backward()``."""
-        for name in functions & module.functions.keys():
-            function = module.functions[name]
+        """Whether one of ``functions`` (or classes) of ``module`` runs a training step: it calls ``backward()``."""
+        for name in functions & (module.functions.keys() | module.classes.keys()):
+            function = module.functions.get(name) or module.classes[name]
             inside = range(function.lineno, (function.end_lineno or function.lineno) + 1)
             if any(spelled.endswith(".backward") and call.lineno in inside for call, spelled in module.calls):
                 return True

@@ -337,7 +337,11 @@ RULES: dict[str, Rule] = {
             "wrap may become unconditional",
             doc=_doc(
                 "Finds a DataParallel wrap under a condition that convert cannot prove is a GPU-count "
-                "or CUDA-availability test: a feature flag, a mode, a config value from another file.",
+                "or CUDA-availability test: a feature flag, a mode, a config value from another file. "
+                "An `if` with no `else` that tests only the item of the loop it is in, with literals, types "
+                "and `isinstance` (`for name in self.model_names: if isinstance(name, str):`), is no such "
+                "condition: it picks which items are wrapped, alike on every process, so it stays and the "
+                "wrap inside converts.",
                 "A wrap under `torch.cuda.device_count() > 1` only meant \"use the GPUs there are\", and under "
                 "DDP it becomes unconditional. Any other condition may say the model must not be wrapped "
                 "(evaluation mode, apex fp16). Making it unconditional could change what the script does, "

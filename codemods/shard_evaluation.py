@@ -122,8 +122,8 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
         stem = code_of(reference).rsplit(".", 1)[-1]
         loops, unknown = self._loops_over(stem)
         if unknown is not None:
-            where, what = unknown
-            return self._keep_whole(where, stem, loops, f"it is handed to {what}, which convert cannot see into")
+            where, why = unknown
+            return self._keep_whole(where, stem, loops, why)
         # Wrapped models, as written (DataParallel) or as converted (wrap_ddp), and the parameters they are passed as.
         models = self.analysis.lifecycle.model_names | self.analysis.effects.models
         for loop in loops:
@@ -148,8 +148,9 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
     def _loops_over(self, stem: str) -> tuple[list[cst.For], tuple[cst.CSTNode, str] | None]:
         """The loops that iterate the loader, followed through assignments and the script's functions.
 
-        The second value is the first use convert cannot follow, if any, and what
-        it hands the loader to: a function of another file, ``iter()``, a comprehension.
+        The second value is the first use convert cannot follow, if any, and why, said
+        as DDP316 says it: the loader is handed to a function of another file or to
+        ``iter()``, iterated by a comprehension, returned to a caller convert does not follow.
         """
         analysis = self.analysis
         functions = script_functions(analysis.module, analysis)
@@ -193,7 +194,7 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                             pending.append((code_of(alias).rsplit(".", 1)[-1], owner))
                     continue
                 if isinstance(loop, cst.CompFor):
-                    return loops, (loop, "a comprehension")
+                    return loops, (loop, "it is iterated by a comprehension, which convert cannot see into")
                 callers = analysis.returned_to(use)
                 if callers:
                     # `return model, val_loader` in `get_data()`: follow it to each caller's name.
@@ -203,7 +204,7 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                             pending.append((code_of(target).rsplit(".", 1)[-1], owner))
                     continue
                 if isinstance(parent, (cst.Return, cst.Yield, cst.Element, cst.DictElement, cst.Lambda)):
-                    return loops, (use, f"`{type(parent).__name__.lower()}` at line {analysis.position(use).start.line}")
+                    return loops, (use, self._passed_on(use))
                 if not isinstance(parent, cst.Arg):
                     continue  # a test such as `loader is not None`
                 receiver = analysis.parents[parent]
@@ -214,9 +215,28 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                 function = functions.get(callee) or constructors.get(callee)
                 parameter = parameter_for(function, receiver, parent) if function is not None else None
                 if parameter is None:
-                    return loops, (receiver, f"`{callee}`")
+                    return loops, (receiver, f"it is handed to `{callee}`, which convert cannot see into")
                 pending.append((parameter, function))  # type: ignore[arg-type]
         return loops, None
+
+    def _passed_on(self, use: cst.CSTNode) -> str:
+        """Where a loader goes that no caller of this file binds: returned, yielded, or put in a container."""
+        node, container = use, None
+        # `return train_loader, val_loader, n`: the tuple, not the loader, is what the function returns.
+        while isinstance(self.analysis.parents.get(node), (cst.Element, cst.DictElement)):
+            element = self.analysis.parents[node]
+            if isinstance(element, cst.DictElement) and node is element.key:
+                break
+            node = self.analysis.parents[element]
+            container = container or {cst.Tuple: "a tuple", cst.List: "a list", cst.Set: "a set", cst.Dict: "a dict"}.get(type(node))
+        parent = self.analysis.parents.get(node)
+        function = next((a for a in self.analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
+        if isinstance(parent, (cst.Return, cst.Yield)) or isinstance(function, cst.Lambda) and node is function.body:
+            verb = "yielded" if isinstance(parent, cst.Yield) else "returned"
+            by = f"`{function.name.value}`" if isinstance(function, cst.FunctionDef) else "a lambda"
+            inside = f" in {container}" if container else ""
+            return f"it is {verb}{inside} by {by}, and convert does not follow what its callers do with it"
+        return f"it is put in {container or 'a container'}, which convert does not follow"
 
     def _passes_through(self, use: cst.CSTNode, parent: cst.CSTNode) -> bool:
         if isinstance(parent, cst.IfExp):

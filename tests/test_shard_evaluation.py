@@ -161,3 +161,33 @@ def main():
     result = convert_source(source)
     assert "valid_queue = DataLoader(data, batch_size=8 // dist.get_world_size(), sampler=ShardedSampler(" in result.output
     assert [(f.line, f.code) for f in result.findings if f.code == "DDP326"] == [(10, "DDP326")]
+
+
+@pytest.mark.parametrize(
+    ("returned", "said"),
+    [
+        pytest.param("return train_loader, val_loader, 40", "it is returned in a tuple by `make_loaders`", id="in a tuple"),
+        pytest.param("return [train_loader, val_loader]", "it is returned in a list by `make_loaders`", id="in a list"),
+        pytest.param("return val_loader", "it is returned by `make_loaders`", id="alone"),
+        pytest.param("yield val_loader", "it is yielded by `make_loaders`", id="yielded"),
+        pytest.param("loaders = {'val': val_loader}", "it is put in a dict, which convert does not follow", id="put in a dict"),
+    ],
+)
+def test_a_loader_returned_to_code_convert_does_not_follow_is_said_so(returned: str, said: str) -> None:
+    """DDP316 says where the loader went, in the script's words, never an internal name such as `element`."""
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+
+def make_loaders(batch_size):
+    train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+    val_loader = DataLoader(val_set, batch_size=batch_size, shuffle=False)
+    {returned}
+
+
+model = torch.nn.DataParallel(Net())
+"""
+    result = convert_source(source)
+    messages = [f.message for f in result.findings if f.code == "DDP316"]
+    assert len(messages) == 1 and said in messages[0], messages
+    assert "val_loader = DataLoader(val_set, batch_size=batch_size, shuffle=False)" in result.output

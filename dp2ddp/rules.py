@@ -961,7 +961,10 @@ RULES: dict[str, Rule] = {
             "each argument by keyword, without `*` or `**` (`batch_size=64, shuffle=True, num_workers=2`), "
             "then convert again",
             doc=_doc(
-                "Finds a training DataLoader whose arguments are unpacked from a dict or a list.",
+                "Finds a training DataLoader whose arguments are unpacked from a dict or a list. A `**kwargs` "
+                "beside an explicit `batch_size=` and `shuffle=True` is split all the same: it cannot hold the "
+                "batch or shuffle (Python raises \"got multiple values\") nor a sampler (DataLoader raises "
+                "\"sampler option is mutually exclusive with shuffle\"), unless this file puts a `sampler` key in it.",
                 "Whether the dict holds `shuffle`, `sampler` or `batch_size` is only known at run time, so "
                 "convert cannot add a DistributedSampler safely. Unsplit, every process trains on all the data "
                 "and the effective batch grows with the world size. An evaluation loader with unpacked "

@@ -248,7 +248,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 if own_sampler is None:
                     return
         unpacked = next((a for a in call.args if a.star), None)
-        if unpacked is not None:
+        if unpacked is not None and not self._unpacked_beside_explicit_shuffle(call):
             keys = None if self.SHARDS_EVALUATION or own_sampler is not None else self._unpacked_keys(call, unpacked)
             if keys is None:
                 self.report(call, "DDP314", arguments=f"{unpacked.star}{code_of(unpacked.value)}")
@@ -399,6 +399,51 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if (always | maybe) & {"sampler", "batch_sampler", "dataset"}:
             return None
         return _Unpacked(name.value, frozenset(always), frozenset(maybe - always))
+
+    def _unpacked_beside_explicit_shuffle(self, call: cst.Call) -> bool:
+        """``DataLoader(data, batch_size=B, shuffle=True, **kwargs)``: nothing in ``kwargs`` decides the split.
+
+        In a program that runs, ``kwargs`` holds no ``dataset``, ``batch_size`` or ``shuffle``:
+        given here too, Python raises "got multiple values for keyword argument". With
+        shuffle true, DataLoader raises "sampler option is mutually exclusive with shuffle"
+        for any sampler and the same for any batch sampler, so neither is there but as None.
+        The rest (num_workers, pin_memory, drop_last, collate_fn) does not change how the data
+        is split, so the loader is split as one with every argument written out. Only a
+        ``"sampler": None`` entry would clash with the sampler added here, so a dict literal
+        of this file with a ``sampler`` key stays refused; a ``**kwargs`` from elsewhere
+        holding it would fail at once, on every process, with that TypeError.
+        """
+        stars = [a for a in call.args if a.star]
+        if self.SHARDS_EVALUATION or len(stars) != 1 or stars[0].star != "**":
+            return False
+        shuffle = argument(call, SHUFFLE, "shuffle")
+        if shuffle is None or not m.matches(shuffle, m.Name("True")) or argument(call, BATCH_SIZE, "batch_size") is None:
+            return False
+        if argument(call, SAMPLER, "sampler") is not None or argument(call, BATCH_SAMPLER, "batch_sampler") is not None:
+            return False
+        return not self._shows_a_sampler_key(stars[0].value)
+
+    def _shows_a_sampler_key(self, mapping: cst.BaseExpression) -> bool:
+        """Whether this file puts a ``sampler`` key into the dict: in the literal or ``dict()`` it is bound to, by
+        ``mapping["sampler"] = ...``, or by ``update``/``setdefault``."""
+        if isinstance(mapping, cst.Dict):
+            return "sampler" in (self._literal_keys(mapping) or set())
+        if not isinstance(mapping, cst.Name):
+            return False
+        keyed = m.Call(args=[m.ZeroOrMore(), m.Arg(keyword=m.Name("sampler")), m.ZeroOrMore()])
+        named = m.SimpleString(m.MatchIfTrue(lambda text: text[1:-1] == "sampler"))
+        written = m.DictElement(key=named) | m.SubscriptElement(slice=m.Index(named)) | keyed
+        for assign in self.analysis.bindings(mapping) or []:
+            if assign is not None and self.analysis.findall_in(assign.value, written):
+                return True
+        for binding in self.analysis.bindings(mapping) or []:
+            target = binding.targets[0].target if binding is not None else None
+            for use in self.analysis.references(target) if isinstance(target, cst.Name) else []:
+                parent = self.analysis.parents.get(use)
+                holder = self.analysis.parents.get(parent) if parent is not None else None
+                if isinstance(parent, (cst.Subscript, cst.Attribute)) and holder is not None and self.analysis.findall_in(holder, written):
+                    return True
+        return False
 
     def _dict_keys(self, value: cst.BaseExpression) -> set[str] | None:
         """The keys of a dict literal, or of the one dict literal a name is bound to (``cuda_kwargs``)."""
@@ -1233,7 +1278,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         args: list[cst.Arg] = []
         placed = False
         for position, arg in enumerate(updated_node.args):
-            keyword = arg.keyword.value if arg.keyword else ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler")[position]
+            # `**kwargs` beside an explicit `shuffle=True` stays as it is (_unpacked_beside_explicit_shuffle).
+            keyword = arg.keyword.value if arg.keyword else arg.star or ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler")[position]
             if keyword in ("sampler", "batch_sampler") and m.matches(arg.value, m.Name("None")):
                 continue  # no sampler at all: the DistributedSampler takes its place
             if keyword == "dataset":

@@ -122,8 +122,8 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
         stem = code_of(reference).rsplit(".", 1)[-1]
         loops, unknown = self._loops_over(stem)
         if unknown is not None:
-            where, what = unknown
-            return self._keep_whole(where, stem, loops, f"it is handed to {what}, which convert cannot see into")
+            where, why = unknown
+            return self._keep_whole(where, stem, loops, why)
         if not loops:
             # Evaluated in another module (a data module's `self.query_loader`): whether that
             # loop gathers its results is not for this file to say.
@@ -152,8 +152,11 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
     def _loops_over(self, stem: str) -> tuple[list[cst.For], tuple[cst.CSTNode, str] | None]:
         """The loops that iterate the loader, followed through assignments and the script's functions.
 
-        The second value is the first use convert cannot follow, if any, and what
-        it hands the loader to: a function of another file, ``iter()``, a comprehension.
+        All the loops convert can follow are found, also past a use it cannot: a loader
+        kept whole must keep every loop over it from being gathered. The second value
+        is the first use convert cannot follow, if any, and why, said
+        as DDP316 says it: the loader is handed to a function of another file or to
+        ``iter()``, iterated by a comprehension, returned to a caller convert does not follow.
         """
         analysis = self.analysis
         functions = script_functions(analysis.module, analysis)
@@ -164,13 +167,16 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
             if isinstance(member, cst.FunctionDef) and member.name.value == "__init__"
         }
         loops: list[cst.For] = []
-        pending: list[tuple[str, cst.CSTNode]] = [(stem, analysis.module)]
-        seen: set[tuple[str, int]] = set()
+        # The first use convert cannot follow; the search goes on, so that every loop it can follow is known.
+        unknown: tuple[cst.CSTNode, str] | None = None
+        # (name, where it is visible, and for a tuple the caller kept whole, the loader's place in it)
+        pending: list[tuple[str, cst.CSTNode, int | None]] = [(stem, analysis.module, None)]
+        seen: set[tuple[str, int, int | None]] = set()
         while pending:
-            name, within = pending.pop()
-            if (name, id(within)) in seen:
+            name, within, position = pending.pop()
+            if (name, id(within), position) in seen:
                 continue
-            seen.add((name, id(within)))
+            seen.add((name, id(within), position))
             for node in analysis.within(within, cst.Name):
                 parent = analysis.parents[node]
                 if node.value != name or isinstance(parent, cst.Param):
@@ -179,6 +185,16 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                 if is_bound_here(analysis, use):
                     continue  # the loader being bound
                 parent = analysis.parents[use]
+                if position is not None:
+                    # `loaders = make_loaders()`: only `loaders[position]` is the loader; any other use of
+                    # the whole tuple (unpacked, handed on) may reach it where convert does not look.
+                    index = _literal_index(parent) if isinstance(parent, cst.Subscript) and parent.value is use else None
+                    if index is None:
+                        unknown = unknown or (use, f"it is returned in a tuple kept whole as `{name}`, whose use convert does not follow")
+                        continue
+                    if index != position:
+                        continue
+                    use, parent = parent, analysis.parents[parent]
                 # `enumerate(loader)`, `tqdm(loader)`, `a if c else loader` iterate the loader as it is.
                 while self._passes_through(use, parent):
                     use = analysis.parents[parent] if isinstance(parent, cst.Arg) else parent
@@ -194,20 +210,26 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                         alias = target.target
                         if isinstance(alias, (cst.Name, cst.Attribute)):
                             owner = analysis.module if isinstance(alias, cst.Attribute) else owner_of(analysis, parent)
-                            pending.append((code_of(alias).rsplit(".", 1)[-1], owner))
+                            pending.append((code_of(alias).rsplit(".", 1)[-1], owner, None))
                     continue
                 if isinstance(loop, cst.CompFor):
-                    return loops, (loop, "a comprehension")
+                    unknown = unknown or (loop, "it is iterated by a comprehension, which convert cannot see into")
+                    continue
                 callers = analysis.returned_to(use)
                 if callers:
                     # `return model, val_loader` in `get_data()`: follow it to each caller's name.
                     for target, assign in callers:
                         if isinstance(target, (cst.Name, cst.Attribute)):
                             owner = analysis.module if isinstance(target, cst.Attribute) else owner_of(analysis, assign)
-                            pending.append((code_of(target).rsplit(".", 1)[-1], owner))
+                            pending.append((code_of(target).rsplit(".", 1)[-1], owner, None))
+                    continue
+                kept = self._tuples_kept_whole(use)
+                if kept:
+                    pending.extend(kept)
                     continue
                 if isinstance(parent, (cst.Return, cst.Yield, cst.Element, cst.DictElement, cst.Lambda)):
-                    return loops, (use, f"`{type(parent).__name__.lower()}` at line {analysis.position(use).start.line}")
+                    unknown = unknown or (use, self._passed_on(use))
+                    continue
                 if not isinstance(parent, cst.Arg):
                     continue  # a test such as `loader is not None`
                 receiver = analysis.parents[parent]
@@ -218,9 +240,50 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                 function = functions.get(callee) or constructors.get(callee)
                 parameter = parameter_for(function, receiver, parent) if function is not None else None
                 if parameter is None:
-                    return loops, (receiver, f"`{callee}`")
-                pending.append((parameter, function))  # type: ignore[arg-type]
-        return loops, None
+                    unknown = unknown or (receiver, f"it is handed to `{callee}`, which convert cannot see into")
+                    continue
+                pending.append((parameter, function, None))  # type: ignore[arg-type]
+        return loops, unknown
+
+    def _tuples_kept_whole(self, use: cst.CSTNode) -> list[tuple[str, cst.CSTNode, int | None]]:
+        """``return train_loader, val_loader`` to ``loaders = make_loaders()``: the names each caller keeps the tuple as.
+
+        Empty unless every caller of the function in this file binds its result to one name.
+        """
+        element = self.analysis.parents.get(use)
+        returned = self.analysis.parents.get(element) if isinstance(element, cst.Element) else None
+        if not isinstance(returned, cst.Tuple) or not isinstance(self.analysis.parents.get(returned), cst.Return):
+            return []
+        function = next((a for a in self.analysis.ancestors(returned) if isinstance(a, cst.FunctionDef)), None)
+        if function is None:
+            return []
+        position = list(returned.elements).index(element)  # type: ignore[arg-type]
+        kept = []
+        for call in self.analysis.callers(function):
+            assign = self.analysis.parents.get(call)
+            if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
+                return []
+            kept.append((assign.targets[0].target.value, owner_of(self.analysis, assign), position))
+        return kept
+
+    def _passed_on(self, use: cst.CSTNode) -> str:
+        """Where a loader goes that no caller of this file binds: returned, yielded, or put in a container."""
+        node, container = use, None
+        # `return train_loader, val_loader, n`: the tuple, not the loader, is what the function returns.
+        while isinstance(self.analysis.parents.get(node), (cst.Element, cst.DictElement)):
+            element = self.analysis.parents[node]
+            if isinstance(element, cst.DictElement) and node is element.key:
+                break
+            node = self.analysis.parents[element]
+            container = container or {cst.Tuple: "a tuple", cst.List: "a list", cst.Set: "a set", cst.Dict: "a dict"}.get(type(node))
+        parent = self.analysis.parents.get(node)
+        function = next((a for a in self.analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
+        if isinstance(parent, (cst.Return, cst.Yield)) or isinstance(function, cst.Lambda) and node is function.body:
+            verb = "yielded" if isinstance(parent, cst.Yield) else "returned"
+            by = f"`{function.name.value}`" if isinstance(function, cst.FunctionDef) else "a lambda"
+            inside = f" in {container}" if container else ""
+            return f"it is {verb}{inside} by {by}, and convert does not follow what its callers do with it"
+        return f"it is put in {container or 'a container'}, which convert does not follow"
 
     def _passes_through(self, use: cst.CSTNode, parent: cst.CSTNode) -> bool:
         if isinstance(parent, cst.IfExp):
@@ -268,3 +331,11 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
             return module
         import_torch_distributed(self.context, self.dist)
         return add_helper(module, self.facts, names.EVALUATION_SHARD_HELPER, EVALUATION_SHARD_HELPER_SOURCE)
+
+
+def _literal_index(subscript: cst.Subscript) -> int | None:
+    """``3`` in ``loaders[3]``; None for a slice, a name or several indices."""
+    if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Index):
+        return None
+    value = subscript.slice[0].slice.value
+    return int(value.value) if isinstance(value, cst.Integer) else None

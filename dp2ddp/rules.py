@@ -337,7 +337,11 @@ RULES: dict[str, Rule] = {
             "wrap may become unconditional",
             doc=_doc(
                 "Finds a DataParallel wrap under a condition that convert cannot prove is a GPU-count "
-                "or CUDA-availability test: a feature flag, a mode, a config value from another file.",
+                "or CUDA-availability test: a feature flag, a mode, a config value from another file. "
+                "An `if` with no `else` that tests only the item of the loop it is in, with literals, types "
+                "and `isinstance` (`for name in self.model_names: if isinstance(name, str):`), is no such "
+                "condition: it picks which items are wrapped, alike on every process, so it stays and the "
+                "wrap inside converts.",
                 "A wrap under `torch.cuda.device_count() > 1` only meant \"use the GPUs there are\", and under "
                 "DDP it becomes unconditional. Any other condition may say the model must not be wrapped "
                 "(evaluation mode, apex fp16). Making it unconditional could change what the script does, "
@@ -976,7 +980,10 @@ RULES: dict[str, Rule] = {
             "each argument by keyword, without `*` or `**` (`batch_size=64, shuffle=True, num_workers=2`), "
             "then convert again",
             doc=_doc(
-                "Finds a training DataLoader whose arguments are unpacked from a dict or a list.",
+                "Finds a training DataLoader whose arguments are unpacked from a dict or a list. A `**kwargs` "
+                "beside an explicit `batch_size=` and `shuffle=True` is split all the same: it cannot hold the "
+                "batch or shuffle (Python raises \"got multiple values\") nor a sampler (DataLoader raises "
+                "\"sampler option is mutually exclusive with shuffle\"), unless this file puts a `sampler` key in it.",
                 "Whether the dict holds `shuffle`, `sampler` or `batch_size` is only known at run time, so "
                 "convert cannot add a DistributedSampler safely. Unsplit, every process trains on all the data "
                 "and the effective batch grows with the world size. An evaluation loader with unpacked "

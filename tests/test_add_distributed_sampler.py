@@ -1339,6 +1339,88 @@ def main(args):
 
 
 @pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param("DataLoader(data, batch_size=batch_size, shuffle=True, **kwargs)", id="by keyword"),
+        pytest.param("DataLoader(data, batch_size, True, **kwargs)", id="by position"),
+        pytest.param("DataLoader(data, shuffle=True, num_workers=2, pin_memory=True, drop_last=True, batch_size=batch_size, **kwargs)", id="among others"),
+        pytest.param(
+            "DataLoader(data, batch_size=batch_size, shuffle=True, **options)", id="a dict of this file with no sampler key"
+        ),
+    ],
+)
+def test_unpacked_arguments_beside_an_explicit_batch_and_shuffle_are_split(call: str) -> None:
+    """`**kwargs` cannot hold the batch, shuffle or a sampler when `batch_size` and `shuffle=True` are given:
+    Python and DataLoader would refuse the original. The loader is split, the dict passed on as it was."""
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+
+def main(data, batch_size, **kwargs):
+    options = {{"num_workers": 2, "pin_memory": True}}
+    model = torch.nn.DataParallel(Net())
+    train_loader = {call}
+    for epoch in range(2):
+        for x, y in train_loader:
+            model(x).sum().backward()
+"""
+    result = convert_source(source)
+    assert not [f for f in result.findings if f.severity == "error"], result.findings
+    converted = next(line.strip() for line in result.output.splitlines() if "train_loader = DataLoader(" in line)
+    assert "batch_size // dist.get_world_size()" in converted
+    assert "sampler=DistributedSampler(data, shuffle=True)" in converted
+    assert "shuffle=True," not in converted.replace("DistributedSampler(data, shuffle=True)", "")
+    assert converted.endswith(call[call.index("**") :])
+    assert "train_loader.sampler.set_epoch(epoch)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("setup", "call"),
+    [
+        pytest.param("", "DataLoader(data, batch_size=batch_size, shuffle=args.shuffle, **kwargs)", id="a shuffle that may be false"),
+        pytest.param("", "DataLoader(data, shuffle=True, **kwargs)", id="no batch size given"),
+        pytest.param("", "DataLoader(data, batch_size=batch_size, **kwargs)", id="no shuffle given"),
+        pytest.param("", "DataLoader(data, batch_size=batch_size, shuffle=True, *extra)", id="a positional unpacking"),
+        pytest.param(
+            "options = {'sampler': None, 'num_workers': 2}\n    ",
+            "DataLoader(data, batch_size=batch_size, shuffle=True, **options)",
+            id="a dict of this file that holds a sampler of None",
+        ),
+        pytest.param(
+            "options = {'num_workers': 2}\n    options['sampler'] = None\n    ",
+            "DataLoader(data, batch_size=batch_size, shuffle=True, **options)",
+            id="a dict of this file given a sampler key later",
+        ),
+        pytest.param(
+            "options = dict(num_workers=2)\n    options.update(sampler=None)\n    ",
+            "DataLoader(data, batch_size=batch_size, shuffle=True, **options)",
+            id="a dict of this file updated with a sampler",
+        ),
+    ],
+)
+def test_unpacked_arguments_that_may_decide_the_split_stay_refused(setup: str, call: str) -> None:
+    """Where the dict may hold a sampler or the batch, convert cannot tell how the data is split: DDP314."""
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+
+def main(data, batch_size, args, extra, **kwargs):
+    {setup}model = torch.nn.DataParallel(Net())
+    train_loader = {call}
+    for epoch in range(2):
+        for x, y in train_loader:
+            model(x).sum().backward()
+"""
+    result = convert_source(source)
+    assert [f.code for f in result.findings if f.severity == "error"] == ["DDP314"]
+    assert result.output == source
+
+
+@pytest.mark.parametrize(
     "loop",
     [
         pytest.param(

@@ -228,6 +228,52 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
             ["6:DDP223"],
             id="an optimizer over a module that is never wrapped",
         ),
+        pytest.param(
+            """
+            import torch
+            for name in self.model_names:
+                if isinstance(name, str) and self.opt.isTrain:
+                    net = getattr(self, "net" + name)
+                    setattr(self, "net" + name, torch.nn.DataParallel(net))
+            """,
+            ["4:DDP207"],
+            id="a filter on the loop item that also tests an option is a condition on the wrap",
+        ),
+        pytest.param(
+            """
+            import torch
+            for name in self.model_names:
+                if isinstance(name, str):
+                    net = getattr(self, "net" + name)
+                    setattr(self, "net" + name, torch.nn.DataParallel(net))
+                else:
+                    print(name)
+            """,
+            ["4:DDP207"],
+            id="a test on the loop item with an else is a condition on the wrap",
+        ),
+        pytest.param(
+            """
+            import random
+            import torch
+            for name in self.model_names:
+                if random.random() < 0.5:
+                    setattr(self, "net" + name, torch.nn.DataParallel(getattr(self, "net" + name)))
+            """,
+            ["5:DDP207"],
+            id="a test in a loop that is not about the item may differ between processes",
+        ),
+        pytest.param(
+            """
+            import torch
+            for name in self.model_names:
+                name = pick(name)
+                if isinstance(name, str):
+                    setattr(self, "net" + name, torch.nn.DataParallel(getattr(self, "net" + name)))
+            """,
+            ["5:DDP207"],
+            id="a test on a loop item bound again in the loop is a condition on the wrap",
+        ),
     ],
 )
 def test_hazard_leaves_the_file_as_it_was(source: str, expected: list[str]) -> None:
@@ -970,6 +1016,29 @@ def test_wrap_moves_after_a_mutation_of_its_model(source: str, expected: str) ->
             """,
             "model = wrap_ddp(model)\nhead = model.module.classifier\noptimizer",
             id="a GPU condition with an else that sets up the same things becomes its wrapping branch",
+        ),
+        pytest.param(
+            """
+            import torch
+            for name in self.model_names:
+                if isinstance(name, str):
+                    net = getattr(self, "net" + name)
+                    setattr(self, "net" + name, torch.nn.DataParallel(net))
+            """,
+            "    if isinstance(name, str):\n        net = getattr(self, \"net\" + name)\n"
+            "        setattr(self, \"net\" + name, wrap_ddp(net))\n",
+            id="a type filter on the loop item stays around the wrap it selects for",
+        ),
+        pytest.param(
+            """
+            import torch
+            nets = {"G": netG, "D": netD, "F": netF}
+            for key, net in nets.items():
+                if key in ("G", "D") and not isinstance(net, torch.nn.Identity):
+                    nets[key] = torch.nn.DataParallel(net)
+            """,
+            '    if key in ("G", "D") and not isinstance(net, torch.nn.Identity):\n        nets[key] = wrap_ddp(net)\n',
+            id="a filter on the loop items by name and type stays around the wrap",
         ),
     ],
 )

@@ -161,3 +161,76 @@ def main():
     result = convert_source(source)
     assert "valid_queue = DataLoader(data, batch_size=8 // dist.get_world_size(), sampler=ShardedSampler(" in result.output
     assert [(f.line, f.code) for f in result.findings if f.code == "DDP326"] == [(10, "DDP326")]
+
+
+@pytest.mark.parametrize(
+    ("returned", "said"),
+    [
+        pytest.param("return train_loader, val_loader, 40", "it is returned in a tuple by `make_loaders`", id="in a tuple"),
+        pytest.param("return [train_loader, val_loader]", "it is returned in a list by `make_loaders`", id="in a list"),
+        pytest.param("return val_loader", "it is returned by `make_loaders`", id="alone"),
+        pytest.param("yield val_loader", "it is yielded by `make_loaders`", id="yielded"),
+        pytest.param("loaders = {'val': val_loader}", "it is put in a dict, which convert does not follow", id="put in a dict"),
+    ],
+)
+def test_a_loader_returned_to_code_convert_does_not_follow_is_said_so(returned: str, said: str) -> None:
+    """DDP316 says where the loader went, in the script's words, never an internal name such as `element`."""
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+
+def make_loaders(batch_size):
+    train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+    val_loader = DataLoader(val_set, batch_size=batch_size, shuffle=False)
+    {returned}
+
+
+model = torch.nn.DataParallel(Net())
+"""
+    result = convert_source(source)
+    messages = [f.message for f in result.findings if f.code == "DDP316"]
+    assert len(messages) == 1 and said in messages[0], messages
+    assert "val_loader = DataLoader(val_set, batch_size=batch_size, shuffle=False)" in result.output
+
+
+EVALUATE = """def evaluate(model, loader):
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+"""
+KEPT_TUPLE = """
+
+def make_validation(batch_size):
+    val_loader = DataLoader(val_set, batch_size=batch_size)
+    return val_loader, len(val_set)
+
+
+def main():
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    validation = make_validation(32)
+    for epoch in range(3):
+        train(model, train_loader)
+        {uses}
+"""
+
+
+def test_a_loader_in_a_tuple_the_caller_keeps_is_followed_through_its_index() -> None:
+    """`validation = make_validation(); evaluate(model, validation[0])`: the loader is sharded, its count gathered."""
+    result = convert_source(HEADER + EVALUATE + KEPT_TUPLE.format(uses="print(evaluate(model, validation[0]), validation[1])"))
+    assert "sampler=evaluation_shard(val_set)" in result.output
+    assert "correct = all_reduce_sum(correct)" in result.output
+    assert "DDP316" not in {f.code for f in result.findings}
+
+
+def test_a_loader_kept_whole_keeps_every_loop_over_it_ungathered() -> None:
+    """Handed on whole first, then evaluated here: the loop here counts the whole set on every process,
+    so summing its count over processes would report W times the original's."""
+    uses = "report(validation)\n        print(evaluate(model, validation[0]))"
+    result = convert_source(HEADER + EVALUATE + KEPT_TUPLE.format(uses=uses))
+    assert "val_loader = DataLoader(val_set, batch_size=batch_size)" in result.output
+    assert "all_reduce" not in result.output.split("def evaluate")[1].split("def make_validation")[0]
+    messages = [f.message for f in result.findings if f.code == "DDP316"]
+    assert messages and "kept whole as `validation`" in messages[0], messages

@@ -169,7 +169,7 @@ class ModelLifecycle:
                 conditions.append(parent)
             if isinstance(node, cst.SimpleStatementLine) and statement is None:
                 statement = node
-            if isinstance(node, cst.If) and not m.matches(node, MAIN_GUARD):
+            if isinstance(node, cst.If) and not m.matches(node, MAIN_GUARD) and not self._filters_loop_items(node):
                 conditions.append(node)
             node = parent
         scope = node if not isinstance(node, cst.ClassDef) else self.analysis.module
@@ -185,6 +185,67 @@ class ModelLifecycle:
             if isinstance(bare, (cst.Name, cst.Attribute)):
                 inner = code_of(bare)
         return Wrap(call, statement, scope, target, inner, conditions)
+
+    def _filters_loop_items(self, condition: cst.If) -> bool:
+        """``for name in self.model_names: if isinstance(name, str): <wrap>``: a filter, not a condition on the wrap.
+
+        Such an ``if`` tests only the item the loop is at, with literals, types and
+        ``isinstance``-like builtins, and has no ``else``: it picks which items are wrapped
+        as a list filtered beforehand would, the same on every process that iterates the
+        same items, and says nothing of GPUs or of whether to run data-parallel. So it
+        stays where it is and the wrap inside converts as one in a plain loop does.
+        Anything else in the test (a flag, a device, a call that may differ between
+        processes) keeps it a condition, which DDP207 refuses.
+        """
+        if condition.orelse is not None:
+            return False
+        loop = next((a for a in self.analysis.ancestors(condition) if isinstance(a, (cst.For, cst.While, *_SCOPES, cst.ClassDef))), None)
+        if not isinstance(loop, cst.For) or not self.analysis.is_after(condition, loop.iter) or self.analysis.is_after(condition, loop.body):
+            return False
+        items = _bound_names(loop.target)
+        # An item bound again inside the loop is no longer the item the loop is at.
+        rebound = [
+            *(t.target for t in self.analysis.within(loop.body, cst.AssignTarget)),
+            *(t.target for t in self.analysis.within(loop.body, cst.AugAssign)),
+            *(t.target for t in self.analysis.within(loop.body, cst.AnnAssign)),
+            *(t.target for t in self.analysis.within(loop.body, cst.NamedExpr)),
+            *(f.target for f in self.analysis.within(loop.body, cst.For)),
+        ]
+        if any(items & _bound_names(target) for target in rebound):
+            return False
+        return bool(items) and self._item_test(condition.test, items) and not GPU_OR_DEVICE.search(code_of(condition.test))
+
+    def _item_test(self, node: cst.BaseExpression, items: set[str]) -> bool:
+        """Whether ``node`` is computed from the loop's items, literals and types alone, without side effects."""
+        if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)) or m.matches(node, m.Name("True") | m.Name("False") | m.Name("None")):
+            return True
+        if isinstance(node, cst.Name) and node.value in items:
+            return True
+        if isinstance(node, cst.BooleanOperation):
+            return self._item_test(node.left, items) and self._item_test(node.right, items)
+        if isinstance(node, cst.UnaryOperation) and m.matches(node.operator, m.Not()):
+            return self._item_test(node.expression, items)
+        if isinstance(node, cst.Comparison):
+            return self._item_test(node.left, items) and all(self._item_test(c.comparator, items) for c in node.comparisons)
+        if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+            # `name in ("G", "D")`, and the classes of `isinstance(net, (nn.Module, str))`.
+            return all(isinstance(e, cst.Element) and (self._item_test(e.value, items) or self._is_type(e.value)) for e in node.elements)
+        if isinstance(node, cst.Call):
+            qualified = {q.name for q in self.analysis.qualified_names(node.func)}
+            if not qualified & {"builtins.isinstance", "builtins.issubclass", "builtins.callable", "builtins.type"}:
+                return False
+            return all(arg.keyword is None and arg.star == "" and (self._item_test(arg.value, items) or self._is_type(arg.value)) for arg in node.args)
+        return False
+
+    def _is_type(self, node: cst.BaseExpression) -> bool:
+        """A builtin or torch type, or a class this module defines: the same object on every process."""
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            return False
+        qualified = {q.name for q in self.analysis.qualified_names(node)}
+        if any(q.startswith(("builtins.", "torch.")) for q in qualified):
+            return True
+        classes = {c.name.value for c in self.analysis.nodes(cst.ClassDef)}
+        return isinstance(node, cst.Name) and node.value in classes and node.value in qualified
 
     def _plan_conditions(self) -> None:
         """Hoist the wraps of GPU conditions, nested or not, all of one outermost ``if`` together, or block."""
@@ -1222,6 +1283,17 @@ def _combine_passes(
             options.add((frozenset(), 0))  # the branch that holds none of them
         passes = {(a | b, n + k) for a, n in passes for b, k in options}
     return passes
+
+
+def _bound_names(target: cst.BaseExpression) -> set[str]:
+    """The names an assignment to ``target`` binds: ``name``, ``key, net``; not ``nets[key]`` or ``self.net``."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_bound_names(e.value) for e in target.elements))
+    if isinstance(target, cst.StarredElement):
+        return _bound_names(target.value)
+    return set()
 
 
 def _combine(*parts: bool | None) -> bool | None:

@@ -68,6 +68,7 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
         self._keep_unsharded_loops_whole(analysis)
+        self._keep_other_modules_evaluations_whole(analysis)
         self._report_evaluations_of_trained_loaders(analysis)
 
     def _report_evaluations_of_trained_loaders(self, analysis: Analysis) -> None:
@@ -115,6 +116,19 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                 continue
             loops, _ = self._loops_over(code_of(reference).rsplit(".", 1)[-1])
             analysis.whole_loops.update(loops)
+
+    def _keep_other_modules_evaluations_whole(self, analysis: Analysis) -> None:
+        """Evaluation loops over loaders another module of the project builds see the whole set on every process.
+
+        That module keeps its evaluation loaders whole (their loops are not there to
+        gather), so summing a count over processes here would print W times the count.
+        """
+        backward = m.Call(func=m.Attribute(attr=m.Name("backward")))
+        for loop in analysis.nodes(cst.For):
+            # A loader named for training is split there, as is_training_loader decides, and is gathered here.
+            training = "train" in code_of(loop.iter).lower()
+            if not training and self._from_project_loader(loop.iter) and not analysis.findall_in(loop.body, backward):
+                analysis.whole_loops.add(loop)
 
     def _may_shard(self, call: cst.Call, reference: cst.BaseExpression | None) -> bool:
         if reference is None:

@@ -273,3 +273,16 @@ def test_the_migration_report_covers_the_project_codemod_by_codemod(tmp_path: Pa
     assert files["main.py"]["attributed"] is True
     steps = [change["codemod"] for change in files["main.py"]["changes"]]
     assert steps[0] == "replace_data_parallel" and steps[-1] == "helpers module", steps
+
+
+@pytest.mark.slow
+def test_an_evaluation_of_another_modules_whole_loader_prints_the_originals_count(tmp_path: Path) -> None:
+    """data.py keeps its validation loader whole (its loop is in train.py): the count is not summed over processes."""
+    from tests.test_end_to_end import run_under_torchrun
+
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "evaluation_loader_of_data_module" / "after", root)
+    completed, _ = run_under_torchrun(root / "train.py", root)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    counts = [line for line in completed.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(counts) == 2 and all(line.endswith("/40") for line in counts), completed.stdout

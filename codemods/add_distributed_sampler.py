@@ -757,7 +757,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     planned.append(cst.parse_expression(holder.spelled))
                     self.report(handler, "DDP315", loader=holder.spelled)
             return
-        passes = self._passes(holders)
+        # `progress = tqdm(loader)`, `for i, batch in enumerate(progress):` is a pass over the loader too.
+        passes = self._passes(self._loader_holders(self.analysis, [call]))
         epoch_loops: dict[cst.For, Holder] = {}
         for start in passes:
             found = self._epoch_loop(start, holders)
@@ -859,7 +860,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if self._from_project_loader(source):
                 continue  # batches of a loader another module of the project builds, and splits there
             where = self._bound_in_function(source, loop) or source
-            self.report(where, "DDP317", source=code_of(source).strip())
+            self.report(where, "DDP317", source=self._unfollowed(source, loop))
             unsplit = True
         wraps = self.facts.model_wraps or self.facts.imported_wraps
         if not loaders and not unsplit and wraps and not analysis.role.loader_sources and not self._trained_elsewhere(analysis):
@@ -931,17 +932,33 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         function = next((a for a in self.analysis.ancestors(loop) if isinstance(a, cst.FunctionDef)), None)
         if function is None or self.analysis.callers(function):
             return False
-        # `loader`, `enumerate(loader)`, `tqdm(loader)`: the parameter itself is iterated.
-        while isinstance(source, cst.Call) and m.matches(source.func, m.Name() | m.Attribute()) and source.args:
-            if code_of(source.func).rsplit(".", 1)[-1] not in ("iter", "enumerate", "tqdm"):
-                return False
-            source = source.args[0].value
+        source = self._iterated_root(source, function)
         if not isinstance(source, cst.Name):
             return False
         scope = self.analysis.scopes.get(source)
         return scope is not None and source.value in scope and any(
             isinstance(getattr(a, "node", None), cst.Param) for a in scope[source.value]
         )
+
+    def _iterated_root(self, source: cst.CSTNode, function: cst.FunctionDef) -> cst.CSTNode:
+        """What ``source`` iterates, through ``iter``/``enumerate``/``tqdm`` and local names bound once to them.
+
+        ``progress = tqdm(loader)`` then ``for i, batch in enumerate(progress):`` iterates
+        ``loader``. The walk stops at any other call, which may build the batches itself
+        (``make_batches(dataset)``): that call is returned, and names what is not followed.
+        """
+        for _ in range(4):  # each turn follows one local name; a name bound to itself cannot loop
+            while isinstance(source, cst.Call) and m.matches(source.func, m.Name() | m.Attribute()) and source.args:
+                if code_of(source.func).rsplit(".", 1)[-1] not in ("iter", "enumerate", "tqdm"):
+                    return source
+                source = source.args[0].value
+            if not isinstance(source, cst.Name):
+                return source
+            bindings = self.analysis.bindings(source) or []
+            if len(bindings) != 1 or bindings[0] is None or self.analysis.owner(bindings[0]) is not function:
+                return source  # a parameter, or a name with several values or bound elsewhere
+            source = bindings[0].value
+        return source
 
     def _feeding_backward(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> set[cst.CSTNode]:
         """Loaders whose batches reach a ``backward()``: training data, whatever their name says.
@@ -1171,6 +1188,21 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     flows |= bound
                     changed = True
         return flows
+
+    def _unfollowed(self, source: cst.CSTNode, loop: cst.For | cst.While) -> str:
+        """How DDP317 names the batches: the call a function's parameter passes through where that is what stops the walk.
+
+        ``progress = tools.IteratorTimer(data_loader)`` in a function no code of this file
+        calls: the batches come from ``tools.IteratorTimer(data_loader)``, a call that may
+        build them itself, not from ``progress``.
+        """
+        function = next((a for a in self.analysis.ancestors(loop) if isinstance(a, cst.FunctionDef)), None)
+        root = self._iterated_root(source, function) if function is not None and not self.analysis.callers(function) else source
+        if root is not source and isinstance(root, cst.Call) and any(
+            self._handed_in(a.value, loop) for a in root.args
+        ):  # fmt: skip
+            return code_of(root).strip()
+        return code_of(source).strip()
 
     def _bound_in_function(self, source: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
         """Where the one name a loop iterates is bound, in the loop's own function, if it is."""

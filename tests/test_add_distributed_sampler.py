@@ -1172,6 +1172,83 @@ model = torch.nn.DataParallel(Net())
 
 
 @pytest.mark.parametrize(
+    "alias",
+    [
+        pytest.param("progress = data_loader\n        for x, y in progress:", id="a plain local name"),
+        pytest.param("progress = tqdm(data_loader)\n        for i, (x, y) in enumerate(progress):", id="a progress bar enumerated"),
+        pytest.param("progress = Timed(data_loader)\n        for x, y in progress:", id="a wrapper class of the file"),
+    ],
+)
+def test_a_loader_parameter_under_a_local_name_is_the_files_loader(alias: str) -> None:
+    """Should split the loader handed to a training function in the entry block that iterates it under another name."""
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+
+class Timed:
+    def __init__(self, iterable):
+        self.iterable = iterable
+
+    def __iter__(self):
+        return iter(self.iterable)
+
+
+if __name__ == "__main__":
+    train_loader = DataLoader(ds, batch_size=8, shuffle=True)
+    model = torch.nn.DataParallel(Net())
+
+    def train(data_loader, net):
+        {alias}
+            net(x, y).backward()
+
+    for epoch in range(2):
+        train(train_loader, model)
+"""
+    result = convert_source(source)
+    assert not [f for f in result.findings if f.severity == "error"], result.findings
+    assert "sampler=DistributedSampler(ds, shuffle=True)" in result.output
+    assert "        train_loader.sampler.set_epoch(epoch)\n        train(train_loader, model)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("alias", "source_named"),
+    [
+        pytest.param("progress = loader\n    for x, y in progress:", None, id="a plain local name"),
+        pytest.param("progress = tqdm(loader)\n    for i, (x, y) in enumerate(progress):", None, id="a progress bar enumerated"),
+        pytest.param(
+            "progress = tools.IteratorTimer(loader)\n    for x, y in progress:", "tools.IteratorTimer(loader)",
+            id="a call that may build the batches, named",
+        ),
+    ],
+)
+def test_a_local_name_for_a_parameter_no_one_here_passes_is_the_callers_data(alias: str, source_named: str | None) -> None:
+    """Should follow `progress = tqdm(loader)` to the parameter, and name the call it does not follow."""
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+import tools
+from tqdm import tqdm
+
+
+def train(model, loader):
+    {alias}
+        model(x, y).backward()
+
+
+model = torch.nn.DataParallel(Net())
+"""
+    result = convert_source(source)
+    refused = [f.message for f in result.findings if f.code == "DDP317"]
+    if source_named is None:
+        assert not refused
+    else:
+        assert len(refused) == 1 and refused[0].startswith(f"training batches come from `{source_named}`,")
+
+
+@pytest.mark.parametrize(
     ("iterate", "refused"),
     [
         pytest.param("yield from range(32)", True, id="a stream every process reads whole"),

@@ -31,7 +31,7 @@ TRAINED = [
     "init_after_wrap_moved", "reinit_after_wrap", "gpu_argument_guarded_print", "loss_skip_agreed",
     "dist_bound_in_function", "dataset_downloads_once", "device_from_helper", "step_counter_stop", "wrap_branch_with_else",
     "set_device_first_gpu", "gan_noise_batch", "random_sampler_explicit", "unpacked_loader_kwargs", "weighted_loss_reported",
-    "contrastive_in_batch_reported", "loader_from_factory", "part_replaced_after_wrap",
+    "contrastive_in_batch_reported", "loader_from_factory", "part_replaced_after_wrap", "loader_param_alias",
 ]  # fmt: skip
 
 

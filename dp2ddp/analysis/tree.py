@@ -384,6 +384,11 @@ class Tree:
                 defined = [a.node for a in scope[func.value] if isinstance(getattr(a, "node", None), cst.FunctionDef)]
                 if len(defined) == 1:
                     return defined[0]  # type: ignore[return-value]
+            if func.value not in self._functions and scope is not None and func.value in scope:
+                # `def train(loader): ...` inside `if __name__ == "__main__":`, the one binding of its name there.
+                bound = [getattr(a, "node", None) for a in scope[func.value]]
+                if len(bound) == 1 and isinstance(bound[0], cst.FunctionDef):
+                    return bound[0]
             return self._functions.get(func.value)
         if isinstance(func, cst.Attribute):
             methods = self._methods.get(func.attr.value, [])

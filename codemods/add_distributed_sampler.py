@@ -213,6 +213,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._plan_loader(node, call, only_loader=len(loaders) == 1, iterable_classes=iterable_classes)
         if not self.SHARDS_EVALUATION:
             analysis.sharded_loaders.update(self.plans)
+            if not self.keep_per_process_batch:
+                analysis.per_process_loaders.update({call: self._kept_because(call) for call in self.per_process_calls})
 
     def _plan_loader(self, module: cst.Module, call: cst.Call, only_loader: bool, iterable_classes: set[str]) -> None:
         for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
@@ -661,6 +663,13 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if not isinstance(line, cst.SimpleStatementLine) or not isinstance(self.analysis.parents.get(line), cst.Module):
             return None
         return int(assign.value.evaluated_value) if isinstance(assign.value, cst.Integer) else None
+
+    def _kept_because(self, call: cst.Call) -> str:
+        """Why a loader keeps its batch per process under ``--batch global``, as DDP308 says it."""
+        size = self._literal_batch(call)
+        if size is not None and size < 2:
+            return f"a batch of {size} cannot be divided"
+        return f"`{code_of(argument(call, BATCH_SIZE, 'batch_size'))}` also sizes something per step"  # type: ignore[arg-type]
 
     def _report_converted_batch(self, call: cst.Call) -> None:
         """The batch hazards a converted loader still has, so converting twice reports them again."""

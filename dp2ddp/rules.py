@@ -1182,13 +1182,16 @@ RULES: dict[str, Rule] = {
             "steps-per-epoch-scaled",
             "note",
             "steps per epoch counted in global batches: `{before}` -> `{after}`, since each process keeps the batch "
-            "(`--batch per-process`) and one step takes world_size of them",
+            "({kept}) and one step takes world_size of them",
             doc=_doc(
-                "Notes that a count of steps per epoch, the dataset's length divided by the training loader's batch, "
-                "is divided by the world size as well under `--batch per-process`.",
+                "Notes that a count of steps per epoch, the dataset's length (or a sample count the loader's dataset "
+                "or sampler is built with) divided by the training loader's batch, is divided by the world size as "
+                "well wherever each process keeps that batch: under `--batch per-process`, and for a loader that "
+                "keeps it all the same (a batch of 1, a batch value that also sizes a step: `DDP308`).",
                 "Each process loads its own batch of the sampler's share, so an epoch has world_size times fewer steps. "
                 "A schedule built on the old count (a total step count, a warm-up, a cosine length) would run "
-                "world_size times too long and never reach its end.",
+                "world_size times too long and never reach its end, and a loop that draws that many batches with "
+                "`next()` runs past the end of the loader on every process.",
                 "iters_per_epoch = len(train_set) // args.batch_size",
                 "iters_per_epoch = len(train_set) // (args.batch_size * dist.get_world_size())",
                 "Safe: `len(train_loader)` counts the same steps; it is left as it was wherever the script uses it.",
@@ -1198,12 +1201,13 @@ RULES: dict[str, Rule] = {
             "DDP334",
             "steps-per-epoch-unclear",
             "warning",
-            "`{expression}` divides by the training loader's batch `{batch}`, {why}; under `--batch per-process` one "
-            "step takes world_size batches: if it counts steps, divide by `({batch} * dist.get_world_size())`, or use "
-            "`len(loader)`",
+            "`{expression}` divides by the training loader's batch `{batch}`, {why}; each process keeps that batch "
+            "({kept}), so one step takes world_size batches: if it counts steps, divide by "
+            "`({batch} * dist.get_world_size())`, or use `len(loader)`",
             doc=_doc(
-                "Finds a count divided by the training loader's batch under `--batch per-process` where the count is "
-                "not provably the length of the loader's dataset, or that runs before the process group exists.",
+                "Finds a count divided by the training loader's batch, where each process keeps that batch "
+                "(`--batch per-process`, or `DDP308` under `--batch global`), and the count is not provably the "
+                "number of the loader's samples, or the line runs before the process group exists.",
                 "Steps per epoch counted with the per-process batch are world_size times too many: a schedule built on "
                 "them never reaches its end.",
                 "iters_per_epoch = args.num_train // args.batch_size",

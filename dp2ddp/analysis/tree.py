@@ -112,6 +112,8 @@ class Tree:
         # codemod plans against the script as the earlier ones will have changed it.
         # DataLoader calls that get a DistributedSampler:
         self.sharded_loaders: set[cst.Call] = set()
+        # Those of them that keep their batch per process under `--batch global`, with why (DDP308):
+        self.per_process_loaders: dict[cst.Call, str] = {}
         # backward() calls whose loss is multiplied by the world size first:
         self.scaled_backwards: set[cst.Call] = set()
         # Criterion objects whose loss sums over the batch (`criterion = nn.MSELoss(reduction="sum")`):

@@ -24,6 +24,7 @@ from libcst.metadata import ParentNodeProvider, QualifiedNameSource, ScopeProvid
 from dp2ddp.analysis import names
 from dp2ddp.analysis.loaders import BATCH_SAMPLER, BATCH_SIZE, EVALUATION_NAME, SAMPLER, SHUFFLE, is_training_loader
 from dp2ddp.analysis.module import Analysis, Holder
+from dp2ddp.analysis.options import integer_option_default
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, prepend_statements
 from dp2ddp.analysis.syntax import argument, call_to, code_of, main_guard, resolves_to
 from ._global_batch import add_batch_args, runs_after_setup, times_world_size
@@ -168,6 +169,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.dist = "dist"
         # Loaders whose batch value also sizes something per step: they keep it per process.
         self.per_process_calls: set[cst.Call] = set()
+        # Loaders whose batch is an option defaulting below a common world size, with the default:
+        # divided, it is floored at 1 (`max(1, B // world_size)`), since 0 would crash every process.
+        self.floored: dict[cst.Call, int] = {}
         # Loaders given `sampler=<a name only ever bound to None>`, with that name.
         self.placeholders: dict[cst.Call, str] = {}
         # Sampler constructions to split, with how: "shuffle"/"sequential" (a DistributedSampler), or the
@@ -293,6 +297,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if size is not None and size < 2:
             # A batch of 1 cannot be split: `1 // world_size` is 0, which DataLoader refuses.
             self.per_process_calls.add(call)
+        default = integer_option_default(self.analysis, argument(call, BATCH_SIZE, "batch_size") or cst.Name("None"))
+        if call not in self.per_process_calls and default is not None and default < max(COMMON_WORLD_SIZES):
+            # `--batch_size` defaults to 1: a literal 1 stays per process, but the option may be given any
+            # value, which is divided as usual; only below the world size is each process's share 0.
+            self.floored[call] = default
         if hoisted_dataset is not None:
             assert isinstance(statement, cst.SimpleStatementLine)
             self.hoists[statement] = plan
@@ -677,6 +686,13 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         divided = m.BinaryOperation(operator=m.FloorDivide(), right=m.Call(func=m.Attribute(attr=m.Name("get_world_size"))))
         if batch is None:
             return
+        floored = m.Call(func=m.Name("max"), args=[m.Arg(m.Integer("1")), m.Arg(divided)])
+        if m.matches(batch, floored):
+            size = batch.args[1].value.left  # type: ignore[attr-defined]
+            default = integer_option_default(self.analysis, size)
+            if default is not None and default < max(COMMON_WORLD_SIZES):
+                self._report_floor(size, default)
+            return
         if not m.matches(batch, divided):
             if (sizing := self._sizes_per_step(call)) is not None:
                 self.report(sizing, "DDP312", batch=code_of(batch))
@@ -711,7 +727,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(where, "DDP308", batch=code_of(batch) if batch is not None else "1", reason=reason, learning_rate=learning_rate)
             return
         divisibility = "the global batch changes unless it divides by the number of processes"
-        if size is not None:
+        if call in self.floored:
+            divisibility = self._report_floor(batch, self.floored[call])
+        elif size is not None:
             misses = [str(w) for w in COMMON_WORLD_SIZES if size % w]
             if misses:
                 self.report(batch, "DDP309", size=size, misses=", ".join(misses))
@@ -719,6 +737,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             else:
                 divisibility = f"{size} divides by {', '.join(map(str, COMMON_WORLD_SIZES))} processes"
         self.report(batch, "DDP307", batch=code_of(batch), divisibility=divisibility)
+
+    def _report_floor(self, batch: cst.BaseExpression, default: int) -> str:
+        """DDP336 for a batch option whose default is below some common world sizes; DDP307's clause for it."""
+        below = [str(w) for w in COMMON_WORLD_SIZES if w > default]
+        self.report(batch, "DDP336", batch=code_of(batch), default=default, counts=", ".join(below))
+        return f"never below 1 per process: with its default {default}, on {', '.join(below)} processes the global batch grows to world_size"
 
     def _report_batches(self, call: cst.Call, built: cst.Call | None) -> None:
         """The global batch of a loader whose batch sampler makes the batches: its ``batch_size``, if it has one."""
@@ -1385,11 +1409,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return batch
         if not m.matches(batch, m.Name() | m.Attribute() | m.Integer() | m.Call() | m.Subscript()):
             batch = batch.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        return cst.BinaryOperation(
+        divided = cst.BinaryOperation(
             left=batch,
             operator=cst.FloorDivide(),
             right=cst.Call(func=cst.parse_expression(f"{self.distributed_at(loader)}.get_world_size")),
         )
+        if loader not in self.floored:
+            return divided
+        return cst.Call(func=cst.Name("max"), args=[cst.Arg(cst.Integer("1")), cst.Arg(divided)])
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine

@@ -1234,6 +1234,30 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP336",
+            "batch-default-below-world-size",
+            "warning",
+            "`{batch}` defaults to {default}, fewer than {counts} processes, where `{batch} // world_size` would be 0 "
+            "and DataLoader would refuse it on every process: each process loads `max(1, {batch} // world_size)`, so "
+            "there the global batch grows to world_size; pass a batch that is a multiple of the number of processes",
+            doc=_doc(
+                "Finds a training loader whose batch is a command-line option the script declares with a small integer "
+                "default (`parser.add_argument(\"--batch_size\", type=int, default=1)`), smaller than some common "
+                "process counts, and floors each process's share at 1.",
+                "Keeping the global batch divides it by the world size. A literal batch of 1 stays per process "
+                "(`DDP308`), but an option may be given any value: a large one is divided as usual, and its default, "
+                "divided by more processes than it holds, would be 0, which DataLoader refuses, so every process "
+                "would crash with the script's default options. Floored at 1, each process loads one sample there and "
+                "a step sees world_size samples, more than the default asked for.",
+                "parser.add_argument(\"--batch_size\", type=int, default=1)\n"
+                "loader = DataLoader(ds, batch_size=opt.batch_size, shuffle=True)",
+                "loader = DataLoader(ds, batch_size=max(1, opt.batch_size // dist.get_world_size()), "
+                "sampler=DistributedSampler(ds, shuffle=True))",
+                "Safe: nothing crashes; where the option is smaller than the number of processes the global batch grows "
+                "to the world size, and the learning rate may need to follow.",
+            ),
+        ),
+        Rule(
             "DDP324",
             "loader-batch-of-batches",
             "error",

@@ -24,6 +24,7 @@ from libcst.metadata import ParentNodeProvider, QualifiedNameSource, ScopeProvid
 from dp2ddp.analysis import names
 from dp2ddp.analysis.loaders import BATCH_SAMPLER, BATCH_SIZE, EVALUATION_NAME, SAMPLER, SHUFFLE, is_training_loader
 from dp2ddp.analysis.module import Analysis, Holder
+from dp2ddp.analysis.options import integer_option_default
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, prepend_statements
 from dp2ddp.analysis.syntax import argument, call_to, code_of, main_guard, resolves_to
 from ._global_batch import add_batch_args, runs_after_setup, times_world_size
@@ -168,6 +169,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.dist = "dist"
         # Loaders whose batch value also sizes something per step: they keep it per process.
         self.per_process_calls: set[cst.Call] = set()
+        # Loaders whose batch is an option defaulting below a common world size, with the default:
+        # divided, it is floored at 1 (`max(1, B // world_size)`), since 0 would crash every process.
+        self.floored: dict[cst.Call, int] = {}
         # Loaders given `sampler=<a name only ever bound to None>`, with that name.
         self.placeholders: dict[cst.Call, str] = {}
         # Sampler constructions to split, with how: "shuffle"/"sequential" (a DistributedSampler), or the
@@ -213,6 +217,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._plan_loader(node, call, only_loader=len(loaders) == 1, iterable_classes=iterable_classes)
         if not self.SHARDS_EVALUATION:
             analysis.sharded_loaders.update(self.plans)
+            if not self.keep_per_process_batch:
+                analysis.per_process_loaders.update({call: self._kept_because(call) for call in self.per_process_calls})
 
     def _plan_loader(self, module: cst.Module, call: cst.Call, only_loader: bool, iterable_classes: set[str]) -> None:
         for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
@@ -291,6 +297,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if size is not None and size < 2:
             # A batch of 1 cannot be split: `1 // world_size` is 0, which DataLoader refuses.
             self.per_process_calls.add(call)
+        default = integer_option_default(self.analysis, argument(call, BATCH_SIZE, "batch_size") or cst.Name("None"))
+        if call not in self.per_process_calls and default is not None and default < max(COMMON_WORLD_SIZES):
+            # `--batch_size` defaults to 1: a literal 1 stays per process, but the option may be given any
+            # value, which is divided as usual; only below the world size is each process's share 0.
+            self.floored[call] = default
         if hoisted_dataset is not None:
             assert isinstance(statement, cst.SimpleStatementLine)
             self.hoists[statement] = plan
@@ -709,11 +720,25 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return None
         return int(assign.value.evaluated_value) if isinstance(assign.value, cst.Integer) else None
 
+    def _kept_because(self, call: cst.Call) -> str:
+        """Why a loader keeps its batch per process under ``--batch global``, as DDP308 says it."""
+        size = self._literal_batch(call)
+        if size is not None and size < 2:
+            return f"a batch of {size} cannot be divided"
+        return f"`{code_of(argument(call, BATCH_SIZE, 'batch_size'))}` also sizes something per step"  # type: ignore[arg-type]
+
     def _report_converted_batch(self, call: cst.Call) -> None:
         """The batch hazards a converted loader still has, so converting twice reports them again."""
         batch = argument(call, BATCH_SIZE, "batch_size")
         divided = m.BinaryOperation(operator=m.FloorDivide(), right=m.Call(func=m.Attribute(attr=m.Name("get_world_size"))))
         if batch is None:
+            return
+        floored = m.Call(func=m.Name("max"), args=[m.Arg(m.Integer("1")), m.Arg(divided)])
+        if m.matches(batch, floored):
+            size = batch.args[1].value.left  # type: ignore[attr-defined]
+            default = integer_option_default(self.analysis, size)
+            if default is not None and default < max(COMMON_WORLD_SIZES):
+                self._report_floor(size, default)
             return
         if not m.matches(batch, divided):
             if (sizing := self._sizes_per_step(call)) is not None:
@@ -749,7 +774,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(where, "DDP308", batch=code_of(batch) if batch is not None else "1", reason=reason, learning_rate=learning_rate)
             return
         divisibility = "the global batch changes unless it divides by the number of processes"
-        if size is not None:
+        if call in self.floored:
+            divisibility = self._report_floor(batch, self.floored[call])
+        elif size is not None:
             misses = [str(w) for w in COMMON_WORLD_SIZES if size % w]
             if misses:
                 self.report(batch, "DDP309", size=size, misses=", ".join(misses))
@@ -757,6 +784,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             else:
                 divisibility = f"{size} divides by {', '.join(map(str, COMMON_WORLD_SIZES))} processes"
         self.report(batch, "DDP307", batch=code_of(batch), divisibility=divisibility)
+
+    def _report_floor(self, batch: cst.BaseExpression, default: int) -> str:
+        """DDP336 for a batch option whose default is below some common world sizes; DDP307's clause for it."""
+        below = [str(w) for w in COMMON_WORLD_SIZES if w > default]
+        self.report(batch, "DDP336", batch=code_of(batch), default=default, counts=", ".join(below))
+        return f"never below 1 per process: with its default {default}, on {', '.join(below)} processes the global batch grows to world_size"
 
     def _report_batches(self, call: cst.Call, built: cst.Call | None) -> None:
         """The global batch of a loader whose batch sampler makes the batches: its ``batch_size``, if it has one."""
@@ -804,7 +837,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     planned.append(cst.parse_expression(holder.spelled))
                     self.report(handler, "DDP315", loader=holder.spelled)
             return
-        passes = self._passes(holders)
+        # `progress = tqdm(loader)`, `for i, batch in enumerate(progress):` is a pass over the loader too.
+        passes = self._passes(self._loader_holders(self.analysis, [call]))
         epoch_loops: dict[cst.For, Holder] = {}
         for start in passes:
             found = self._epoch_loop(start, holders)
@@ -906,7 +940,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if self._from_project_loader(source):
                 continue  # batches of a loader another module of the project builds, and splits there
             where = self._bound_in_function(source, loop) or source
-            self.report(where, "DDP317", source=code_of(source).strip())
+            self.report(where, "DDP317", source=self._unfollowed(source, loop))
             unsplit = True
         wraps = self.facts.model_wraps or self.facts.imported_wraps
         role = analysis.role
@@ -976,17 +1010,33 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         function = next((a for a in self.analysis.ancestors(loop) if isinstance(a, cst.FunctionDef)), None)
         if function is None or self.analysis.callers(function):
             return False
-        # `loader`, `enumerate(loader)`, `tqdm(loader)`: the parameter itself is iterated.
-        while isinstance(source, cst.Call) and m.matches(source.func, m.Name() | m.Attribute()) and source.args:
-            if code_of(source.func).rsplit(".", 1)[-1] not in ("iter", "enumerate", "tqdm"):
-                return False
-            source = source.args[0].value
+        source = self._iterated_root(source, function)
         if not isinstance(source, cst.Name):
             return False
         scope = self.analysis.scopes.get(source)
         return scope is not None and source.value in scope and any(
             isinstance(getattr(a, "node", None), cst.Param) for a in scope[source.value]
         )
+
+    def _iterated_root(self, source: cst.CSTNode, function: cst.FunctionDef) -> cst.CSTNode:
+        """What ``source`` iterates, through ``iter``/``enumerate``/``tqdm`` and local names bound once to them.
+
+        ``progress = tqdm(loader)`` then ``for i, batch in enumerate(progress):`` iterates
+        ``loader``. The walk stops at any other call, which may build the batches itself
+        (``make_batches(dataset)``): that call is returned, and names what is not followed.
+        """
+        for _ in range(4):  # each turn follows one local name; a name bound to itself cannot loop
+            while isinstance(source, cst.Call) and m.matches(source.func, m.Name() | m.Attribute()) and source.args:
+                if code_of(source.func).rsplit(".", 1)[-1] not in ("iter", "enumerate", "tqdm"):
+                    return source
+                source = source.args[0].value
+            if not isinstance(source, cst.Name):
+                return source
+            bindings = self.analysis.bindings(source) or []
+            if len(bindings) != 1 or bindings[0] is None or self.analysis.owner(bindings[0]) is not function:
+                return source  # a parameter, or a name with several values or bound elsewhere
+            source = bindings[0].value
+        return source
 
     def _feeding_backward(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> set[cst.CSTNode]:
         """Loaders whose batches reach a ``backward()``: training data, whatever their name says.
@@ -1217,6 +1267,21 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     changed = True
         return flows
 
+    def _unfollowed(self, source: cst.CSTNode, loop: cst.For | cst.While) -> str:
+        """How DDP317 names the batches: the call a function's parameter passes through where that is what stops the walk.
+
+        ``progress = tools.IteratorTimer(data_loader)`` in a function no code of this file
+        calls: the batches come from ``tools.IteratorTimer(data_loader)``, a call that may
+        build them itself, not from ``progress``.
+        """
+        function = next((a for a in self.analysis.ancestors(loop) if isinstance(a, cst.FunctionDef)), None)
+        root = self._iterated_root(source, function) if function is not None and not self.analysis.callers(function) else source
+        if root is not source and isinstance(root, cst.Call) and any(
+            self._handed_in(a.value, loop) for a in root.args
+        ):  # fmt: skip
+            return code_of(root).strip()
+        return code_of(source).strip()
+
     def _bound_in_function(self, source: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
         """Where the one name a loop iterates is bound, in the loop's own function, if it is."""
         if not isinstance(source, cst.Name):
@@ -1390,11 +1455,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return batch
         if not m.matches(batch, m.Name() | m.Attribute() | m.Integer() | m.Call() | m.Subscript()):
             batch = batch.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        return cst.BinaryOperation(
+        divided = cst.BinaryOperation(
             left=batch,
             operator=cst.FloorDivide(),
             right=cst.Call(func=cst.parse_expression(f"{self.distributed_at(loader)}.get_world_size")),
         )
+        if loader not in self.floored:
+            return divided
+        return cst.Call(func=cst.Name("max"), args=[cst.Arg(cst.Integer("1")), cst.Arg(divided)])
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine

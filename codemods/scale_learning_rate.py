@@ -6,8 +6,11 @@ rule keeps training comparable: ``SGD(params, lr=args.lr)`` becomes
 ``SGD(params, lr=args.lr * dist.get_world_size())``. An epoch also has
 world_size times fewer steps, so ``len(train_set) // args.batch_size`` becomes
 ``len(train_set) // (args.batch_size * dist.get_world_size())``. Under the
-default ``--batch global`` nothing here applies: the global batch, and with it
-the rate and the step count, stay as they were.
+default ``--batch global`` the global batch, and with it the rate and the step
+count, stay as they were, except for a loader whose batch the sampler codemod
+keeps per process all the same (a batch of 1, a batch value that also sizes a
+step: DDP308): its steps per epoch are counted in global batches too, and its
+rate is left to the user, as DDP308 says.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dp2ddp.analysis.module import Analysis
 from ._base import Dp2ddpCodemod
 from dp2ddp.analysis.syntax import argument, call_to, code_of
 from ._global_batch import PER_PROCESS, add_batch_args, asks_world_size, runs_after_setup, times_world_size
-from dp2ddp.analysis.loaders import BATCH_SIZE, is_training_loader
+from dp2ddp.analysis.loaders import BATCH_SAMPLER, BATCH_SIZE, SAMPLER, is_training_loader
 
 # Counts of samples a script divides by its batch to count steps, when not written `len(dataset)`.
 SAMPLE_COUNT = re.compile(r"(num|n)_?(train|samples?|examples?|images?|data)|train_?(size|len|num)|dataset_?(size|len)", re.IGNORECASE)
@@ -47,21 +50,28 @@ class ScaleLearningRateCommand(Dp2ddpCodemod):
 
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
-        if not self.per_process:
+        # Under `--batch global`, loaders whose batch the sampler codemod keeps per process all the same
+        # (a batch of 1, a batch value that also sizes a step): their epochs have world_size times fewer steps too.
+        kept = {} if self.per_process else analysis.per_process_loaders
+        if not self.per_process and not kept:
             raise SkipFile("the global batch is kept (--batch global): the learning rate needs no change")
         loaders = [c for c in analysis.findall(call_to(names.DATA_LOADER)) if isinstance(c, cst.Call)]
-        training = []
+        training: list[tuple[cst.Call, cst.BaseExpression | None, str]] = []
         for loader in loaders:
             parent = analysis.parents.get(loader)
             reference = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
-            if is_training_loader(loader, reference, len(loaders) == 1):
-                training.append((loader, reference))
+            if loader in kept:
+                training.append((loader, reference, kept[loader]))
+            elif self.per_process and is_training_loader(loader, reference, len(loaders) == 1):
+                training.append((loader, reference, f"`--batch {PER_PROCESS}`"))
         if not training:
             raise SkipFile("no training DataLoader in this file: its batch, kept or not, is not known here")
-        optimizers = [c for c in analysis.findall(call_to(names.OPTIMIZERS)) if isinstance(c, cst.Call)]
-        scaled = [optimizer for optimizer in optimizers if self._plan_optimizer(optimizer)]
-        if scaled:
-            self._report_cyclic_schedules()
+        if self.per_process:
+            # Under `--batch global` the rate is the user's call: DDP308 says so.
+            optimizers = [c for c in analysis.findall(call_to(names.OPTIMIZERS)) if isinstance(c, cst.Call)]
+            scaled = [optimizer for optimizer in optimizers if self._plan_optimizer(optimizer)]
+            if scaled:
+                self._report_cyclic_schedules()
         for division in analysis.nodes(cst.BinaryOperation):
             if isinstance(division.operator, (cst.FloorDivide, cst.Divide)):
                 self._plan_steps(division, training)
@@ -123,10 +133,10 @@ class ScaleLearningRateCommand(Dp2ddpCodemod):
 
     # -- steps per epoch --------------------------------------------------------------
 
-    def _plan_steps(self, division: cst.BinaryOperation, training: list[tuple[cst.Call, cst.BaseExpression | None]]) -> None:
+    def _plan_steps(self, division: cst.BinaryOperation, training: list[tuple[cst.Call, cst.BaseExpression | None, str]]) -> None:
         """``len(train_set) // args.batch_size``: an epoch's steps, now world_size times fewer."""
         divisor = code_of(division.right)
-        for loader, reference in training:
+        for loader, reference, kept in training:
             batch = argument(loader, BATCH_SIZE, "batch_size")
             if batch is None or code_of(batch) != divisor or asks_world_size(self.analysis, division.right):
                 continue
@@ -136,15 +146,36 @@ class ScaleLearningRateCommand(Dp2ddpCodemod):
                 datasets.add(f"{code_of(reference)}.dataset")
             is_length = m.matches(counted, m.Call(func=m.Name("len"), args=[m.Arg()]))
             of_dataset = is_length and code_of(counted.args[0].value) in datasets  # type: ignore[attr-defined]
-            if of_dataset and runs_after_setup(self.analysis, division):
+            counts_samples = of_dataset or self._sizes_the_data(counted, loader)
+            if counts_samples and runs_after_setup(self.analysis, division):
                 distributed = self.distributed_at(division)
                 self.scaled_steps[division] = distributed
                 after = code_of(self._divided(division, distributed))
-                self.report(division, "DDP333", before=code_of(division), after=after)
+                self.report(division, "DDP333", before=code_of(division), after=after, kept=kept)
             elif is_length or SAMPLE_COUNT.search(code_of(counted).rsplit(".", 1)[-1]):
-                why = "before the process group exists" if of_dataset else "but convert cannot tell that it counts the loader's samples"
-                self.report(division, "DDP334", expression=code_of(division), batch=divisor, why=why)
+                why = "before the process group exists" if counts_samples else "but convert cannot tell that it counts the loader's samples"
+                self.report(division, "DDP334", expression=code_of(division), batch=divisor, why=why, kept=kept)
             return
+
+    def _sizes_the_data(self, counted: cst.BaseExpression, loader: cst.Call) -> bool:
+        """``train_size`` named as a sample count, read where the loader's dataset or sampler is built.
+
+        ``dataset = TensorDataset(torch.randn(train_size, 4), ...)`` or
+        ``sampler = GroupSampler(train_size, args.batch_size)``: the count sizes what the loader
+        draws from, so dividing it by the batch counts the loader's steps.
+        """
+        if not isinstance(counted, (cst.Name, cst.Attribute)) or not SAMPLE_COUNT.search(code_of(counted).rsplit(".", 1)[-1]):
+            return False
+        built: list[cst.CSTNode] = []
+        for position, keyword in ((0, "dataset"), (SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
+            given = argument(loader, position, keyword)
+            if given is None:
+                continue
+            built.append(given)
+            bindings = self.analysis.bindings(given) if isinstance(given, cst.Name) else None
+            if bindings and len(bindings) == 1 and bindings[0] is not None:
+                built.append(bindings[0].value)
+        return any(code_of(counted) in self.analysis.reads(node) for node in built)
 
     @staticmethod
     def _divided(division: cst.BinaryOperation, distributed: str) -> cst.BinaryOperation:

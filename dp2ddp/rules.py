@@ -1208,13 +1208,16 @@ RULES: dict[str, Rule] = {
             "steps-per-epoch-scaled",
             "note",
             "steps per epoch counted in global batches: `{before}` -> `{after}`, since each process keeps the batch "
-            "(`--batch per-process`) and one step takes world_size of them",
+            "({kept}) and one step takes world_size of them",
             doc=_doc(
-                "Notes that a count of steps per epoch, the dataset's length divided by the training loader's batch, "
-                "is divided by the world size as well under `--batch per-process`.",
+                "Notes that a count of steps per epoch, the dataset's length (or a sample count the loader's dataset "
+                "or sampler is built with) divided by the training loader's batch, is divided by the world size as "
+                "well wherever each process keeps that batch: under `--batch per-process`, and for a loader that "
+                "keeps it all the same (a batch of 1, a batch value that also sizes a step: `DDP308`).",
                 "Each process loads its own batch of the sampler's share, so an epoch has world_size times fewer steps. "
                 "A schedule built on the old count (a total step count, a warm-up, a cosine length) would run "
-                "world_size times too long and never reach its end.",
+                "world_size times too long and never reach its end, and a loop that draws that many batches with "
+                "`next()` runs past the end of the loader on every process.",
                 "iters_per_epoch = len(train_set) // args.batch_size",
                 "iters_per_epoch = len(train_set) // (args.batch_size * dist.get_world_size())",
                 "Safe: `len(train_loader)` counts the same steps; it is left as it was wherever the script uses it.",
@@ -1224,12 +1227,13 @@ RULES: dict[str, Rule] = {
             "DDP334",
             "steps-per-epoch-unclear",
             "warning",
-            "`{expression}` divides by the training loader's batch `{batch}`, {why}; under `--batch per-process` one "
-            "step takes world_size batches: if it counts steps, divide by `({batch} * dist.get_world_size())`, or use "
-            "`len(loader)`",
+            "`{expression}` divides by the training loader's batch `{batch}`, {why}; each process keeps that batch "
+            "({kept}), so one step takes world_size batches: if it counts steps, divide by "
+            "`({batch} * dist.get_world_size())`, or use `len(loader)`",
             doc=_doc(
-                "Finds a count divided by the training loader's batch under `--batch per-process` where the count is "
-                "not provably the length of the loader's dataset, or that runs before the process group exists.",
+                "Finds a count divided by the training loader's batch, where each process keeps that batch "
+                "(`--batch per-process`, or `DDP308` under `--batch global`), and the count is not provably the "
+                "number of the loader's samples, or the line runs before the process group exists.",
                 "Steps per epoch counted with the per-process batch are world_size times too many: a schedule built on "
                 "them never reaches its end.",
                 "iters_per_epoch = args.num_train // args.batch_size",
@@ -1253,6 +1257,30 @@ RULES: dict[str, Rule] = {
                 "args.batch_size *= torch.cuda.device_count()\nnum_workers = 4 * torch.cuda.device_count()",
                 "args.batch_size *= dist.get_world_size()\nnum_workers = 4",
                 "Safe: on one node the batch is the same number; each process starts the workers one GPU had.",
+            ),
+        ),
+        Rule(
+            "DDP336",
+            "batch-default-below-world-size",
+            "warning",
+            "`{batch}` defaults to {default}, fewer than {counts} processes, where `{batch} // world_size` would be 0 "
+            "and DataLoader would refuse it on every process: each process loads `max(1, {batch} // world_size)`, so "
+            "there the global batch grows to world_size; pass a batch that is a multiple of the number of processes",
+            doc=_doc(
+                "Finds a training loader whose batch is a command-line option the script declares with a small integer "
+                "default (`parser.add_argument(\"--batch_size\", type=int, default=1)`), smaller than some common "
+                "process counts, and floors each process's share at 1.",
+                "Keeping the global batch divides it by the world size. A literal batch of 1 stays per process "
+                "(`DDP308`), but an option may be given any value: a large one is divided as usual, and its default, "
+                "divided by more processes than it holds, would be 0, which DataLoader refuses, so every process "
+                "would crash with the script's default options. Floored at 1, each process loads one sample there and "
+                "a step sees world_size samples, more than the default asked for.",
+                "parser.add_argument(\"--batch_size\", type=int, default=1)\n"
+                "loader = DataLoader(ds, batch_size=opt.batch_size, shuffle=True)",
+                "loader = DataLoader(ds, batch_size=max(1, opt.batch_size // dist.get_world_size()), "
+                "sampler=DistributedSampler(ds, shuffle=True))",
+                "Safe: nothing crashes; where the option is smaller than the number of processes the global batch grows "
+                "to the world size, and the learning rate may need to follow.",
             ),
         ),
         Rule(

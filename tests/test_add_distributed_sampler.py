@@ -1152,6 +1152,67 @@ def main(args):
     assert [(f.line, f.code, f.severity) for f in result.findings if f.code == "DDP317"] == [(9, "DDP317", "error")]
 
 
+OPTION_BATCH = """import argparse
+import torch
+from torch.utils.data import DataLoader
+
+parser = argparse.ArgumentParser()
+parser.add_argument({flags}, type=int, default={default})
+args = parser.parse_args()
+
+
+def main():
+    model = torch.nn.DataParallel(Net())
+    train_loader = DataLoader(train_set, batch_size=args.{dest}, shuffle=True)
+    for epoch in range(2):
+        for x, y in train_loader:
+            model(x, y).backward()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("flags", "dest", "default", "loads"),
+    [
+        pytest.param('"--batch_size"', "batch_size", 1, "max(1, args.batch_size // dist.get_world_size())", id="default 1"),
+        pytest.param(
+            '"-b", "--batch-size"', "batch_size", 4, "max(1, args.batch_size // dist.get_world_size())",
+            id="default 4, below 8 processes, named by its long option",
+        ),
+        pytest.param('"--bs", dest="batch"', "batch", 2, "max(1, args.batch // dist.get_world_size())", id="named by dest"),
+        pytest.param('"--batch_size"', "batch_size", 64, "args.batch_size // dist.get_world_size()", id="default 64 divides"),
+    ],
+)
+def test_a_batch_option_with_a_small_default_is_floored_at_one_per_process(flags: str, dest: str, default: int, loads: str) -> None:
+    """`--batch_size` defaulting to 1 (CycleGAN, pix2pixHD): `1 // world_size` would be 0 and crash every process."""
+    from dp2ddp.api import convert_source
+
+    source = OPTION_BATCH.format(flags=flags, dest=dest, default=default)
+    result = convert_source(source)
+    assert f"DataLoader(train_set, batch_size={loads}, sampler=" in result.output
+    floored = [f for f in result.findings if f.code == "DDP336"]
+    if default < 8:
+        assert [(f.line, f.severity) for f in floored] == [(12, "warning")]
+        assert floored[0].message.startswith(f"`args.{dest}` defaults to {default}, fewer than ")
+        # Converting the converted script names the hazard again.
+        assert [f.code for f in convert_source(result.output).findings if f.code == "DDP336"] == ["DDP336"]
+    else:
+        assert not floored
+
+
+def test_a_batch_option_whose_default_is_not_a_literal_is_divided_as_before() -> None:
+    """Should leave `B // world_size` where the file does not say what the option defaults to."""
+    from dp2ddp.api import convert_source
+
+    source = OPTION_BATCH.format(flags='"--batch_size"', dest="batch_size", default="DEFAULT_BATCH")
+    result = convert_source(source)
+    assert "batch_size=args.batch_size // dist.get_world_size()," in result.output
+    assert not [f for f in result.findings if f.code == "DDP336"]
+
+
 def test_a_parameter_of_a_function_no_one_here_calls_is_the_callers_data() -> None:
     """Should not refuse a library function that trains on the loader its caller, in another file, hands it."""
     from dp2ddp.api import convert_source
@@ -1169,6 +1230,83 @@ model = torch.nn.DataParallel(Net())
     result = convert_source(source)
     assert not [f for f in result.findings if f.code == "DDP317"]
     assert [f.code for f in result.findings if f.code == "DDP306"] == ["DDP306"]
+
+
+@pytest.mark.parametrize(
+    "alias",
+    [
+        pytest.param("progress = data_loader\n        for x, y in progress:", id="a plain local name"),
+        pytest.param("progress = tqdm(data_loader)\n        for i, (x, y) in enumerate(progress):", id="a progress bar enumerated"),
+        pytest.param("progress = Timed(data_loader)\n        for x, y in progress:", id="a wrapper class of the file"),
+    ],
+)
+def test_a_loader_parameter_under_a_local_name_is_the_files_loader(alias: str) -> None:
+    """Should split the loader handed to a training function in the entry block that iterates it under another name."""
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+
+class Timed:
+    def __init__(self, iterable):
+        self.iterable = iterable
+
+    def __iter__(self):
+        return iter(self.iterable)
+
+
+if __name__ == "__main__":
+    train_loader = DataLoader(ds, batch_size=8, shuffle=True)
+    model = torch.nn.DataParallel(Net())
+
+    def train(data_loader, net):
+        {alias}
+            net(x, y).backward()
+
+    for epoch in range(2):
+        train(train_loader, model)
+"""
+    result = convert_source(source)
+    assert not [f for f in result.findings if f.severity == "error"], result.findings
+    assert "sampler=DistributedSampler(ds, shuffle=True)" in result.output
+    assert "        train_loader.sampler.set_epoch(epoch)\n        train(train_loader, model)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("alias", "source_named"),
+    [
+        pytest.param("progress = loader\n    for x, y in progress:", None, id="a plain local name"),
+        pytest.param("progress = tqdm(loader)\n    for i, (x, y) in enumerate(progress):", None, id="a progress bar enumerated"),
+        pytest.param(
+            "progress = tools.IteratorTimer(loader)\n    for x, y in progress:", "tools.IteratorTimer(loader)",
+            id="a call that may build the batches, named",
+        ),
+    ],
+)
+def test_a_local_name_for_a_parameter_no_one_here_passes_is_the_callers_data(alias: str, source_named: str | None) -> None:
+    """Should follow `progress = tqdm(loader)` to the parameter, and name the call it does not follow."""
+    from dp2ddp.api import convert_source
+
+    source = f"""import torch
+import tools
+from tqdm import tqdm
+
+
+def train(model, loader):
+    {alias}
+        model(x, y).backward()
+
+
+model = torch.nn.DataParallel(Net())
+"""
+    result = convert_source(source)
+    refused = [f.message for f in result.findings if f.code == "DDP317"]
+    if source_named is None:
+        assert not refused
+    else:
+        assert len(refused) == 1 and refused[0].startswith(f"training batches come from `{source_named}`,")
 
 
 @pytest.mark.parametrize(

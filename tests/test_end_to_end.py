@@ -32,7 +32,7 @@ TRAINED = [
     "dist_bound_in_function", "dataset_downloads_once", "device_from_helper", "step_counter_stop", "wrap_branch_with_else",
     "set_device_first_gpu", "gan_noise_batch", "random_sampler_explicit", "unpacked_loader_kwargs", "weighted_loss_reported",
     "contrastive_in_batch_reported", "loader_from_factory", "part_replaced_after_wrap", "loop_filtered_wraps",
-    "loader_kwargs_beside_shuffle", "eval_loader_in_kept_tuple",
+    "loader_kwargs_beside_shuffle", "eval_loader_in_kept_tuple", "loader_param_alias", "batch_option_default_one",
 ]  # fmt: skip
 
 

@@ -306,7 +306,7 @@ def test_a_fence_in_the_script_does_not_end_the_markdown_block() -> None:
 def test_attribution_that_does_not_reproduce_the_conversion_is_not_invented(monkeypatch: pytest.MonkeyPatch) -> None:
     source = "a = 1\nb = 2\n"
     # Every prefix converts to something the full conversion did not produce.
-    monkeypatch.setattr(migration, "convert_source", lambda text, options: ConvertResult(text, "a = 1\n", ()))
+    monkeypatch.setattr(migration, "convert_source", lambda text, options, role=None: ConvertResult(text, "a = 1\n", ()))
     changes, attributed = migration.attribute(source, "a = 1\nb = 3\nc = 4\n", ConvertOptions())
     assert attributed is False
     [group] = changes

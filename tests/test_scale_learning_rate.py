@@ -263,8 +263,63 @@ class ScaleLearningRateTest(CodemodTest):
                 "9:27: DDP333 steps per epoch counted in global batches: `len(train_loader.dataset) / args.batch_size` "
                 f"-> `len(train_loader.dataset) / (args.batch_size * dist.get_world_size())`, {tail}",
                 "11:15: DDP334 `args.num_train // args.batch_size` divides by the training loader's batch "
-                "`args.batch_size`, but convert cannot tell that it counts the loader's samples; under `--batch "
-                "per-process` one step takes world_size batches: if it counts steps, divide by "
+                "`args.batch_size`, but convert cannot tell that it counts the loader's samples; each process keeps that "
+                "batch (`--batch per-process`), so one step takes world_size batches: if it counts steps, divide by "
                 "`(args.batch_size * dist.get_world_size())`, or use `len(loader)`",
             ],
         )
+
+
+KEPT_BY_THE_SAMPLER_CODEMOD = '''import torch
+from torch.utils.data import DataLoader, Sampler
+
+
+class GroupSampler(Sampler):
+    def __init__(self, n, batch_size=1):
+        self.n, self.batch_size = n, batch_size
+
+
+def main(args):
+    model = torch.nn.DataParallel(Net())
+    sampler = GroupSampler(args.train_size, args.batch_size)
+    train_loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    steps = len(train_set) // args.batch_size
+    sized = args.train_size // args.batch_size
+    it = iter(train_loader)
+    for step in range(steps):
+        x, y = next(it)
+        model(x, y).backward()
+
+
+if __name__ == "__main__":
+    main(parse())
+'''
+
+
+def test_steps_of_a_loader_the_sampler_codemod_keeps_per_process_count_global_batches() -> None:
+    """Under --batch global, a batch that also sizes a step (DDP312) is kept per process: its epochs are shorter too.
+
+    `for step in range(steps): next(it)` would otherwise run past the end of each process's share.
+    """
+    from dp2ddp.api import convert_source
+
+    result = convert_source(KEPT_BY_THE_SAMPLER_CODEMOD)
+    assert "steps = len(train_set) // (args.batch_size * dist.get_world_size())" in result.output
+    # A sample count the loader's sampler is built with counts the loader's samples too.
+    assert "sized = args.train_size // (args.batch_size * dist.get_world_size())" in result.output
+    kept = "since each process keeps the batch (`args.batch_size` also sizes something per step)"
+    assert [kept in f.message for f in result.findings if f.code == "DDP333"] == [True, True]
+    # The rate is the user's call under --batch global, as DDP308 says; the optimizer is left alone.
+    assert "lr=args.lr)" in result.output and not [f for f in result.findings if f.code in ("DDP330", "DDP331")]
+
+
+def test_steps_of_a_divided_batch_are_left_alone_under_the_global_batch() -> None:
+    """Should not touch steps per epoch where the loader's batch is divided: the global batch, and the steps, stay."""
+    from dp2ddp.api import convert_source
+
+    source = KEPT_BY_THE_SAMPLER_CODEMOD.replace("GroupSampler(args.train_size, args.batch_size)", "GroupSampler(args.train_size)")
+    result = convert_source(source)
+    assert "batch_size=args.batch_size // dist.get_world_size()" in result.output
+    assert "steps = len(train_set) // args.batch_size\n" in result.output
+    assert not [f for f in result.findings if f.code in ("DDP333", "DDP334")]

@@ -112,6 +112,8 @@ class Tree:
         # codemod plans against the script as the earlier ones will have changed it.
         # DataLoader calls that get a DistributedSampler:
         self.sharded_loaders: set[cst.Call] = set()
+        # Those of them that keep their batch per process under `--batch global`, with why (DDP308):
+        self.per_process_loaders: dict[cst.Call, str] = {}
         # backward() calls whose loss is multiplied by the world size first:
         self.scaled_backwards: set[cst.Call] = set()
         # Criterion objects whose loss sums over the batch (`criterion = nn.MSELoss(reduction="sum")`):
@@ -384,6 +386,11 @@ class Tree:
                 defined = [a.node for a in scope[func.value] if isinstance(getattr(a, "node", None), cst.FunctionDef)]
                 if len(defined) == 1:
                     return defined[0]  # type: ignore[return-value]
+            if func.value not in self._functions and scope is not None and func.value in scope:
+                # `def train(loader): ...` inside `if __name__ == "__main__":`, the one binding of its name there.
+                bound = [getattr(a, "node", None) for a in scope[func.value]]
+                if len(bound) == 1 and isinstance(bound[0], cst.FunctionDef):
+                    return bound[0]
             return self._functions.get(func.value)
         if isinstance(func, cst.Attribute):
             methods = self._methods.get(func.attr.value, [])

@@ -286,3 +286,28 @@ def test_an_evaluation_of_another_modules_whole_loader_prints_the_originals_coun
     assert completed.returncode == 0, completed.stdout + completed.stderr
     counts = [line for line in completed.stdout.splitlines() if line.startswith("epoch ")]
     assert len(counts) == 2 and all(line.endswith("/40") for line in counts), completed.stdout
+
+
+def test_a_batch_option_another_module_declares_with_default_one_is_not_divided_to_zero(tmp_path: Path) -> None:
+    """The CycleGAN family declares --batch_size (default 1) in options/; the loader divides it in train.py."""
+    root = tmp_path / "project"
+    (root / "options").mkdir(parents=True)
+    (root / "options" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "options" / "base.py").write_text(
+        "import argparse\n\n\ndef parse():\n    parser = argparse.ArgumentParser()\n"
+        "    parser.add_argument('--batch_size', type=int, default=1)\n    return parser.parse_args()\n",
+        encoding="utf-8",
+    )
+    (root / "train.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from options.base import parse\n\nopt = parse()\ndata = TensorDataset(torch.randn(8, 4), torch.randn(8, 1))\n"
+        "loader = DataLoader(data, batch_size=opt.batch_size, shuffle=True)\nmodel = nn.DataParallel(nn.Linear(4, 1))\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(2):\n    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n        nn.functional.mse_loss(model(x), y).backward()\n        optimizer.step()\n",
+        encoding="utf-8",
+    )
+    result = convert_project(root, _sources(root))
+    train = result.files[root / "train.py"]
+    assert isinstance(train, ConvertResult)
+    assert "batch_size=max(1, opt.batch_size // dist.get_world_size())" in train.output
+    assert any(f.code == "DDP336" for f in train.findings)

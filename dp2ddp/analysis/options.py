@@ -51,4 +51,7 @@ def integer_option_default(analysis: Analysis, value: cst.BaseExpression) -> int
         if not isinstance(default, cst.Integer):
             return None
         defaults.append(int(default.evaluated_value))
-    return min(defaults) if defaults else None
+    if not defaults:
+        # Declared in another module of the project (an options/ package), where the project read it.
+        return analysis.role.option_default(attribute)
+    return min(defaults)

@@ -417,6 +417,7 @@ class Project:
                 for caller, qualified, _ in sites:
                     if caller in self.converted:
                         at_call.setdefault(caller, []).append((qualified, written))
+        option_defaults = self._option_defaults()
         roles: dict[Path, ModuleRole] = {}
         for module in self.by_path.values():
             name = module.name
@@ -436,6 +437,7 @@ class Project:
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 program_loaders=self._program_loaders(name) if name in self.converted else (),
+                option_defaults=option_defaults if name in self.converted else (),
                 helpers_module=helpers_module if (name in self.converted or name in inside or name in training) else None,
             )
             if role != ModuleRole():
@@ -461,6 +463,25 @@ class Project:
                         found.add(target)
                         todo.append((self.modules[target], attribute))
         return found
+
+    def _option_defaults(self) -> tuple[tuple[str, int], ...]:
+        """Each option the project's modules declare with integer literal defaults only: the smallest default."""
+        found: dict[str, list[int | None]] = {}
+        for module in self.by_path.values():
+            for call, spelled in module.calls:
+                if not spelled.endswith(".add_argument"):
+                    continue
+                destination = _destination(call)
+                if destination is None:
+                    continue
+                default = next((k.value for k in call.keywords if k.arg == "default"), None)
+                integer = default.value if isinstance(default, ast.Constant) and type(default.value) is int else None
+                found.setdefault(destination, []).append(integer)
+        return tuple(
+            (destination, min(defaults))  # type: ignore[type-var]
+            for destination, defaults in sorted(found.items())
+            if None not in defaults
+        )
 
     def _steps(self, module: _Module, functions: set[str]) -> bool:
         """Whether one of ``functions`` (or classes) of ``module`` runs a training step: it calls ``backward()``."""
@@ -535,6 +556,18 @@ def _module_name(relative: Path) -> str:
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts) or "__init__"
+
+
+def _destination(call: ast.Call) -> str | None:
+    """The attribute ``add_argument(...)`` stores into, as argparse names it (``dest=``, else the first long option)."""
+    dest = next((k.value for k in call.keywords if k.arg == "dest"), None)
+    if dest is not None:
+        return dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else None
+    flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    if not flags or len(flags) != len(call.args):
+        return None
+    chosen = next((f for f in flags if f.startswith("--")), flags[0])
+    return chosen.lstrip("-").replace("-", "_") or None
 
 
 def _calls_at_top_level(module: _Module) -> bool:

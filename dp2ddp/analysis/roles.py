@@ -48,6 +48,9 @@ class ModuleRole:
     # Meter classes of other project modules this module builds (`utils.AverageMeter(...)`): they keep
     # `sum` and `count`, so the reduction of AverageMeter-style meters applies to them.
     meter_classes: frozenset[str] = frozenset()
+    # Integer defaults of command-line options that other modules of the project declare
+    # (`--batch_size`, default 1, in options/base_options.py), by destination.
+    option_defaults: tuple[tuple[str, int], ...] = ()
     # Qualified names of the other project functions this module calls: convert sees what they do.
     project_calls: frozenset[str] = frozenset()
     # Where the distributed helpers come from: a module of the project, or None to inline them.
@@ -68,6 +71,9 @@ class ModuleRole:
 
     def subclass_site(self, qualified: str) -> Site | None:
         return dict(self.subclass_wraps).get(qualified)
+
+    def option_default(self, destination: str) -> int | None:
+        return dict(self.option_defaults).get(destination)
 
     def loader_site(self, qualified: str) -> Site | None:
         return dict(self.loader_sources).get(qualified)

@@ -68,7 +68,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         # In a project, a module converted only for its writers: only those functions change.
         self.only_functions = {function for function, _, _ in role.guarded_functions} if role.guard_only else None
         for function, writes, callers in role.guarded_functions:
-            definition = next(s for s in analysis.module.body if isinstance(s, cst.FunctionDef) and s.name.value == function)
+            definition = next(s for s in analysis.module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value == function)
             shown = ", ".join(str(c) for c in callers[:3]) + (", ..." if len(callers) > 3 else "")
             self.report(definition.name, "DDP105", function=function, site=writes, callers=shown)
         for call in analysis.nodes(cst.Call):
@@ -109,11 +109,11 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             if not WRITER_NAME.search(name.rsplit(".", 1)[-1]) or name in self.effects.functions:
                 continue
             imported = [q.name for q in analysis.qualified_names(call.func) if q.source is QualifiedNameSource.IMPORT]
-            if any(q in analysis.role.project_calls for q in imported):
-                continue  # The project's own function: converted there, guarded here, or it does not write.
             if not imported and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
                 # `checkpoint_io.save(...)` on an object built from another file's class.
                 imported = self._built_from_import(call.func.value)
+            if any(q in analysis.role.project_calls for q in imported):
+                continue  # The project's own code: converted there, guarded there or here, or it does not write.
             if not imported or any(q.startswith(("torch.", "builtins.")) for q in imported):
                 continue
             if self.effects.is_side_effect(call) or self.effects.is_collective(call) or under_rank_guard(self, call):
@@ -141,7 +141,9 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return node.name.value not in names.HELPERS
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return node.name.value not in names.HELPERS and self.only_functions is None
+        if self.only_functions is not None and isinstance(self.analysis.parents.get(node), cst.Module):
+            return node.name.value in self.only_functions
+        return node.name.value not in names.HELPERS
 
     def visit_If(self, node: cst.If) -> bool:
         if not is_rank_guard(self.analysis, node.test):

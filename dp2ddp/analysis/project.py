@@ -358,8 +358,9 @@ class Project:
         analysis = self._analysis(target)
         if analysis is None:
             return None
+        # A function, or a class whose methods write (`Visualizer(opt)`, then `visualizer.print_losses(...)`).
         definition = next(
-            (s for s in analysis.module.body if isinstance(s, cst.FunctionDef) and s.name.value == function), None
+            (s for s in analysis.module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value == function), None
         )
         if definition is None:
             return None
@@ -399,6 +400,7 @@ class Project:
         inside: dict[str, list[tuple[str, Site, tuple[Site, ...]]]] = {}
         at_call: dict[str, list[tuple[str, Site]]] = {}
         training: set[str] = set()
+        unhandled: dict[str, set[str]] = {}
         for (target, function), sites in sorted(callers.items()):
             if not any(caller in self.converted for caller, _, _ in sites):
                 continue
@@ -413,6 +415,11 @@ class Project:
                 continue
             if all_converted:
                 inside.setdefault(target, []).append((function, written, tuple(site for _, _, site in sites)))
+            elif function in self.modules[target].classes:
+                # An object whose methods write: guarding its construction would leave None on the other
+                # processes, so its writes are left to the user, and reported as another file's writers are.
+                for caller, qualified, _ in sites:
+                    unhandled.setdefault(caller, set()).add(qualified)
             else:
                 for caller, qualified, _ in sites:
                     if caller in self.converted:
@@ -433,7 +440,11 @@ class Project:
                 guarded_calls=tuple(dict.fromkeys(at_call.get(name, ()))),
                 loader_sources=tuple(dict.fromkeys(loader_sources.get(name, ()))) if name in self.converted else (),
                 splits_loaders=name in self.loading,
-                project_calls=frozenset(project_calls.get(name, ())) if name in self.converted | set(inside) | training else frozenset(),
+                project_calls=(
+                    frozenset(project_calls.get(name, set()) - unhandled.get(name, set()))
+                    if name in self.converted | set(inside) | training
+                    else frozenset()
+                ),
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 program_loaders=self._program_loaders(name) if name in self.converted else (),

@@ -51,7 +51,8 @@ class ModuleRole:
     # Integer defaults of command-line options that other modules of the project declare
     # (`--batch_size`, default 1, in options/base_options.py), by destination.
     option_defaults: tuple[tuple[str, int], ...] = ()
-    # Qualified names of the other project functions this module calls: convert sees what they do.
+    # Qualified names of the other project functions and classes this module calls whose writes the project
+    # handles (converted there, guarded inside, guarded at the call, or none): no DDP422 for them.
     project_calls: frozenset[str] = frozenset()
     # Where the distributed helpers come from: a module of the project, or None to inline them.
     helpers_module: str | None = None

@@ -311,3 +311,41 @@ def test_a_batch_option_another_module_declares_with_default_one_is_not_divided_
     assert isinstance(train, ConvertResult)
     assert "batch_size=max(1, opt.batch_size // dist.get_world_size())" in train.output
     assert any(f.code == "DDP336" for f in train.findings)
+
+
+def _visualizer_project(root: Path, other_user: bool) -> ProjectResult:
+    shutil.copytree(PROJECTS / "model_factory_package" / "before", root)
+    (root / "visual.py").write_text(
+        "class Visualizer:\n    def __init__(self, name):\n        self.name = name\n\n"
+        "    def print_losses(self, epoch, loss):\n        print(f'{self.name} {epoch}: {loss:.4f}')\n",
+        encoding="utf-8",
+    )
+    train = (root / "train.py").read_text(encoding="utf-8")
+    train = train.replace("from models import create_model\n", "from models import create_model\nfrom visual import Visualizer\n")
+    train = train.replace("    best_acc = 0.0\n", "    best_acc = 0.0\n    visualizer = Visualizer('run')\n")
+    train = train.replace("        acc = validate(", "        visualizer.print_losses(epoch, running_loss)\n        acc = validate(")
+    (root / "train.py").write_text(train, encoding="utf-8")
+    if other_user:
+        (root / "plot.py").write_text(
+            "from visual import Visualizer\n\nif __name__ == '__main__':\n    Visualizer('plot').print_losses(0, 1.0)\n",
+            encoding="utf-8",
+        )
+    return convert_project(root, _sources(root))
+
+
+def test_a_class_whose_methods_write_is_guarded_inside_when_only_converted_code_builds_it(tmp_path: Path) -> None:
+    result = _visualizer_project(tmp_path / "project", other_user=False)
+    visual = result.files[tmp_path / "project" / "visual.py"]
+    assert isinstance(visual, ConvertResult) and "        if is_main_process():\n            print(" in visual.output
+    train = result.files[tmp_path / "project" / "train.py"]
+    assert isinstance(train, ConvertResult) and "visualizer = Visualizer('run')\n" in train.output
+    assert not any(f.code == "DDP422" for f in train.findings)
+
+
+def test_a_class_other_code_also_builds_is_not_guarded_and_its_writes_are_reported(tmp_path: Path) -> None:
+    result = _visualizer_project(tmp_path / "project", other_user=True)
+    visual = result.files[tmp_path / "project" / "visual.py"]
+    assert isinstance(visual, ConvertResult) and not visual.changed
+    train = result.files[tmp_path / "project" / "train.py"]
+    assert isinstance(train, ConvertResult) and "visualizer = Visualizer('run')\n" in train.output
+    assert [f.code for f in train.findings if "print_losses" in f.message] == ["DDP422"]

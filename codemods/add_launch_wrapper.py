@@ -69,6 +69,9 @@ class AddLaunchWrapperCommand(Dp2ddpCodemod):
         for call in self.facts.imported_wraps:
             site = next(role.wrap_site(q.name) for q in analysis.qualified_names(call.func) if role.wrap_site(q.name))
             self.report(call, "DDP104", call=code_of(call.func), site=site)
+        for call, site in role.foreign_set_devices:
+            guard = main_guard(node)
+            self.report(guard if guard is not None else node, "DDP230", call=call, site=site)
         if role.setup_elsewhere:
             self.entry = None  # An entry point of the project that imports this module starts the group.
         elif self.entry is None and names.SETUP_HELPER not in self.facts.helpers:

@@ -736,6 +736,24 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP230",
+            "set-device-in-another-module",
+            "error",
+            "`{call}` ({site}) selects one GPU for every process this entry point starts; the program is left as it "
+            "was: it runs after setup_distributed() has given each process its own GPU, and would move them all to "
+            "that one: pass int(os.environ[\"LOCAL_RANK\"]) there, or drop the call, then run convert again",
+            doc=_doc(
+                "Finds `torch.cuda.set_device(x)` in a module of the project that the conversion does not change, "
+                "reached from an entry point that starts the process group, where `x` is not the local rank.",
+                "Option parsers often select the first GPU of `--gpu_ids`. Under DataParallel that was the "
+                "output device; under DDP it is called in every process after setup_distributed(), and every "
+                "process moves to that GPU: the model, DDP's buckets and NCCL then share one device.",
+                "# options/base_options.py\ntorch.cuda.set_device(opt.gpu_ids[0])",
+                "# options/base_options.py\ntorch.cuda.set_device(int(os.environ.get(\"LOCAL_RANK\", opt.gpu_ids[0])))",
+                "No fix: the program is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP219",
             "wrap-moved-after-mutation",
             "note",

@@ -583,6 +583,25 @@ PROJECT_CASES = [
         },
         id="a wrap in another module's DataParallel subclass converts once it is nn.DataParallel itself",
     ),
+    pytest.param(
+        "DDP230",
+        {
+            "options.py": "import torch\n\n\ndef select(gpu):\n    if torch.cuda.is_available():\n        torch.cuda.set_device(gpu)\n",
+            "train.py": dedent(HEADER)
+            + "from options import select\n\n\ndef main():\n    select(0)\n    model = nn.DataParallel(nn.Linear(4, 1))\n"
+            + "\n".join("    " + line for line in dedent(TRAIN).strip().splitlines())
+            + '\n\n\nif __name__ == "__main__":\n    main()\n',
+        },
+        {
+            "options.py": "import os\n\nimport torch\n\n\ndef select(gpu):\n    if torch.cuda.is_available():\n"
+            "        torch.cuda.set_device(int(os.environ.get(\"LOCAL_RANK\", gpu)))\n",
+            "train.py": dedent(HEADER)
+            + "from options import select\n\n\ndef main():\n    select(0)\n    model = nn.DataParallel(nn.Linear(4, 1))\n"
+            + "\n".join("    " + line for line in dedent(TRAIN).strip().splitlines())
+            + '\n\n\nif __name__ == "__main__":\n    main()\n',
+        },
+        id="a GPU selected in an options module converts once it is the local rank",
+    ),
 ]
 
 

@@ -79,7 +79,9 @@ class Project:
         self._names = {path: _module_name(path.relative_to(root)) for path in sources}
         self._sources = sources
         self._importers: dict[Path, set[Path]] = {}
+        self._by_text = {str(path): path for path in sources}
         self._search_roots = self._path_additions(sources)
+        self._search_bases = [str(root), *(str(folder) for folder in self._search_roots)]
         for path in sorted(self._relevant(sources)):
             try:
                 tree = ast.parse(sources[path])
@@ -147,19 +149,21 @@ class Project:
         return found
 
     def _resolve_path(self, path: Path, dotted: str, level: int) -> set[Path]:
-        parts = [p for p in dotted.split(".") if p]
+        # Strings, not Paths: this runs for every import of every file of a large tree.
+        parts = "/".join(p for p in dotted.split(".") if p)
         if level:
-            base = path.parent
+            base = os.path.dirname(str(path))
             for _ in range(level - 1):
-                base = base.parent
+                base = os.path.dirname(base)
             bases = [base]
         else:
-            bases = [path.parent, self.root, *self._search_roots]
+            bases = [os.path.dirname(str(path)), *self._search_bases]
         for base in bases:
-            stem = base.joinpath(*parts) if parts else base
-            for candidate in (stem.with_suffix(".py") if parts else None, stem / "__init__.py"):
-                if candidate is not None and candidate in self._names:
-                    return {candidate}
+            stem = f"{base}/{parts}" if parts else base
+            for candidate in (f"{stem}.py" if parts else None, f"{stem}/__init__.py"):
+                found = self._by_text.get(candidate) if candidate is not None else None
+                if found is not None:
+                    return {found}
         return set()
 
     def _path_additions(self, sources: Mapping[Path, str]) -> list[Path]:
@@ -411,6 +415,11 @@ class Project:
                 training.add(target)
                 training |= self._bases(self.modules[target], function)
             written = self.writes(target, function)
+            if all_converted and function in self.modules[target].classes:
+                # `TrainOptions().parse()`: the writes may be in a base class of another module (BaseOptions).
+                for base_module, base in self._base_classes(self.modules[target], function):
+                    if base_module not in self.converted and (base_written := self.writes(base_module, base)) is not None:
+                        inside.setdefault(base_module, []).append((base, base_written, tuple(site for _, _, site in sites)))
             if written is None:
                 continue
             if all_converted:
@@ -449,6 +458,7 @@ class Project:
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 program_loaders=self._program_loaders(name) if name in self.converted else (),
                 option_defaults=option_defaults if name in self.converted else (),
+                foreign_set_devices=self._foreign_set_devices(name, training) if name in self.drivers else (),
                 helpers_module=helpers_module if (name in self.converted or name in inside or name in training) else None,
             )
             if role != ModuleRole():
@@ -457,7 +467,11 @@ class Project:
 
     def _bases(self, module: _Module, name: str) -> set[str]:
         """The project modules that define the base classes of class ``name``, followed up the hierarchy."""
-        found: set[str] = set()
+        return {target for target, _ in self._base_classes(module, name)}
+
+    def _base_classes(self, module: _Module, name: str) -> list[tuple[str, str]]:
+        """(module, class) of each base class of class ``name`` that another project module defines, up the hierarchy."""
+        found: list[tuple[str, str]] = []
         todo = [(module, name)]
         while todo:
             current, cls = todo.pop()
@@ -470,10 +484,27 @@ class Project:
                     todo.append((current, spelled))
                 elif spelled in current.bindings and current.bindings[spelled][1] is not None:
                     target, attribute = self._defined_in(*current.bindings[spelled][:2])  # type: ignore[arg-type]
-                    if target not in found and target in self.modules:
-                        found.add(target)
+                    if (target, attribute) not in found and target in self.modules:
+                        found.append((target, attribute))
                         todo.append((self.modules[target], attribute))
         return found
+
+    def _foreign_set_devices(self, entry: str, also_converted: set[str]) -> tuple[tuple[str, Site], ...]:
+        """GPU selections in the modules this entry point reaches that the conversion does not change.
+
+        A converted module's own ``set_device`` is judged by its life-cycle (DDP226); one in an
+        options module (``torch.cuda.set_device(opt.gpu_ids[0])`` in ``parse()``) runs after
+        setup_distributed() all the same, and nothing else would see it.
+        """
+        found: list[tuple[str, Site]] = []
+        for name in sorted(self.reach[entry] - self.converted - also_converted):
+            module = self.modules[name]
+            for call, spelled in module.calls:
+                if spelled.endswith("cuda.set_device") and call.args:
+                    argument = ast.unparse(call.args[0])
+                    if not LOCAL_RANK_TEXT.search(argument):
+                        found.append((ast.unparse(call), self.site(module, call)))
+        return tuple(found)
 
     def _option_defaults(self) -> tuple[tuple[str, int], ...]:
         """Each option the project's modules declare with integer literal defaults only: the smallest default."""
@@ -548,6 +579,7 @@ _IMPORT_LINE = re.compile(
 
 # A wrap, in the text: a call of DataParallel or of the wrap helper, or a class that subclasses DataParallel.
 _WRAP_CALL = re.compile(r"\b(?:DataParallel|data_parallel|" + names.WRAP_HELPER + r")\s*\(|^class\s+\w+\s*\([^)]*DataParallel", re.M)
+LOCAL_RANK_TEXT = re.compile(r"local_rank|LOCAL_RANK|current_device")
 _MAIN_GUARD_TEXT = re.compile(r"""__name__\s*==\s*['"]__main__['"]|['"]__main__['"]\s*==\s*__name__""")
 
 

@@ -148,12 +148,25 @@ def is_bound_here(analysis: Analysis, name: cst.CSTNode) -> bool:
     return False
 
 
-METER_CLASS = m.MatchIfTrue(lambda cls: "Meter" in cls)
+def _is_meter(analysis: Analysis, func: cst.CSTNode) -> bool:
+    """Whether ``func(...)`` builds an AverageMeter-style meter, whose ``sum`` and ``count`` can be reduced.
 
-
-def _project_meter(analysis: Analysis, func: cst.CSTNode) -> bool:
-    meters = analysis.role.meter_classes
-    return bool(meters) and any(q.name in meters for q in analysis.qualified_names(func))
+    A class the project knows is judged by what it keeps: this file's own class by its body, another
+    module's by the project's reading of it (a ``MetricMeter`` that holds a dict of meters is no meter).
+    A class from outside the project is judged by its name.
+    """
+    qualified = {q.name for q in analysis.qualified_names(func)}
+    if qualified & analysis.role.meter_classes:
+        return True
+    if isinstance(func, cst.Name):
+        own = next((c for c in analysis.nodes(cst.ClassDef) if c.name.value == func.value), None)
+        if own is not None:
+            kept = {code_of(t) for t in analysis.within(own, cst.Attribute) if isinstance(t.value, cst.Name) and t.value.value == "self"}
+            return {"self.sum", "self.count"} <= kept
+    if qualified & analysis.role.project_calls:
+        return False
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return isinstance(func, cst.Name) and "Meter" in name
 
 
 def _meters(analysis: Analysis, loop: cst.For, owner: cst.CSTNode) -> list[str]:
@@ -171,7 +184,7 @@ def _meters(analysis: Analysis, loop: cst.For, owner: cst.CSTNode) -> list[str]:
         created = m.Assign(
             targets=[m.AssignTarget(m.Name(name))],
             # `AverageMeter(...)`, or a meter class of another module of the project: `utils.AverageMeter(...)`.
-            value=m.Call(func=m.Name(METER_CLASS) | m.MatchIfTrue(lambda func: _project_meter(analysis, func))),
+            value=m.Call(func=m.MatchIfTrue(lambda func: _is_meter(analysis, func))),
         )
         before = any(analysis.is_before(a, loop) for a in analysis.findall_in(owner, created))
         if before and not _reduced_already(analysis, owner, name, loop):

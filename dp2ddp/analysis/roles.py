@@ -48,6 +48,9 @@ class ModuleRole:
     # Meter classes of other project modules this module builds (`utils.AverageMeter(...)`): they keep
     # `sum` and `count`, so the reduction of AverageMeter-style meters applies to them.
     meter_classes: frozenset[str] = frozenset()
+    # `torch.cuda.set_device(...)` calls in unconverted modules of this entry point's programs, with where: after
+    # setup_distributed() they would move every process to one GPU.
+    foreign_set_devices: tuple[tuple[str, Site], ...] = ()
     # Integer defaults of command-line options that other modules of the project declare
     # (`--batch_size`, default 1, in options/base_options.py), by destination.
     option_defaults: tuple[tuple[str, int], ...] = ()

@@ -349,3 +349,47 @@ def test_a_class_other_code_also_builds_is_not_guarded_and_its_writes_are_report
     train = result.files[tmp_path / "project" / "train.py"]
     assert isinstance(train, ConvertResult) and "visualizer = Visualizer('run')\n" in train.output
     assert [f.code for f in train.findings if "print_losses" in f.message] == ["DDP422"]
+
+
+def test_a_meter_container_of_another_module_is_not_reduced_as_a_meter(tmp_path: Path) -> None:
+    """A `MetricMeter` holding a dict of meters has no sum or count: reducing it crashed every rank."""
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "utils_save_and_log" / "before", root)
+    utils = (root / "utils.py").read_text(encoding="utf-8")
+    (root / "utils.py").write_text(
+        utils + "\n\nclass MetricMeter:\n    def __init__(self):\n        self.meters = {}\n\n"
+        "    def update(self, values):\n        for name, value in values.items():\n"
+        "            self.meters.setdefault(name, AverageMeter(name)).update(value)\n",
+        encoding="utf-8",
+    )
+    main = (root / "main.py").read_text(encoding="utf-8").replace('utils.AverageMeter("loss")', "utils.MetricMeter()")
+    main = main.replace("losses.update(loss.item(), batch.size(0))", 'losses.update({"loss": loss.item()})')
+    (root / "main.py").write_text(main, encoding="utf-8")
+    result = convert_project(root, _sources(root))
+    converted = result.files[root / "main.py"]
+    assert isinstance(converted, ConvertResult) and converted.changed
+    assert "MetricMeter()" in converted.output and "all_reduce_meter(losses)" not in converted.output
+    assert "all_reduce_meter(accuracy)" in converted.output  # the real AverageMeter still is
+
+
+def test_writes_in_a_base_class_of_another_module_are_guarded_there(tmp_path: Path) -> None:
+    """`TrainOptions().parse()` prints and saves the options in BaseOptions, another module."""
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "model_factory_package" / "before", root)
+    (root / "options").mkdir()
+    (root / "options" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "options" / "base.py").write_text(
+        "class BaseOptions:\n    def parse(self):\n        print('options parsed')\n        return self\n", encoding="utf-8"
+    )
+    (root / "options" / "train.py").write_text(
+        "from .base import BaseOptions\n\n\nclass TrainOptions(BaseOptions):\n    pass\n", encoding="utf-8"
+    )
+    train = (root / "train.py").read_text(encoding="utf-8").replace(
+        "from models import create_model\n", "from models import create_model\nfrom options.train import TrainOptions\n"
+    )
+    train = train.replace("def main():\n", "def main():\n    TrainOptions().parse()\n")
+    (root / "train.py").write_text(train, encoding="utf-8")
+    result = convert_project(root, _sources(root))
+    base = result.files[root / "options" / "base.py"]
+    assert isinstance(base, ConvertResult) and "        if is_main_process():\n            print('options parsed')" in base.output
+    assert [f.code for f in base.findings] == ["DDP105"] and "train.py:" in base.findings[0].message

@@ -118,6 +118,12 @@ SIDE_EFFECT_CALLS = frozenset(
         "pickle.dump",
         "numpy.save",
         "numpy.savetxt",
+        # Images and figures written to disk: debug batches, plots.
+        "cv2.imwrite",
+        "imageio.imwrite",
+        "imageio.imsave",
+        "skimage.io.imsave",
+        "matplotlib.pyplot.savefig",
         "matplotlib.pyplot.savefig",
     }
 )

@@ -356,7 +356,7 @@ class Project:
                 roles[module.path] = ModuleRole(guarded_calls=tuple(found.items()))
         return roles
 
-    def writes(self, target: str, function: str, unguarded: bool = False) -> Site | None:
+    def writes(self, target: str, function: str, unguarded: bool = False, depth: int = 2) -> Site | None:
         """The first line where ``function`` of ``target`` writes: a save, print, log or new directory;
         with ``unguarded``, only a write every process makes (not under a rank condition)."""
         analysis = self._analysis(target)
@@ -371,6 +371,12 @@ class Project:
         for call in analysis.within(definition.body, cst.Call):
             if unguarded and under_rank_guard(analysis, call):
                 continue
+            helper = call.func.value if isinstance(call.func, cst.Name) else None
+            if depth and helper in self.modules[target].functions and helper != function:
+                # `save_debug_images` writes through `save_batch_heatmaps` of the same module.
+                inner = self.writes(target, helper, unguarded, depth - 1)
+                if inner is not None:
+                    return inner
             if analysis.effects.is_side_effect(call):
                 line = analysis.position(call).start.line
                 return Site(self.modules[target].path.relative_to(self.root).as_posix(), line)
@@ -403,27 +409,43 @@ class Project:
                     callers.setdefault((target, function), []).append((module.name, qualified, self.site(module, call)))
         inside: dict[str, list[tuple[str, Site, tuple[Site, ...]]]] = {}
         at_call: dict[str, list[tuple[str, Site]]] = {}
+        # First the modules that train for converted callers, to a fixed point: they are converted
+        # whole, so their own calls count as converted code's in what follows.
         training: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            converted = self.converted | training
+            for (target, function), sites in sorted(callers.items()):
+                if target in training or not all(caller in converted for caller, _, _ in sites):
+                    continue
+                if not self._unread_callers(target, function) and self._steps(self.modules[target], {function}):
+                    # `train_one_epoch(model, loader, ...)` of lib/, or an engine class whose methods train, and
+                    # the modules of the classes it builds on (an `Engine` base with the epoch loop and the logs).
+                    training |= {target, *self._bases(self.modules[target], function)}
+                    changed = True
+        converted = self.converted | training
         unhandled: dict[str, set[str]] = {}
         for (target, function), sites in sorted(callers.items()):
-            if not any(caller in self.converted for caller, _, _ in sites):
+            if target in training or not any(caller in converted for caller, _, _ in sites):
                 continue
-            all_converted = all(caller in self.converted for caller, _, _ in sites) and not self._unread_callers(target, function)
-            if all_converted and self._steps(self.modules[target], {function}):
-                # `train_one_epoch(model, loader, ...)` of lib/, or an engine class whose methods train, and the
-                # modules of the classes it builds on (an `Engine` base with the epoch loop and the logs).
-                training.add(target)
-                training |= self._bases(self.modules[target], function)
+            all_converted = all(caller in converted for caller, _, _ in sites) and not self._unread_callers(target, function)
             written = self.writes(target, function)
             if all_converted and function in self.modules[target].classes:
                 # `TrainOptions().parse()`: the writes may be in a base class of another module (BaseOptions).
                 for base_module, base in self._base_classes(self.modules[target], function):
-                    if base_module not in self.converted and (base_written := self.writes(base_module, base)) is not None:
+                    if base_module not in converted and (base_written := self.writes(base_module, base)) is not None:
                         inside.setdefault(base_module, []).append((base, base_written, tuple(site for _, _, site in sites)))
             if written is None:
                 continue
             if all_converted:
-                inside.setdefault(target, []).append((function, written, tuple(site for _, _, site in sites)))
+                callers_at = tuple(site for _, _, site in sites)
+                # The function, and the functions of its module it writes through (`save_debug_images` ->
+                # `save_batch_heatmaps`): each is guarded where its own writes are.
+                for writer in self._writers_within(target, function):
+                    direct = self.writes(target, writer, depth=0)
+                    if direct is not None and all(w != writer for w, _, _ in inside.get(target, [])):
+                        inside.setdefault(target, []).append((writer, direct, callers_at))
             elif function in self.modules[target].classes:
                 # An object whose methods write: guarding its construction would leave None on the other
                 # processes, so its writes are left to the user, and reported as another file's writers are.
@@ -431,7 +453,7 @@ class Project:
                     unhandled.setdefault(caller, set()).add(qualified)
             else:
                 for caller, qualified, _ in sites:
-                    if caller in self.converted:
+                    if caller in converted:
                         at_call.setdefault(caller, []).append((qualified, written))
         option_defaults = self._option_defaults()
         roles: dict[Path, ModuleRole] = {}
@@ -487,6 +509,19 @@ class Project:
                     if (target, attribute) not in found and target in self.modules:
                         found.append((target, attribute))
                         todo.append((self.modules[target], attribute))
+        return found
+
+    def _writers_within(self, target: str, function: str, depth: int = 2) -> list[str]:
+        """``function`` and the functions of its module it calls, to ``depth``."""
+        module = self.modules[target]
+        found = [function]
+        definition = module.functions.get(function)
+        if definition is None or not depth:
+            return found
+        inside = range(definition.lineno, (definition.end_lineno or definition.lineno) + 1)
+        for call, spelled in module.calls:
+            if call.lineno in inside and spelled in module.functions and spelled != function:
+                found += [name for name in self._writers_within(target, spelled, depth - 1) if name not in found]
         return found
 
     def _foreign_set_devices(self, entry: str, also_converted: set[str]) -> tuple[tuple[str, Site], ...]:

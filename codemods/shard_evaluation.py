@@ -138,9 +138,9 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
         if unknown is not None:
             where, why = unknown
             return self._keep_whole(where, stem, loops, why)
-        if not loops:
-            # Evaluated in another module (a data module's `self.query_loader`): whether that
-            # loop gathers its results is not for this file to say.
+        if not loops and (self.analysis.role.splits_loaders or self.analysis.role.setup_elsewhere):
+            # A project's module whose loaders are evaluated in another module (a data module's
+            # `self.query_loader`): whether that loop gathers its results is not for this file to say.
             return self._keep_whole(call, stem, loops, "no loop of this file evaluates it, so convert cannot see whether its results are gathered")
         # Wrapped models, as written (DataParallel) or as converted (wrap_ddp), and the parameters they are passed as.
         models = self.analysis.lifecycle.model_names | self.analysis.effects.models

@@ -117,8 +117,9 @@ class AddLaunchWrapperTest(CodemodTest):
             expected_warnings=[
                 '4:12: DDP101 no `if __name__ == "__main__":` entry or top-level training code, so no '
                 "process-group setup was added here: the script that imports this one must start the process "
-                "group before it builds the model, and be launched with torchrun; convert adds no setup to a "
-                "script without DataParallel, so add it there by hand (`dp2ddp explain DDP101` shows the lines)"
+                "group before it builds the model, and be launched with torchrun: convert the folder as one "
+                "project (`dp2ddp convert DIR`, or `convert ENTRY.py --project`), which adds the setup to the "
+                "entry point that imports this module, or add it there by hand (`dp2ddp explain DDP101` shows the lines)"
             ],
         )
 

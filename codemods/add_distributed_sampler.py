@@ -547,7 +547,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         elif edit == "shuffle":
             self.sampler_edits[plan.built] = "sampler"  # type: ignore[index]  # a DistributedSampler would repeat one order
         why = "a loop starts its passes with `iter()`" if per_step else "convert found no epoch loop where it could call `set_epoch` on it"
-        if not per_step and self.analysis.role.setup_elsewhere:
+        epoch_loops = [loop for loop in self.analysis.nodes(cst.For) if "ep" in code_of(loop.target).lower()]
+        if not per_step and self.analysis.role.setup_elsewhere and not epoch_loops:
             why = "its epochs are counted in another module, where convert cannot call `set_epoch` on it"
         self.report(call, "DDP322", loader=loader, why=why)
 

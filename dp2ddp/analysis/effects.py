@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 # Names people give the objects they log through.
 LOGGER_NAME = re.compile(r"(^|_)(logger|log)$", re.IGNORECASE)
 # Tests that mean "only the main process": rank == 0, local_rank in [-1, 0], is_main_process(), ...
-RANK_GUARD = re.compile(r"rank|main_process|is_main|is_master|master_process", re.IGNORECASE)
+# Not `max_rank` or `top_rank` of a retrieval metric, which count ranked results.
+RANK_GUARD = re.compile(r"(?<!max_)(?<!min_)(?<!top_)rank|main_process|is_main|is_master|master_process", re.IGNORECASE)
 WRITE_MODE = re.compile(r"[wax+]")
 # Where a sub-expression may not be evaluated every time its statement runs.
 CONDITIONAL_CONTEXTS = (

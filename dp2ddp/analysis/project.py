@@ -32,7 +32,7 @@ from pathlib import Path
 import libcst as cst
 
 from . import names
-from .effects import under_rank_guard
+from .effects import opens_for_writing, under_rank_guard
 from .module import Analysis
 from .roles import ModuleRole, Site
 
@@ -280,7 +280,7 @@ class Project:
         if module is None:
             return []
         # `from models import *` in a package re-exports what its __init__ defines.
-        return [name for name in module.functions if not name.startswith("_")]
+        return [name for name in [*module.functions, *module.classes] if not name.startswith("_")]
 
     def _resolve(self, module: _Module, dotted: str, level: int) -> str | None:
         """The project module an import names, or None for anything outside the folder (or not read)."""
@@ -377,7 +377,7 @@ class Project:
                 inner = self.writes(target, helper, unguarded, depth - 1)
                 if inner is not None:
                     return inner
-            if analysis.effects.is_side_effect(call):
+            if analysis.effects.is_side_effect(call) or opens_for_writing(analysis, call):
                 line = analysis.position(call).start.line
                 return Site(self.modules[target].path.relative_to(self.root).as_posix(), line)
         return None

@@ -739,8 +739,8 @@ RULES: dict[str, Rule] = {
             "DDP230",
             "set-device-in-another-module",
             "error",
-            "`{call}` ({site}) selects one GPU for every process this entry point starts; the program is left as it "
-            "was: it runs after setup_distributed() has given each process its own GPU, and would move them all to "
+            "`{call}` ({site}) selects one GPU for every process this entry point starts; the file is left as it "
+            "was, and its program with it: it runs after setup_distributed() has given each process its own GPU, and would move them all to "
             "that one: pass int(os.environ[\"LOCAL_RANK\"]) there, or drop the call, then run convert again",
             doc=_doc(
                 "Finds `torch.cuda.set_device(x)` in a module of the project that the conversion does not change, "

@@ -205,9 +205,8 @@ def _recheck(converted: ConvertResult, output: str, options: ConvertOptions, rol
     return ConvertResult(converted.source, output, converted.findings, converted.reason)
 
 
-def _added_helpers(source: str, tree: cst.Module) -> list[cst.FunctionDef | cst.ClassDef]:
-    before = cst.parse_module(source)
-    had = {s.name.value for s in before.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
+def _added_helpers(original: cst.Module, tree: cst.Module) -> list[cst.FunctionDef | cst.ClassDef]:
+    had = {s.name.value for s in original.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
     return [
         s
         for s in tree.body
@@ -218,13 +217,13 @@ def _added_helpers(source: str, tree: cst.Module) -> list[cst.FunctionDef | cst.
 def _move_helpers_out(source: str, output: str, module: str) -> tuple[str, dict[str, str]]:
     """``output`` with the helpers convert added replaced by an import of ``module``, and those helpers."""
     tree = cst.parse_module(output)
-    added = _added_helpers(source, tree)
+    original = cst.parse_module(source)
+    added = _added_helpers(original, tree)
     if not added:
         return output, {}
     moved = {helper.name.value: cst.Module([]).code_for_node(helper.with_changes(leading_lines=[])) for helper in added}
     body = [s for s in tree.body if s not in added]
     # The statement the helpers were put before gets back the blank lines it had.
-    original = cst.parse_module(source)
     here, there = helper_insertion_index(tree.with_changes(body=body)), helper_insertion_index(original)
     if here < len(body) and there < len(original.body):
         follower, was = body[here], original.body[there]
@@ -235,8 +234,9 @@ def _move_helpers_out(source: str, output: str, module: str) -> tuple[str, dict[
     for name in sorted(moved):
         AddImportsVisitor.add_needed_import(context, module, name)
     # Imports convert added for the helpers alone go with them; the script's own stay.
+    own = {_bare(statement).strip() for statement in _imports(original)}
     for statement in _imports(tree):
-        if cst.Module([]).code_for_node(statement).strip() not in _import_lines(source):
+        if _bare(statement).strip() not in own:
             for alias in _aliases(statement):
                 RemoveImportsVisitor.remove_unused_import(context, *alias)
     tree = RemoveImportsVisitor(context).transform_module(tree)
@@ -253,9 +253,6 @@ def _imports(tree: cst.Module) -> list[cst.SimpleStatementLine]:
         s for s in tree.body if isinstance(s, cst.SimpleStatementLine) and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in s.body)
     ]
 
-
-def _import_lines(source: str) -> set[str]:
-    return {cst.Module([]).code_for_node(s).strip() for s in _imports(cst.parse_module(source))}
 
 
 def _aliases(statement: cst.SimpleStatementLine) -> list[tuple[str, str | None, str | None]]:

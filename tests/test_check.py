@@ -2,7 +2,9 @@
 
 Each ``fixtures/check/<CODE>/`` holds ``case.py`` with ``case.txt`` (the
 ``line:col CODE message`` lines check must report) and ``valid.py``, the
-same script written safely, which must report nothing.
+same script written safely, which must report nothing. A rule's other shapes
+sit beside them: ``case_<what>.py`` with ``case_<what>.txt`` (a hazard the rule
+once missed) and ``valid_<what>.py`` (right code it once flagged).
 """
 
 from __future__ import annotations
@@ -17,50 +19,42 @@ from dp2ddp.api import convert_source
 from dp2ddp.check import Selection, check_source
 from dp2ddp.cli import main
 from dp2ddp.rules import RULES, is_check_rule
-from tests.conftest import FIXTURES, fixture_cases
+from tests.conftest import FIXTURES
 
 CHECK_CASES = sorted(path for path in (FIXTURES / "check").iterdir() if (path / "case.py").is_file())
-# Hazards convert leaves in a script and says so at conversion time, as check names them in the result.
-CONVERT_WARNED = {
-    "DDP402": {"DDP502", "DDP503"}, "DDP216": {"DDP501"}, "DDP206": {"DDP510"}, "DDP319": {"DDP515"}, "DDP320": {"DDP516"},
-}  # fmt: skip
+# Every hazard script of every rule, and every safe one.
+HAZARD_SCRIPTS = sorted(script for case in CHECK_CASES for script in case.glob("case*.py"))
+SAFE_SCRIPTS = sorted(script for case in CHECK_CASES for script in case.glob("valid*.py"))
+
+
+def _script_id(script: Path) -> str:
+    return f"{script.parent.name}/{script.stem}"
 
 
 def _lines(source: str) -> str:
     return "".join(f"{d.line}:{d.column} {d.code} {d.message}\n" for d in check_source(source).diagnostics)
 
 
-@pytest.mark.parametrize("case", CHECK_CASES, ids=lambda case: case.name)
-def test_each_rule_reports_its_case_exactly(case: Path, update_goldens: bool) -> None:
-    found = _lines((case / "case.py").read_text(encoding="utf-8"))
+@pytest.mark.parametrize("script", HAZARD_SCRIPTS, ids=_script_id)
+def test_each_rule_reports_its_cases_exactly(script: Path, update_goldens: bool) -> None:
+    found = _lines(script.read_text(encoding="utf-8"))
+    expected = script.with_suffix(".txt")
     if update_goldens:
-        (case / "case.txt").write_text(found, encoding="utf-8")
-    assert found == (case / "case.txt").read_text(encoding="utf-8")
-    assert case.name in found, "a case must show its own rule"
+        expected.write_text(found, encoding="utf-8")
+    assert found == expected.read_text(encoding="utf-8")
+    assert script.parent.name in found, "a case must show its own rule"
 
 
-@pytest.mark.parametrize("case", CHECK_CASES, ids=lambda case: case.name)
-def test_the_safe_version_of_each_case_reports_nothing(case: Path) -> None:
-    source = (case / "valid.py").read_text(encoding="utf-8")
-    compile(source, str(case / "valid.py"), "exec")
+@pytest.mark.parametrize("script", SAFE_SCRIPTS, ids=_script_id)
+def test_the_safe_scripts_report_nothing(script: Path) -> None:
+    source = script.read_text(encoding="utf-8")
+    compile(source, str(script), "exec")
     assert _lines(source) == ""
 
 
 def test_every_check_rule_has_a_case() -> None:
     check_codes = {code for code in RULES if is_check_rule(code)} | {"DDP002"}
     assert check_codes == {case.name for case in CHECK_CASES}
-
-
-@pytest.mark.parametrize("case", fixture_cases(), ids=lambda case: case.name)
-def test_converted_golden_checks_clean(case: Path) -> None:
-    """A converted script has no finding but the hazards convert named when it converted it."""
-    after = case / "after.py"
-    if not after.exists():
-        pytest.skip("convert leaves this case as it was")
-    warned = {line.split(" ")[1] for line in (case / "report.txt").read_text(encoding="utf-8").splitlines()}
-    allowed = set().union(*(CONVERT_WARNED.get(code, set()) for code in warned))
-    found = {d.code for d in check_source(after.read_text(encoding="utf-8")).diagnostics}
-    assert found <= allowed
 
 
 def test_the_fixes_remove_what_they_fix_and_nothing_else() -> None:

@@ -13,14 +13,13 @@ cannot be split that way is reported and left on every process.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import ParentNodeProvider, QualifiedNameSource, ScopeProvider
+from libcst.metadata import ParentNodeProvider, ScopeProvider
 
 from dp2ddp.analysis import names
 from dp2ddp.analysis.module import Analysis
@@ -28,6 +27,7 @@ from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_
 from dp2ddp.analysis.syntax import call_to, code_of, parameter_for
 from dp2ddp.analysis.script import entry_point
 from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, under_rank_guard
+from dp2ddp.analysis.writers import imported_writer_calls, per_process_paths
 
 MAIN_PROCESS_HELPER_SOURCE = f'''
 def {names.MAIN_PROCESS_HELPER}() -> bool:
@@ -36,13 +36,6 @@ def {names.MAIN_PROCESS_HELPER}() -> bool:
 '''
 
 EFFECT, NEUTRAL, OTHER = "effect", "neutral", "other"
-# Names of functions that write somewhere: `progress_bar`, `save_checkpoint`, `log_metrics`, `plot_curve`;
-# TensorBoard-style `add_*` writers of another file's logger: `logger.add_imgs(...)`, `board.add_scalars(...)`.
-WRITER_NAME = re.compile(
-    r"progress|print|log|save|write|dump|plot|draw|visuali[sz]e|show"
-    r"|^add_(scalars?|images?|imgs|figure|histogram|text|graph|audio|video|embedding|pr_curve)$",
-    re.IGNORECASE,
-)
 COMPOUND = (cst.If, cst.For, cst.While, cst.With, cst.Try)
 CONTROL_FLOW = m.Return() | m.Break() | m.Continue() | m.Raise() | m.Yield() | m.Global() | m.Nonlocal()
 
@@ -81,59 +74,18 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
 
     def _report_per_process_paths(self, analysis: Analysis) -> None:
         """``run_id = random.randint(...)`` or a timestamp that then names a directory: one per process."""
-        for assign in analysis.nodes(cst.Assign):
-            draws = [c for c in analysis.within(assign.value, cst.Call) if self.matches(c, call_to(names.PER_PROCESS_VALUES))]
-            if not draws or under_rank_guard(self, assign):
-                continue
-            names_bound = {code_of(t.target) for t in assign.targets if isinstance(t.target, (cst.Name, cst.Attribute))}
-            path = self._names_a_path(names_bound)
-            if path is not None:
-                self.report(assign, "DDP423", value=code_of(draws[0].func), path=path)
-
-    def _names_a_path(self, values: set[str]) -> str | None:
-        """The first path, directory or writer built from ``values``, through assignments."""
-        flows = self.analysis.flows_from(values)
-        for call in self.analysis.nodes(cst.Call):
-            writes = self.matches(call, call_to(names.PATH_USERS | names.WRITER_CONSTRUCTORS)) or opens_for_writing(self, call)
-            if writes and any(self.analysis.reads(a.value) & flows for a in call.args):
-                return code_of(call).split("(")[0]
-        return None
+        for found in per_process_paths(analysis):
+            if not under_rank_guard(self, found.assign):
+                self.report(found.assign, "DDP423", value=code_of(found.draw.func), path=found.path)
 
     def _report_unknown_writers(self, analysis: Analysis) -> None:
         """A call to another file's function whose name says it writes: convert cannot see whether it is safe to guard."""
-        for statement in analysis.nodes(cst.Expr):
-            call = statement.value
-            if not isinstance(call, cst.Call) or not isinstance(call.func, (cst.Name, cst.Attribute)):
-                continue
-            name = code_of(call.func)
-            if not WRITER_NAME.search(name.rsplit(".", 1)[-1]) or name in self.effects.functions:
-                continue
-            imported = [q.name for q in analysis.qualified_names(call.func) if q.source is QualifiedNameSource.IMPORT]
-            if not imported and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
-                # `checkpoint_io.save(...)` on an object built from another file's class.
-                imported = self._built_from_import(call.func.value)
-            if any(q in analysis.role.project_calls for q in imported):
-                continue  # The project's own code: converted there, guarded there or here, or it does not write.
-            if not imported or any(q.startswith(("torch.", "builtins.")) for q in imported):
-                continue
-            if self.effects.is_side_effect(call) or self.effects.is_collective(call) or under_rank_guard(self, call):
+        for call in imported_writer_calls(analysis):
+            if under_rank_guard(self, call):
                 continue
             if any(isinstance(a, COMPOUND) and self._kind(a) == EFFECT for a in analysis.ancestors(call)):
                 continue  # `with open(log, "a") as f: csv.writer(f).writerow(...)` is guarded whole
-            self.report(call, "DDP422", call=name)
-
-    def _built_from_import(self, receiver: cst.Name) -> list[str]:
-        """The imported callables ``receiver`` is built by, when every binding of it calls one."""
-        bindings = self.analysis.bindings(receiver) or []
-        built: list[str] = []
-        for assign in bindings:
-            if assign is None or not isinstance(assign.value, cst.Call):
-                return []
-            names_ = [q.name for q in self.analysis.qualified_names(assign.value.func) if q.source is QualifiedNameSource.IMPORT]
-            if not names_:
-                return []
-            built += names_
-        return built
+            self.report(call, "DDP422", call=code_of(call.func))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         if self.only_functions is not None and isinstance(self.analysis.parents.get(node), cst.Module):

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import libcst as cst
 
 from dp2ddp.api import ConversionError, convert_source, parse_source
+from dp2ddp.analysis import names
 from dp2ddp.analysis.module import Analysis
+from dp2ddp.analysis.script import ScriptFacts
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.hazards import DistributedHazards
 from dp2ddp.rules import RULES, Severity
@@ -125,7 +127,8 @@ def check_source(source: str, selection: Selection = Selection(), role: ModuleRo
     found: dict[Diagnostic, cst.CSTNode | None] = {}
     facts = analysis.script_facts
     converted: str | None = None
-    if facts.mentions_data_parallel and facts.existing_distributed is None:
+    # A converted script (it calls dp2ddp's helpers) runs DDP: what DataParallel convert left in it is a DDP hazard.
+    if facts.mentions_data_parallel and facts.existing_distributed is None and not _converted(facts):
         converted = _data_parallel(analysis, source, found)
     else:
         try:
@@ -158,6 +161,10 @@ def check_source(source: str, selection: Selection = Selection(), role: ModuleRo
             wanted = {found[d]: fixes[found[d]] for d in kept if found[d] is not None}  # type: ignore[index]
             fixed = analysis.module.visit(_Replace(wanted)).code
     return CheckResult(source, tuple(kept), fixed)
+
+
+def _converted(facts: ScriptFacts) -> bool:
+    return facts.helper_wraps > 0 or names.SETUP_HELPER in facts.helpers
 
 
 def _within(analysis: Analysis, node: cst.CSTNode, container: cst.CSTNode) -> bool:

@@ -30,6 +30,7 @@ from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, tests_devi
 from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle
 from dp2ddp.analysis.loaders import is_training_loader
 from dp2ddp.analysis.results import loop_results
+from dp2ddp.analysis.writers import imported_writer_calls, per_process_paths
 
 if TYPE_CHECKING:
     from dp2ddp.analysis.module import Analysis, Holder
@@ -64,6 +65,11 @@ LIFECYCLE_CODES = {
     "DDP222": "DDP525",
     "DDP223": "DDP526",
 }
+
+# Tests that ask whether the run is distributed at all: a DataParallel under one is the script's other way to run.
+DISTRIBUTED_TEST = re.compile(r"distributed|\bddp\b|world_size|local_rank|multiprocessing|\bdist\.", re.IGNORECASE)
+# torch.distributed calls that give every process one process's value.
+SHARING = frozenset({"broadcast", "broadcast_object_list", "scatter_object_list", "all_gather_object"})
 
 # Losses normalised by the batch a process sees (``_losses.py``), which convert reports, under their check codes.
 LOSS_CODES = {"DDP319": "DDP515", "DDP320": "DDP516"}
@@ -139,6 +145,7 @@ class DistributedHazards:
         self._collectives_under_rank_conditions()
         self._shuffle_with_sampler()
         self._devices()
+        self._data_parallel_left()
         if self.wraps or self.helper_wraps:
             self._lifecycle()
             self._batch_normalised_losses()
@@ -147,6 +154,7 @@ class DistributedHazards:
             # process group in a function prints for whoever calls it.
             self._unguarded_side_effects()
             self._loaders()
+            self._writes_convert_leaves()
 
     def _report(self, node: cst.CSTNode, code: str, **values: str) -> None:
         self.hazards.append(Hazard(node, code, tuple(values.items())))
@@ -699,6 +707,95 @@ class DistributedHazards:
     def _beside_a_wrap(self, node: cst.CSTNode) -> bool:
         scope = next((a for a in self.analysis.ancestors(node) if isinstance(a, cst.FunctionDef)), self.analysis.module)
         return any(self._inside(wrap, scope) for wrap in self.wraps + self.helper_wraps)
+
+    # -- what convert leaves in a script and warns about (DDP201-203, DDP418, DDP422, DDP423) ---------
+
+    def _data_parallel_left(self) -> None:
+        """DataParallel a DDP process still runs: on a sub-module, through the functional form, or a subclass."""
+        for call in self.analysis.nodes(cst.Call):
+            if self.analysis.matches(call, call_to(names.DATA_PARALLEL | names.FUNCTIONAL_DATA_PARALLEL)):
+                if not self._in_helper(call) and not self._instead_of_ddp(call):
+                    self._report(call, "DDP535", call=code_of(call.func))
+        for definition in self.analysis.nodes(cst.ClassDef):
+            if any(self.analysis.matches(base.value, resolves_to(names.DATA_PARALLEL)) for base in definition.bases):
+                if not self._instead_of_ddp(definition):
+                    self._report(definition.name, "DDP535", call=definition.name.value)
+
+    def _instead_of_ddp(self, node: cst.CSTNode) -> bool:
+        """DataParallel the script runs where it runs no DDP: a branch of ``if args.distributed:``, or beside its own DDP."""
+        child = node
+        for ancestor in self.analysis.ancestors(node):
+            if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+                if DISTRIBUTED_TEST.search(code_of(ancestor.test)) or self._starts_ddp(ancestor):
+                    return True
+            if isinstance(ancestor, cst.FunctionDef) and self._starts_ddp(ancestor):
+                return True  # `return DDP(model) if distributed` ... `return DataParallel(model)`
+            child = ancestor
+        return False
+
+    def _starts_ddp(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` holds the script's own ``DistributedDataParallel(...)`` or ``init_process_group(...)``."""
+        return any(self._inside(start, node) and not self._in_helper(start) for start in self._starts)
+
+    def _writes_convert_leaves(self) -> None:
+        guarded_functions = self._functions_called_only_when_guarded()
+        for found in per_process_paths(self.analysis, lambda call: not self._guarded(call, guarded_functions)):
+            if not self._guarded(found.assign, guarded_functions) and not self._shared(found.assign):
+                self._report(found.assign, "DDP536", value=code_of(found.draw.func), path=found.path)
+        for call in imported_writer_calls(self.analysis):
+            if not self._guarded(call, guarded_functions):
+                self._report(call, "DDP537", call=code_of(call.func))
+        self._writers_on_every_process(guarded_functions)
+
+    def _shared(self, assign: cst.Assign) -> bool:
+        """Whether a value ``assign`` binds reaches a broadcast: then every process holds the main process's."""
+        bound = {code_of(t.target) for t in assign.targets if isinstance(t.target, (cst.Name, cst.Attribute))}
+        flows = self.analysis.flows_from(bound)
+        for call in self.analysis.nodes(cst.Call):
+            qualified = {q.name.rsplit(".", 1)[-1] for q in self.analysis.qualified_names(call.func) if q.name.startswith("torch.distributed.")}
+            if qualified & SHARING and any(self.analysis.reads(a.value) & flows for a in call.args):
+                return True
+        return False
+
+    def _writers_on_every_process(self, guarded_functions: set[str]) -> None:
+        """A SummaryWriter every process builds, or a file on os.devnull off the main process that code reads."""
+        for assign in self.analysis.nodes(cst.Assign):
+            if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, (cst.Name, cst.Attribute)):
+                continue
+            if self._in_helper(assign) or self._guarded(assign, guarded_functions):
+                continue
+            target = assign.targets[0].target
+            name = code_of(target)
+            if opens_for_writing(self.analysis, assign.value):
+                if "devnull" not in code_of(assign.value):
+                    continue  # every process opens the same file: its writes are DDP501's
+                read = self._read_beyond_writes(target, guarded_functions)
+                if read is not None:
+                    how = "off the main process on os.devnull"
+                    self._report(read, "DDP538", writer=name, how=how, where=", and this reads it on every process, where it is os.devnull's")
+            elif self.analysis.matches(assign.value, call_to(names.WRITER_CONSTRUCTORS)) and not self._assigned_by_rank(assign):
+                read = self._read_beyond_writes(target, guarded_functions)
+                how = "each process writes its own event files or run"
+                where = ", because this reads it on every process" if read is not None else ""
+                self._report(read if read is not None else assign, "DDP538", writer=name, how=how, where=where)
+
+    def _read_beyond_writes(self, target: cst.BaseExpression, guarded_functions: set[str]) -> cst.CSTNode | None:
+        """The first unguarded read of one of the writer's attributes, ``writer.log_dir`` or ``log_file.name``."""
+        if isinstance(target, cst.Name):
+            uses = self.analysis.references(target)
+        else:
+            spelled = code_of(target)
+            uses = [n for n in self.analysis.nodes(cst.Attribute) if n is not target and code_of(n) == spelled]
+        for use in uses:
+            parent = self.analysis.parents.get(use)
+            if not isinstance(parent, cst.Attribute) or parent.value is not use:
+                continue
+            called = self.analysis.parents.get(parent)
+            if isinstance(called, cst.Call) and called.func is parent:
+                continue  # `writer.add_scalar(...)`, `log_file.write(...)`: a write
+            if not self._guarded(use, guarded_functions):
+                return parent
+        return None
 
 
 def _single_process(call: cst.Call) -> bool:

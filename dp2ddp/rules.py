@@ -1934,6 +1934,96 @@ RULES: dict[str, Rule] = {
                 "No fix: the optimizer is left as it was.",
             ),
         ),
+        Rule(
+            "DDP535",
+            "data-parallel-in-ddp-process",
+            "warning",
+            "`{call}` still runs DataParallel in a DDP process: each process replicates it over every GPU it "
+            "sees, so the processes share GPUs and split each of their batches again; wrap the whole model in "
+            "DDP once and call this part directly",
+            doc=_doc(
+                "In a script that runs DDP, finds DataParallel that is still used: a wrapped sub-module, the "
+                "functional `nn.parallel.data_parallel`, or a subclass of DataParallel. DataParallel in a branch "
+                "the script takes only when it runs no DDP (`if args.distributed: ... else:`), or in a function "
+                "that also builds DDP, is an alternative to it and is not reported. Convert leaves these as they "
+                "were (DDP201, DDP202, DDP203).",
+                "Each DDP process owns one GPU. A DataParallel inside it scatters its input over every GPU the "
+                "process can see, so all processes crowd onto the same devices, and gradients of the "
+                "replicated part are gathered by threads in each process on top of DDP's own all-reduce.",
+                "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.encoder = nn.DataParallel(Encoder())\n\nmodel = DDP(Net().cuda(), device_ids=[local_rank])",
+                "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.encoder = Encoder()\n\nmodel = DDP(Net().cuda(), device_ids=[local_rank])",
+                "No fix: the part may rely on DataParallel's scatter; call it directly once the whole model is in DDP.",
+            ),
+        ),
+        Rule(
+            "DDP536",
+            "per-process-path",
+            "warning",
+            "`{value}` gives each process its own value, and every process names a file or a directory with it "
+            "(`{path}`): the processes write to different places; draw it on the main process and share it "
+            "with `dist.broadcast_object_list`, or derive it from the arguments",
+            doc=_doc(
+                "In a script that starts a process group, finds a random number, a UUID or a timestamp that names "
+                "a file, a directory or a writer's log directory that every process creates or writes. A value "
+                "drawn under a rank condition, or passed through a broadcast, is the same on every process and "
+                "is not reported. Convert reports the same value in a DataParallel script (DDP423).",
+                "Every process draws its own value, so each makes its own run directory: the main process "
+                "writes the logs and checkpoints in one, and the others' directories stay empty, or hold "
+                "their copies of what they write.",
+                "stamp = time.strftime(\"%Y%m%d-%H%M%S\")\nrun_dir = os.path.join(\"runs\", stamp)\n"
+                "os.makedirs(run_dir, exist_ok=True)",
+                "shared = [time.strftime(\"%Y%m%d-%H%M%S\")]\ndist.broadcast_object_list(shared)  # rank 0's value\n"
+                "run_dir = os.path.join(\"runs\", shared[0])\nos.makedirs(run_dir, exist_ok=True)",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP537",
+            "unknown-writer-on-every-process",
+            "warning",
+            "`{call}` comes from another file and its name says it writes (a progress bar, a log, a "
+            "checkpoint), and every process calls it: if it only writes, call it on the main process only "
+            "(`if dist.get_rank() == 0:`); if it reaches a collective, guard its writes inside it instead",
+            doc=_doc(
+                "In a script that starts a process group, finds a call, as a statement and on every process, of "
+                "a function imported from another file whose name says it writes: `progress_bar`, "
+                "`save_checkpoint`, `log_metrics`. A name that says it picks its process (`save_on_master`) is "
+                "not reported. `dp2ddp check DIR` reads the project's own functions where they are defined "
+                "instead (DDP501). Convert reports the same calls in a DataParallel script (DDP422).",
+                "Check cannot see inside it. If it writes, every process writes: progress lines print once per "
+                "process, and several processes write one checkpoint file at once.",
+                "from utils import save_checkpoint\n\nsave_checkpoint(model.module.state_dict(), \"last.pt\")",
+                "from utils import save_checkpoint\n\nif dist.get_rank() == 0:\n"
+                "    save_checkpoint(model.module.state_dict(), \"last.pt\")",
+                "No fix: a guard must never hold a collective, and only a reader of the helper can see what it reaches.",
+            ),
+        ),
+        Rule(
+            "DDP538",
+            "writer-on-every-process",
+            "warning",
+            "`{writer}` is created on every process ({how}){where}: create it on the main process only "
+            "(`... if dist.get_rank() == 0 else None`) and take what other code reads from it (its path, its "
+            "log directory) from where the writer got it",
+            doc=_doc(
+                "In a script that starts a process group, finds a writer (a SummaryWriter, a wandb or visdom "
+                "run) that every process creates, reported where code other than its writes first reads it, or "
+                "at its creation; and a file opened on `os.devnull` off the main process that code other than its "
+                "writes reads. Convert creates a writer on every process this way when such code reads it, and "
+                "says so (DDP418).",
+                "A SummaryWriter creates its event file, and its default log directory named by the time, when "
+                "it is built: each process leaves its own, and TensorBoard shows one run per process. A file "
+                "opened on `os.devnull` is another file off the main process: its name and directory are "
+                "`/dev`'s there, and what is built from them differs between processes.",
+                "writer = SummaryWriter()\ncheckpoint = os.path.join(writer.log_dir, \"model.pt\")",
+                "log_dir = os.path.join(\"runs\", args.name)\n"
+                "writer = SummaryWriter(log_dir) if dist.get_rank() == 0 else None\n"
+                "checkpoint = os.path.join(log_dir, \"model.pt\")",
+                "No fix: the writer is left as it was.",
+            ),
+        ),
     )
 }
 
@@ -1947,9 +2037,20 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP319": frozenset({"DDP515"}),
     "DDP320": frozenset({"DDP516"}),
     "DDP402": frozenset({"DDP502", "DDP503"}),
+    "DDP201": frozenset({"DDP535"}),
+    "DDP202": frozenset({"DDP535"}),
+    "DDP203": frozenset({"DDP535"}),
+    "DDP401": frozenset({"DDP501"}),
+    "DDP418": frozenset({"DDP538"}),
+    "DDP422": frozenset({"DDP537"}),
+    "DDP423": frozenset({"DDP536"}),
 }
 # Convert warnings that leave no hazard in the converted script for check to find, and why.
-NOT_IN_OUTPUT: dict[str, str] = {}
+NOT_IN_OUTPUT: dict[str, str] = {
+    "DDP101": "the hazard is in the script that imports this module: a module with no entry point starts no "
+    "process group by design, and whether its importer starts one cannot be seen from the module (converted as "
+    "a project, the importer gets the setup and convert does not warn)",
+}
 
 
 def section(doc: str, heading: str) -> str | None:

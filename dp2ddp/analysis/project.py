@@ -343,17 +343,24 @@ class Project:
         return self._analyses[name]
 
     def check_roles(self) -> dict[Path, ModuleRole]:
-        """For ``check``: each module's calls of other project modules' functions that write on every process."""
+        """For ``check``: each module's calls of other project modules' functions that write on every process.
+
+        The other project functions it calls are known too (``project_calls``):
+        check judges them where they are defined, never by their names.
+        """
         roles: dict[Path, ModuleRole] = {}
         for module in self.by_path.values():
             found: dict[str, Site] = {}
+            called: set[str] = set()
             for _, target, function, qualified in self.calls(module):
+                if target != module.name:
+                    called.add(qualified)
                 if target != module.name and qualified not in found:
                     written = self.writes(target, function, unguarded=True)
                     if written is not None:
                         found[qualified] = written
-            if found:
-                roles[module.path] = ModuleRole(guarded_calls=tuple(found.items()))
+            if found or called:
+                roles[module.path] = ModuleRole(guarded_calls=tuple(found.items()), project_calls=frozenset(called))
         return roles
 
     def writes(self, target: str, function: str, unguarded: bool = False, depth: int = 2) -> Site | None:

@@ -726,7 +726,10 @@ class DistributedHazards:
         child = node
         for ancestor in self.analysis.ancestors(node):
             if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
-                if DISTRIBUTED_TEST.search(code_of(ancestor.test)) or self._starts_ddp(ancestor):
+                test = code_of(ancestor.test)
+                # `if RANK == -1 and torch.cuda.device_count() > 1:` asks whether the run is distributed.
+                asks_distributed = DISTRIBUTED_TEST.search(test) or (RANK_WORD.search(test) and NOT_DISTRIBUTED in test)
+                if asks_distributed or self._starts_ddp(ancestor):
                     return True
             if isinstance(ancestor, cst.FunctionDef) and self._starts_ddp(ancestor):
                 return True  # `return DDP(model) if distributed` ... `return DataParallel(model)`
@@ -743,9 +746,16 @@ class DistributedHazards:
             if not self._guarded(found.assign, guarded_functions) and not self._shared(found.assign):
                 self._report(found.assign, "DDP536", value=code_of(found.draw.func), path=found.path)
         for call in imported_writer_calls(self.analysis):
-            if not self._guarded(call, guarded_functions):
+            if not self._guarded(call, guarded_functions) and not self._writes_an_opened_file(call):
                 self._report(call, "DDP537", call=code_of(call.func))
         self._writers_on_every_process(guarded_functions)
+
+    def _writes_an_opened_file(self, call: cst.Call) -> bool:
+        """``with open(path, "w") as f: yaml.dump(config, f)``: the opening says where it writes, and is judged there."""
+        return any(
+            isinstance(a, cst.With) and any(opens_for_writing(self.analysis, item.item) for item in a.items)
+            for a in self.analysis.ancestors(call)
+        )
 
     def _shared(self, assign: cst.Assign) -> bool:
         """Whether a value ``assign`` binds reaches a broadcast: then every process holds the main process's."""

@@ -401,6 +401,22 @@ def test_another_files_function_named_for_writing_is_reported_not_guarded() -> N
     assert [f for f in findings if f.endswith("DDP422")] == ["7:DDP422", "8:DDP422"]
 
 
+def test_another_files_writer_whose_name_says_it_picks_its_process_is_not_reported() -> None:
+    """`save_on_master(...)` chooses the main process itself: it is no write every process makes."""
+    _, findings = _convert(
+        """
+        import torch
+        from utils import save_on_master, print_rank_0
+
+        def main(args):
+            model = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+            save_on_master({"model": model.state_dict()}, args.out)
+            print_rank_0("saved")
+        """
+    )
+    assert not [f for f in findings if f.endswith("DDP422")]
+
+
 def test_a_random_run_id_that_names_a_directory_is_reported() -> None:
     output, findings = _convert(
         """

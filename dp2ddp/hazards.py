@@ -746,16 +746,9 @@ class DistributedHazards:
             if not self._guarded(found.assign, guarded_functions) and not self._shared(found.assign):
                 self._report(found.assign, "DDP536", value=code_of(found.draw.func), path=found.path)
         for call in imported_writer_calls(self.analysis):
-            if not self._guarded(call, guarded_functions) and not self._writes_an_opened_file(call):
+            if not self._guarded(call, guarded_functions):
                 self._report(call, "DDP537", call=code_of(call.func))
         self._writers_on_every_process(guarded_functions)
-
-    def _writes_an_opened_file(self, call: cst.Call) -> bool:
-        """``with open(path, "w") as f: yaml.dump(config, f)``: the opening says where it writes, and is judged there."""
-        return any(
-            isinstance(a, cst.With) and any(opens_for_writing(self.analysis, item.item) for item in a.items)
-            for a in self.analysis.ancestors(call)
-        )
 
     def _shared(self, assign: cst.Assign) -> bool:
         """Whether a value ``assign`` binds reaches a broadcast: then every process holds the main process's."""

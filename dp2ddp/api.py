@@ -25,7 +25,7 @@ from dp2ddp.conversion import (  # noqa: F401
     ConvertOptions,
     ConvertResult,
 )
-from dp2ddp.prefilter import CONVERT_WORDS, needs_analysis  # noqa: F401
+from dp2ddp.prefilter import CONVERT_WORDS, needs_analysis
 
 
 def select_codemods(only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[type[Codemod]]:

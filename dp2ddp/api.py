@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import io
 import re
-import tokenize
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, SkipFile
@@ -20,52 +16,16 @@ from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.codemods._base import FINDINGS_KEY, QUIET_KEY, Finding
 from dp2ddp.analysis.syntax import code_of
 from dp2ddp.codemods._chain import ChainedTransformer, apply_queued_imports
-from dp2ddp.analysis.names import WRAP_HELPER
-
-
-class ConversionError(Exception):
-    """The source cannot be converted; ``line``/``column`` point at the cause when known."""
-
-    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.line = line
-        self.column = column
-
-    def __str__(self) -> str:
-        where = f"{self.line}:{self.column}: " if self.line is not None else ""
-        return f"{where}{self.message}"
-
-
-# "global": each process loads batch // world_size, so a step sees DataParallel's batch.
-# "per-process": each process loads the whole batch; the learning rate is scaled by the world size.
-BatchMode = Literal["global", "per-process"]
-BATCH_MODES: tuple[BatchMode, ...] = ("global", "per-process")
-
-
-@dataclass(frozen=True)
-class ConvertOptions:
-    only: tuple[str, ...] = ()
-    skip: tuple[str, ...] = ()
-    batch: BatchMode = "global"
-
-    @property
-    def keep_per_process_batch(self) -> bool:
-        return self.batch == "per-process"
-
-
-@dataclass(frozen=True)
-class ConvertResult:
-    source: str
-    output: str
-    # Positions refer to the source as given, not to the output.
-    findings: tuple[Finding, ...]
-    # Why an unchanged file was left as it was, where no finding says so.
-    reason: str | None = None
-
-    @property
-    def changed(self) -> bool:
-        return self.output != self.source
+# What convert takes and gives back, and its prefilter, load without LibCST; importable from here too.
+from dp2ddp.conversion import (  # noqa: F401
+    BATCH_MODES,
+    NO_DATA_PARALLEL,
+    BatchMode,
+    ConversionError,
+    ConvertOptions,
+    ConvertResult,
+)
+from dp2ddp.prefilter import CONVERT_WORDS, needs_analysis
 
 
 def select_codemods(only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[type[Codemod]]:
@@ -103,9 +63,6 @@ def convert_source(source: str, options: ConvertOptions = ConvertOptions(), role
     return ConvertResult(source, output, tuple(unique), reason)
 
 
-NO_DATA_PARALLEL = "it never wraps a model in nn.DataParallel, so it trains on one device: nothing to convert"
-
-
 def _unchanged(analysis: Analysis, findings: list[Finding]) -> str | None:
     """Why convert changed nothing in a file that mentions DataParallel, unless a finding says so."""
     facts = analysis.script_facts
@@ -121,25 +78,7 @@ def _unchanged(analysis: Analysis, findings: list[Finding]) -> str | None:
 # -- deciding early -------------------------------------------------------------------
 
 # Python spellings that can call or import DataParallel, or call a wrap dp2ddp made.
-_CANDIDATE_WORDS = ("DataParallel", "data_parallel", WRAP_HELPER)
-
-
-def needs_analysis(source: str) -> bool:
-    """Whether a DataParallel name, or dp2ddp's wrap, appears as code rather than in text.
-
-    A docstring, a comment or a string that mentions DataParallel settles the
-    file from its tokens, before any parse.
-    """
-    if not any(word in source for word in _CANDIDATE_WORDS):
-        return False
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.NAME and token.string in _CANDIDATE_WORDS:
-                return True
-    except (tokenize.TokenError, SyntaxError):
-        return True  # Let the parser name the error.
-    return False
-
+_CANDIDATE_WORDS = CONVERT_WORDS
 
 def _wraps_or_imports_data_parallel(module: cst.Module) -> bool:
     """Whether the tree calls, imports or subclasses a DataParallel name (by spelling).

@@ -3,6 +3,9 @@
 Workers only read and convert; they never write. The caller writes each
 result itself, one file at a time and atomically, so an interrupted run
 leaves every file either untouched or fully written.
+
+LibCST, the analysis and the codemods are imported only once a file passes
+its prefilter: a run over files with no DataParallel or DDP code never loads them.
 """
 
 from __future__ import annotations
@@ -10,17 +13,17 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 from dp2ddp.analysis.roles import ModuleRole
-from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source
-from dp2ddp.check import CheckResult, Selection, check_source
 from dp2ddp.config import Config
-from dp2ddp.files import SourceError, read_source
+from dp2ddp.conversion import NO_DATA_PARALLEL, ConversionError, ConvertOptions, ConvertResult
+from dp2ddp.diagnostics import CheckResult, Selection
+from dp2ddp.files import SourceError, SourceFile, read_source
+from dp2ddp.prefilter import needs_analysis, needs_check
 
 T = TypeVar("T")
 W = TypeVar("W")
@@ -44,6 +47,11 @@ def convert_file(path: Path, options: ConvertOptions) -> FileResult:
         source = read_source(path)
     except SourceError as error:
         return FileResult(path, error=str(error))
+    if not needs_analysis(source.text):
+        # What convert_source answers from the same tokens, without importing the codemods.
+        return FileResult(path, source.encoding, ConvertResult(source.text, source.text, (), NO_DATA_PARALLEL))
+    from dp2ddp.api import convert_source
+
     try:
         return FileResult(path, source.encoding, convert_source(source.text, options))
     except ConversionError as error:
@@ -59,19 +67,39 @@ class CheckedFile:
     error: str | None = None
 
 
+def screen_file(path: Path) -> CheckedFile | None:
+    """A file's outcome when reading it or the prefilter settles it, with nothing heavy imported;
+    ``None`` when it needs ``check_file``."""
+    read = _read_for_check(path)
+    return read if isinstance(read, CheckedFile) else None
+
+
 def check_file(
     path: Path, selection: Selection, config: Config | None = None, roles: Mapping[Path, ModuleRole] | None = None
 ) -> CheckedFile:
     if config is not None:
         selection = selection.also_ignoring(config.ignored_in(path))
-    try:
-        source = read_source(path)
-    except SourceError as error:
-        return CheckedFile(path, error=str(error))
+    source = _read_for_check(path)
+    if isinstance(source, CheckedFile):
+        return source
+    from dp2ddp.check import check_source
+
     try:
         return CheckedFile(path, check_source(source.text, selection, (roles or {}).get(path)), source.encoding)
     except ConversionError as error:
         return CheckedFile(path, error=located(path, error))
+
+
+def _read_for_check(path: Path) -> SourceFile | CheckedFile:
+    """The file's source when check must parse it; else its outcome: no findings, or why it could not be read.
+
+    A file the prefilter settles gets what ``check_source`` answers from the same tokens, without LibCST.
+    """
+    try:
+        source = read_source(path)
+    except SourceError as error:
+        return CheckedFile(path, error=str(error))
+    return source if needs_check(source.text) else CheckedFile(path, CheckResult(source.text, (), source.text), source.encoding)
 
 
 def located(path: Path, error: ConversionError) -> str:
@@ -94,6 +122,9 @@ def map_files(work: Callable[[W], T], paths: Sequence[W], jobs: int) -> Iterator
         for path in paths:
             yield work(path)
         return
+    # Imported here: most runs (one file, or a commit without DDP code) never need a pool.
+    from concurrent.futures import ProcessPoolExecutor
+
     workers = min(jobs, len(paths))
     executor = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
     try:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass
 
 import libcst as cst
 
@@ -26,96 +24,12 @@ from dp2ddp.analysis.module import Analysis
 from dp2ddp.analysis.script import ScriptFacts
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.hazards import DistributedHazards
-from dp2ddp.rules import RULES, Severity
+from dp2ddp.rules import RULES
+# What check reports, and its prefilter, live where the CLI reads them without LibCST; importable from here too.
+from dp2ddp.diagnostics import SEVERITY_ORDER, CheckResult, Diagnostic, Selection, fails  # noqa: F401
+from dp2ddp.prefilter import needs_check
 
-SEVERITY_ORDER: dict[str, int] = {"note": 0, "warning": 1, "error": 2}
-# A file none of whose tokens is one of these has nothing check looks at.
-_CANDIDATE_WORDS = frozenset({"DataParallel", "data_parallel", "wrap_ddp", "DistributedDataParallel", "init_process_group"})
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Diagnostic:
-    """One finding of ``check``; lines and columns are 1-based, the end is exclusive."""
-
-    code: str
-    message: str
-    line: int
-    column: int
-    end_line: int
-    end_column: int
-    severity: Severity
-    fixable: bool = False
-
-    @property
-    def name(self) -> str:
-        return RULES[self.code].name
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    source: str
-    diagnostics: tuple[Diagnostic, ...]
-    # The source with the safe fixes of the reported, fixable diagnostics applied.
-    fixed: str
-
-    @property
-    def fixable(self) -> bool:
-        return self.fixed != self.source
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Which codes to report: ``select``/``ignore`` are code prefixes; the more specific prefix wins."""
-
-    select: tuple[str, ...] = ("DDP",)
-    ignore: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        for prefix in (*self.select, *self.ignore):
-            if prefix != "ALL" and not any(code.startswith(prefix) for code in RULES):
-                raise ValueError(f"unknown code or prefix {prefix!r}; `dp2ddp explain --all` lists the codes")
-
-    def wants(self, code: str) -> bool:
-        chosen = max((_length(p) for p in self.select if _covers(p, code)), default=-1)
-        dropped = max((_length(p) for p in self.ignore if _covers(p, code)), default=-1)
-        return chosen >= 0 and chosen > dropped
-
-    def also_ignoring(self, codes: Iterable[str]) -> Selection:
-        return Selection(self.select, (*self.ignore, *codes))
-
-
-def _covers(prefix: str, code: str) -> bool:
-    return prefix == "ALL" or code.startswith(prefix)
-
-
-def _length(prefix: str) -> int:
-    return 0 if prefix == "ALL" else len(prefix)
-
-
-def needs_check(source: str) -> bool:
-    """Whether the code calls a name check looks for: a file that neither starts DDP nor wraps in DataParallel has no findings.
-
-    Read from tokens, before any parse: ``DistributedDataParallel(``, ``init_process_group(``,
-    or a name an import binds to one of them (``DistributedDataParallel as DDP`` ... ``DDP(``).
-    A mention in a type hint, an ``isinstance`` test or a docstring is no call.
-    """
-    if not any(word in source for word in _CANDIDATE_WORDS):
-        return False
-    words = set(_CANDIDATE_WORDS)
-    previous: list[str] = ["", ""]
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
-                continue
-            if token.type == tokenize.NAME and previous[1] == "as" and previous[0] in words:
-                words.add(token.string)
-            elif token.string == "(" and previous[1] in words:
-                return True
-            previous = [previous[1], token.string]
-    except (tokenize.TokenError, SyntaxError):
-        return True  # Let the parser name the error.
-    return False
 
 
 def check_source(source: str, selection: Selection = Selection(), role: ModuleRole | None = None) -> CheckResult:
@@ -233,9 +147,3 @@ class _Replace(cst.CSTTransformer):
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
         return self.replacements.get(original_node, updated_node)
-
-
-def fails(diagnostics: Collection[Diagnostic], fail_on: str) -> bool:
-    """Whether any diagnostic is at least as severe as ``fail_on``."""
-    return any(SEVERITY_ORDER[d.severity] >= SEVERITY_ORDER[fail_on] for d in diagnostics)
-

@@ -8,45 +8,38 @@ import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from dp2ddp import __version__, migration
-from dp2ddp.api import (
+# Only what parsing the arguments needs is imported here: each command imports its machinery
+# when it runs, and `check` only once a file passes the prefilter, so a pre-commit hook on a
+# commit without DDP code never loads LibCST, the analysis or the codemods.
+from dp2ddp import __version__
+from dp2ddp.batch import CheckedFile, FileResult, located, check_file, convert_files, default_jobs, map_files, screen_file
+from dp2ddp.config import ConfigError, find_config
+from dp2ddp.conversion import (
     BATCH_MODES,
+    DEFAULT_HELPERS_MODULE,
     NO_DATA_PARALLEL,
     BatchMode,
     ConversionError,
     ConvertOptions,
-    convert_source,
-    select_codemods,
+    HelpersMode,
 )
-from dp2ddp.batch import FileResult, located, check_file, convert_files, default_jobs, map_files
-from dp2ddp.check import Diagnostic, Selection, fails
-from dp2ddp.codemods import codemods
-from dp2ddp.config import ConfigError, find_config
+from dp2ddp.diagnostics import Diagnostic, Selection, fails
 from dp2ddp.files import SourceError, SourceFile, discover, read_source, write_atomic
-from dp2ddp.analysis.project import Project
 from dp2ddp.analysis.roles import ModuleRole
-from dp2ddp.projects import DEFAULT_HELPERS_MODULE, HelpersMode, ProjectError, convert_project
 from dp2ddp.formats import FORMATS, FileDiagnostics, as_json, github, sarif, text
 from dp2ddp.report import EXIT_ERROR, EXIT_INTERRUPTED, Report
 from dp2ddp.rules import RULES
-from dp2ddp.verify import checks, render
-from dp2ddp.verify.compare import Tolerance, compare, compare_band
-from dp2ddp.verify.logs import compare_logs
-from dp2ddp.verify.runner import (
-    Plan,
-    Runs,
-    VerifyError,
-    converted_seed,
-    reference_seeds,
-    run_all,
-    run_noise_probe,
-)
+
+if TYPE_CHECKING:
+    from dp2ddp.verify.compare import Tolerance
+    from dp2ddp.verify.runner import Runs
 
 # Reference runs in statistical mode (see README, "Verifying a conversion").
 STATISTICAL_SEEDS = 5
@@ -57,6 +50,10 @@ PROGRESS_MINIMUM = 5
 def _codemod_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     # `--only a,b` and `--only a --only b` mean the same.
     names = tuple(name.strip() for value in values for name in value.split(",") if name.strip())
+    if not names:
+        return names
+    from dp2ddp.api import select_codemods
+
     try:
         select_codemods(names)
     except ValueError as error:
@@ -92,6 +89,21 @@ def main() -> None:
     """Migrate PyTorch training scripts from nn.DataParallel to DistributedDataParallel."""
 
 
+class _ConvertCommand(click.Command):
+    """``convert``, whose help ends with the list of codemods: built when the help is shown, so
+    that no other command imports the codemods."""
+
+    @property  # type: ignore[override]
+    def epilog(self) -> str:
+        from dp2ddp.codemods import codemods
+
+        return self._epilog + "\n".join(f"  {name:<24} {cls.DESCRIPTION}" for name, cls in codemods().items())
+
+    @epilog.setter
+    def epilog(self, value: str | None) -> None:
+        self._epilog = value or ""
+
+
 @main.command(
     epilog="""\b
 Examples:
@@ -105,8 +117,8 @@ Examples:
 
 \b
 Codemods, in the order they run:
-"""
-    + "\n".join(f"  {name:<24} {cls.DESCRIPTION}" for name, cls in codemods().items()),
+""",
+    cls=_ConvertCommand,
 )
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--diff", is_flag=True, help="Print a unified diff instead of writing files.")
@@ -256,6 +268,8 @@ def _convert_projects(
     Written, the helpers module goes first: an interrupted run never leaves a file that
     imports helpers from a module not there yet.
     """
+    from dp2ddp.projects import ProjectError, convert_project
+
     mode, name = helpers if helpers is not None else ("module", DEFAULT_HELPERS_MODULE)
     outcomes: list[FileResult] = []
     for named, files in projects:
@@ -314,6 +328,8 @@ def _finish_helpers(path: Path, before: str | None, after: str, diff: bool, chec
 
 def _report_format(path: Path) -> str:
     """The report's format; refuses a path it could not write before any file is converted."""
+    from dp2ddp import migration
+
     try:
         found = migration.format_of(path)
     except ValueError as error:
@@ -324,6 +340,8 @@ def _report_format(path: Path) -> str:
 
 
 def _write_report(path: Path, kind: str, outcomes: list[FileResult], options: ConvertOptions, written: bool) -> None:
+    from dp2ddp import migration
+
     document = migration.build(outcomes, options, written)
     try:
         write_atomic(path, migration.render(document, kind), "utf-8")
@@ -494,6 +512,11 @@ def verify(
     The reference is SCRIPT in one process; the converted script runs under
     torchrun with --nproc processes. Arguments after -- go to both scripts.
     """
+    from dp2ddp.verify import checks, render
+    from dp2ddp.verify.compare import Tolerance, compare, compare_band
+    from dp2ddp.verify.logs import compare_logs
+    from dp2ddp.verify.runner import Plan, VerifyError, converted_seed, reference_seeds, run_all, run_noise_probe
+
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
         raise click.UsageError("--plot needs matplotlib: pip install 'dp2ddp[plot]'")
     with tempfile.TemporaryDirectory(prefix="dp2ddp-verify-") as temporary:
@@ -585,6 +608,8 @@ def verify(
 
 def _diverges_by_a_gap(runs: Runs, tolerance: Tolerance) -> bool:
     """Both runs finished with losses and some step's gap exceeds the tolerance: rounding may explain it."""
+    from dp2ddp.verify.compare import compare
+
     if runs.converted is None or not all(run.ok for run in runs.all) or not runs.references[0].ranks[0].losses:
         return False
     comparison = compare(runs.references[0].ranks[0].losses, [rank.losses for rank in runs.converted.ranks], tolerance)
@@ -594,6 +619,8 @@ def _diverges_by_a_gap(runs: Runs, tolerance: Tolerance) -> bool:
 
 def _convert_for_verify(script: Path, work: Path) -> Path:
     """Convert ``script`` into ``work/script/<same name>``; runs in a thread while the reference runs."""
+    from dp2ddp.api import convert_source
+
     source = read_source(script)
     result = convert_source(source.text, ConvertOptions())
     if not result.changed:
@@ -612,6 +639,8 @@ def _convert_for_verify(script: Path, work: Path) -> Path:
 
 def _finish(runs, comparison, status: str, message: str, json_path: Path | None, exit_code: int, context,  # type: ignore[no-untyped-def]
             findings=()):
+    from dp2ddp.verify import render
+
     if json_path is not None:
         document = {**context, **render.as_json(runs, comparison, status, message, findings)}
         json_path.write_text(json.dumps(document, indent=2) + "\n")
@@ -687,10 +716,14 @@ def check(
         raise click.UsageError(str(error)) from None
     checked: list[FileDiagnostics] = []
     failed = fixed = 0
-    roles = _check_roles(paths, files)
+    # Files the prefilter settles are answered here; only the rest are parsed and analysed, in
+    # workers, and only their folders are read as projects. The output keeps the order of `files`.
+    screened = [screen_file(path) for path in files]
+    analysed = [path for path, settled in zip(files, screened) if settled is None]
+    roles = _check_roles(paths, files, analysed)
     work = partial(check_file, selection=selection, config=config, roles=roles)
     try:
-        for outcome in map_files(work, files, jobs or default_jobs()):
+        for outcome in _in_order(screened, map_files(work, analysed, jobs or default_jobs())):
             if outcome.result is None:
                 click.echo(f"error: {outcome.error}", err=True)
                 failed += 1
@@ -720,10 +753,23 @@ def check(
     sys.exit(0 if exit_zero or not fails(diagnostics, fail_on) else 1)
 
 
-def _check_roles(paths: tuple[Path, ...], files: list[Path]) -> dict[Path, ModuleRole]:
-    """For each folder checked, what its modules' calls into one another do (a project, as convert reads it)."""
+def _in_order(screened: list[CheckedFile | None], analysed: Iterator[CheckedFile]) -> Iterator[CheckedFile]:
+    """Each file's outcome in the order named: settled by the prefilter, or the next one analysed."""
+    for settled in screened:
+        yield settled if settled is not None else next(analysed)
+
+
+def _check_roles(paths: tuple[Path, ...], files: list[Path], analysed: list[Path]) -> dict[Path, ModuleRole]:
+    """For each folder checked, what its modules' calls into one another do (a project, as convert reads it).
+
+    Only a file check analyses reads its role, so a folder none of whose files passes the prefilter is not read.
+    """
+    if not analysed:
+        return {}
+    from dp2ddp.analysis.project import Project
+
     roles: dict[Path, ModuleRole] = {}
-    for folder in [path for path in paths if path.is_dir()]:
+    for folder in [path for path in paths if path.is_dir() and any(file.is_relative_to(path) for file in analysed)]:
         sources = {}
         for path in files:
             if path.is_relative_to(folder):

@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from dp2ddp import __version__
-from dp2ddp.check import Diagnostic
+from dp2ddp.diagnostics import Diagnostic
 from dp2ddp.rules import RULES, section
 
 FORMATS = ("text", "json", "sarif", "github")

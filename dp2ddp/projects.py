@@ -14,7 +14,6 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -25,9 +24,8 @@ from dp2ddp.analysis.project import Project
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source
 from dp2ddp.codemods._base import helper_insertion_index
+from dp2ddp.conversion import DEFAULT_HELPERS_MODULE, HelpersMode
 
-HelpersMode = Literal["inline", "module"]
-DEFAULT_HELPERS_MODULE = "ddp_helpers"
 # The first lines of a helpers module convert wrote; the digest covers everything after them,
 # so an edit by hand is seen and the module is never overwritten.
 _HEADER = '"""Distributed helpers shared by the modules of this project (written by dp2ddp convert)."""\n'

@@ -56,7 +56,10 @@ def test_installed_wheel_imports_and_converts(wheel: Path, tmp_path: Path) -> No
     check = f"""
 import importlib.util, pathlib
 import dp2ddp.codemods
-import dp2ddp.cli  # every module the command imports is in the wheel
+import dp2ddp.cli
+# The commands import their machinery when they run: every module they import is in the wheel.
+import dp2ddp.check, dp2ddp.hazards, dp2ddp.projects, dp2ddp.migration, dp2ddp.analysis.project
+import dp2ddp.verify.checks, dp2ddp.verify.render, dp2ddp.verify.logs
 from dp2ddp.api import convert_source
 assert pathlib.Path(dp2ddp.codemods.__file__).is_relative_to({str(target)!r}), dp2ddp.codemods.__file__
 assert importlib.util.find_spec("codemods") is None

@@ -1,0 +1,66 @@
+"""What ``convert`` takes and gives back, without the machinery that converts. Imports no LibCST.
+
+The CLI parses its options into these, and a file the prefilter settles gets
+its result here, so ``dp2ddp convert`` on files without DataParallel never
+loads the codemods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from dp2ddp.codemods._base import Finding
+
+
+class ConversionError(Exception):
+    """The source cannot be converted; ``line``/``column`` point at the cause when known."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+    def __str__(self) -> str:
+        where = f"{self.line}:{self.column}: " if self.line is not None else ""
+        return f"{where}{self.message}"
+
+
+# "global": each process loads batch // world_size, so a step sees DataParallel's batch.
+# "per-process": each process loads the whole batch; the learning rate is scaled by the world size.
+BatchMode = Literal["global", "per-process"]
+BATCH_MODES: tuple[BatchMode, ...] = ("global", "per-process")
+
+# Where a project's distributed helpers go: into each converted file, or once into a module of the project.
+HelpersMode = Literal["inline", "module"]
+DEFAULT_HELPERS_MODULE = "ddp_helpers"
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    batch: BatchMode = "global"
+
+    @property
+    def keep_per_process_batch(self) -> bool:
+        return self.batch == "per-process"
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    source: str
+    output: str
+    # Positions refer to the source as given, not to the output.
+    findings: tuple[Finding, ...]
+    # Why an unchanged file was left as it was, where no finding says so.
+    reason: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.output != self.source
+
+
+NO_DATA_PARALLEL = "it never wraps a model in nn.DataParallel, so it trains on one device: nothing to convert"

@@ -1,0 +1,63 @@
+"""Which files ``check`` and ``convert`` must parse at all, settled from their tokens. Imports no LibCST.
+
+Most files of a commit hold no distributed code. Deciding that from the
+tokenizer alone lets ``check`` and ``convert`` answer for them before LibCST, the analysis
+or the codemods are imported: a pre-commit hook on such a commit costs about
+as much as starting Python.
+"""
+
+from __future__ import annotations
+
+import io
+import tokenize
+
+from dp2ddp.analysis.names import WRAP_HELPER
+
+# A file none of whose tokens is one of these has nothing check looks at.
+_CANDIDATE_WORDS = frozenset({"DataParallel", "data_parallel", "wrap_ddp", "DistributedDataParallel", "init_process_group"})
+
+
+def needs_check(source: str) -> bool:
+    """Whether the code calls a name check looks for: a file that neither starts DDP nor wraps in DataParallel has no findings.
+
+    Read from tokens, before any parse: ``DistributedDataParallel(``, ``init_process_group(``,
+    or a name an import binds to one of them (``DistributedDataParallel as DDP`` ... ``DDP(``).
+    A mention in a type hint, an ``isinstance`` test or a docstring is no call.
+    """
+    if not any(word in source for word in _CANDIDATE_WORDS):
+        return False
+    words = set(_CANDIDATE_WORDS)
+    previous: list[str] = ["", ""]
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                continue
+            if token.type == tokenize.NAME and previous[1] == "as" and previous[0] in words:
+                words.add(token.string)
+            elif token.string == "(" and previous[1] in words:
+                return True
+            previous = [previous[1], token.string]
+    except (tokenize.TokenError, SyntaxError):
+        return True  # Let the parser name the error.
+    return False
+
+
+# Python spellings that can call or import DataParallel, or call a wrap dp2ddp made.
+CONVERT_WORDS = ("DataParallel", "data_parallel", WRAP_HELPER)
+
+
+def needs_analysis(source: str) -> bool:
+    """Whether a DataParallel name, or dp2ddp's wrap, appears as code rather than in text: ``convert``'s prefilter.
+
+    A docstring, a comment or a string that mentions DataParallel settles the
+    file from its tokens, before any parse.
+    """
+    if not any(word in source for word in CONVERT_WORDS):
+        return False
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.NAME and token.string in CONVERT_WORDS:
+                return True
+    except (tokenize.TokenError, SyntaxError):
+        return True  # Let the parser name the error.
+    return False

@@ -24,6 +24,7 @@ from libcst.metadata import ParentNodeProvider, QualifiedNameSource, ScopeProvid
 from dp2ddp.analysis import names
 from dp2ddp.analysis.loaders import BATCH_SAMPLER, BATCH_SIZE, EVALUATION_NAME, SAMPLER, SHUFFLE, is_training_loader
 from dp2ddp.analysis.module import Analysis, Holder
+from dp2ddp.analysis.batches import COMMON_WORLD_SIZES, divided_batch, literal_size
 from dp2ddp.analysis.options import integer_option_default
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, prepend_statements
 from dp2ddp.analysis.syntax import argument, call_to, code_of, main_guard, resolves_to
@@ -125,8 +126,6 @@ _DRAWS = frozenset({"sample", "rsample", "sample_n"})
 _RANDOM_DRAWS = frozenset(
     f"torch.{name}" for name in ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm", "normal")
 )
-# Process counts a literal batch size is checked against.
-COMMON_WORLD_SIZES = (2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -708,18 +707,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _literal_batch(self, call: cst.Call) -> int | None:
         """The loader's batch size when it is a literal, or a name bound once, at module level, to one."""
         batch = argument(call, BATCH_SIZE, "batch_size")
-        if isinstance(batch, cst.Integer):
-            return int(batch.evaluated_value)
-        if not isinstance(batch, cst.Name):
-            return None
-        assigns = self.analysis.bindings(batch)
-        if not assigns or len(assigns) != 1 or assigns[0] is None:
-            return None
-        assign = assigns[0]
-        line = self.analysis.parents.get(assign)
-        if not isinstance(line, cst.SimpleStatementLine) or not isinstance(self.analysis.parents.get(line), cst.Module):
-            return None
-        return int(assign.value.evaluated_value) if isinstance(assign.value, cst.Integer) else None
+        return literal_size(self.analysis, batch) if batch is not None else None
 
     def _kept_because(self, call: cst.Call) -> str:
         """Why a loader keeps its batch per process under ``--batch global``, as DDP308 says it."""
@@ -729,25 +717,21 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return f"`{code_of(argument(call, BATCH_SIZE, 'batch_size'))}` also sizes something per step"  # type: ignore[arg-type]
 
     def _report_converted_batch(self, call: cst.Call) -> None:
-        """The batch hazards a converted loader still has, so converting twice reports them again."""
+        """The batch hazards a converted loader still has, so converting twice reports them again; check reads the same."""
         batch = argument(call, BATCH_SIZE, "batch_size")
-        divided = m.BinaryOperation(operator=m.FloorDivide(), right=m.Call(func=m.Attribute(attr=m.Name("get_world_size"))))
         if batch is None:
             return
+        hazard = divided_batch(self.analysis, batch)
+        if hazard is not None:
+            if hazard.default is not None and hazard.floored:
+                self._report_floor(hazard.total, hazard.default)
+            elif hazard.size is not None and isinstance(hazard.total, cst.Integer) and not hazard.floored:
+                self.report(hazard.total, "DDP309", size=hazard.size, misses=", ".join(map(str, hazard.misses)))
+            return
+        divided = m.BinaryOperation(operator=m.FloorDivide(), right=m.Call(func=m.Attribute(attr=m.Name("get_world_size"))))
         floored = m.Call(func=m.Name("max"), args=[m.Arg(m.Integer("1")), m.Arg(divided)])
-        if m.matches(batch, floored):
-            size = batch.args[1].value.left  # type: ignore[attr-defined]
-            default = integer_option_default(self.analysis, size)
-            if default is not None and default < max(COMMON_WORLD_SIZES):
-                self._report_floor(size, default)
-            return
-        if not m.matches(batch, divided):
-            if (sizing := self._sizes_per_step(call)) is not None:
-                self.report(sizing, "DDP312", batch=code_of(batch))
-            return
-        size = batch.left  # type: ignore[attr-defined]
-        if isinstance(size, cst.Integer) and (misses := [str(w) for w in COMMON_WORLD_SIZES if size.evaluated_value % w]):
-            self.report(size, "DDP309", size=size.evaluated_value, misses=", ".join(misses))
+        if not m.matches(batch, divided | floored) and (sizing := self._sizes_per_step(call)) is not None:
+            self.report(sizing, "DDP312", batch=code_of(batch))
 
     def _report_batch(self, call: cst.Call) -> None:
         """State the global batch before and after, with why it is divided or kept per process."""

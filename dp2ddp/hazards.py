@@ -26,6 +26,7 @@ import libcst.matchers as m
 from dp2ddp.analysis import names
 from dp2ddp.analysis.syntax import VISIBLE_DEVICES, argument, call_to, code_of, resolves_to
 from dp2ddp.analysis.script import entry_point
+from dp2ddp.analysis.batches import divided_batch
 from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, tests_device_index
 from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle
 from dp2ddp.analysis.loaders import is_training_loader
@@ -138,6 +139,7 @@ class DistributedHazards:
         self._models()
         self._collectives_under_rank_conditions()
         self._shuffle_with_sampler()
+        self._divided_batches()
         self._devices()
         if self.wraps or self.helper_wraps:
             self._lifecycle()
@@ -581,6 +583,39 @@ class DistributedHazards:
             if shuffle is not None and m.matches(shuffle.value, m.Name("True")):
                 self._report(shuffle, "DDP505")
                 self.fixes[call] = call.with_changes(args=_without(call.args, shuffle))
+
+    def _divided_batches(self) -> None:
+        """A loader's ``B // world_size`` that drops samples, or is 0, on common process counts: convert's DDP309/DDP336 hazards."""
+        for call in self.analysis.nodes(cst.Call):
+            if not self.analysis.matches(call, call_to(names.DATA_LOADER)) or self._in_helper(call):
+                continue
+            batch = argument(call, 1, "batch_size")
+            hazard = divided_batch(self.analysis, batch) if batch is not None else None
+            if hazard is None:
+                continue
+            # An evaluation's smaller batches lose no sample, and a floored one is correct: only a share of 0 crashes it.
+            trains = self._trains_on(call)
+            if not trains and (hazard.floored or not hazard.below):
+                continue
+            total, below = code_of(hazard.total), ", ".join(map(str, hazard.below))
+            if hazard.size is None:
+                what = (
+                    "`max(1, ...)` loads 1 sample per process there, so the global batch grows to world_size" if hazard.floored
+                    else "DataLoader refuses a batch of 0, so every process crashes with the script's default options"
+                )  # fmt: skip
+                self._report(hazard.total, "DDP531", total=total, default=str(hazard.default), counts=below, what=what)
+                continue
+            parts = []
+            if hazard.below:
+                parts.append(
+                    f"on {below} processes `max(1, ...)` loads 1 sample per process, so the global batch grows to world_size"
+                    if hazard.floored else f"on {below} processes each process's share is 0, which DataLoader refuses"
+                )  # fmt: skip
+            shrinks = [str(w) for w in hazard.misses if w not in hazard.below]
+            if shrinks and trains:
+                parts.append(f"on {', '.join(shrinks)} processes the remainder is dropped and the global batch shrinks")
+            misses = ", ".join(map(str, hazard.misses if trains else hazard.below))
+            self._report(hazard.total, "DDP530", total=total, size=str(hazard.size), misses=misses, what="; ".join(parts))
 
     # -- devices ------------------------------------------------------------------------------
 

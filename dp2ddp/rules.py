@@ -1934,6 +1934,45 @@ RULES: dict[str, Rule] = {
                 "No fix: the optimizer is left as it was.",
             ),
         ),
+        Rule(
+            "DDP530",
+            "global-batch-not-divisible-in-ddp",
+            "warning",
+            "each process loads `{total} // world_size`, and {size} does not divide by {misses} processes: {what}; "
+            "pick a global batch that is a multiple of the number of processes",
+            doc=_doc(
+                "Finds a DataLoader whose batch is a literal global batch divided by the world size "
+                "(`batch_size=100 // dist.get_world_size()`, `int(B / world_size)`, `max(1, B // world_size)`, or a "
+                "name bound once to one), where the literal does not divide by 2, 4 or 8 processes.",
+                "Floor division drops the remainder: 100 on 8 processes loads 12 each, 96 in all, so the global batch "
+                "the learning rate was tuned for shrinks, and a run on 8 processes trains differently from one on 4. "
+                "Below the number of processes the share is 0, and DataLoader raises \"batch_size should be a positive "
+                "integer value\" on every process; floored at 1, the global batch grows to the world size instead.",
+                "loader = DataLoader(ds, batch_size=100 // dist.get_world_size(), sampler=DistributedSampler(ds))",
+                "loader = DataLoader(ds, batch_size=96 // dist.get_world_size(), sampler=DistributedSampler(ds))",
+                "No fix: the batch is the script's choice.",
+            ),
+        ),
+        Rule(
+            "DDP531",
+            "batch-default-below-world-size-in-ddp",
+            "warning",
+            "`{total}` defaults to {default}, fewer than {counts} processes, where `{total} // world_size` is 0: "
+            "{what}; pass a batch that is a multiple of the number of processes",
+            doc=_doc(
+                "Finds a DataLoader whose batch is a command-line option divided by the world size "
+                "(`batch_size=args.batch_size // dist.get_world_size()`, or floored: `max(1, ...)`), where the "
+                "script's own argparse declares the option with an integer default below 2, 4 or 8.",
+                "With the default, on more processes than the default holds, each process's share is 0: DataLoader "
+                "raises \"batch_size should be a positive integer value\" on every process, so the script crashes "
+                "with its own default options. Floored at 1, it runs, but each process loads one sample and a step "
+                "sees world_size samples, more than the default asked for.",
+                "parser.add_argument(\"--batch_size\", type=int, default=1)\n"
+                "loader = DataLoader(ds, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(ds))",
+                "parser.add_argument(\"--batch_size\", type=int, default=8)  # and pass a multiple of the process count",
+                "No fix: the default is the script's choice.",
+            ),
+        ),
     )
 }
 
@@ -1946,6 +1985,8 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP216": frozenset({"DDP501"}),
     "DDP319": frozenset({"DDP515"}),
     "DDP320": frozenset({"DDP516"}),
+    "DDP309": frozenset({"DDP530"}),
+    "DDP336": frozenset({"DDP531"}),
     "DDP402": frozenset({"DDP502", "DDP503"}),
 }
 # Convert warnings that leave no hazard in the converted script for check to find, and why.

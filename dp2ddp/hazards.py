@@ -26,7 +26,7 @@ import libcst.matchers as m
 from dp2ddp.analysis import names
 from dp2ddp.analysis.syntax import VISIBLE_DEVICES, argument, call_to, code_of, resolves_to
 from dp2ddp.analysis.script import entry_point
-from dp2ddp.analysis.batches import divided_batch
+from dp2ddp.analysis.batches import divided_batch, gpu_count_scalings
 from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, tests_device_index
 from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle
 from dp2ddp.analysis.loaders import is_training_loader
@@ -140,6 +140,7 @@ class DistributedHazards:
         self._collectives_under_rank_conditions()
         self._shuffle_with_sampler()
         self._divided_batches()
+        self._gpu_count_scalings()
         self._devices()
         if self.wraps or self.helper_wraps:
             self._lifecycle()
@@ -616,6 +617,27 @@ class DistributedHazards:
                 parts.append(f"on {', '.join(shrinks)} processes the remainder is dropped and the global batch shrinks")
             misses = ", ".join(map(str, hazard.misses if trains else hazard.below))
             self._report(hazard.total, "DDP530", total=total, size=str(hazard.size), misses=misses, what="; ".join(parts))
+
+    def _gpu_count_scalings(self) -> None:
+        """A batch or worker count scaled by ``torch.cuda.device_count()``: convert's DDP318 hazard, in a DDP script.
+
+        Only a count that is provably the device count: ``n_gpu`` that a script sets
+        to 1 under a launcher (``if local_rank != -1: n_gpu = 1``) scales nothing there.
+        """
+        for scaling in gpu_count_scalings(self.analysis):
+            if not scaling.exact or self._in_helper(scaling.node):
+                continue
+            if "worker" in scaling.scaled.lower():
+                advice = (
+                    "each process starts its own loader, so the node runs that many times the workers one loader "
+                    "had: drop the scaling"
+                )
+            else:
+                advice = (
+                    "DDP's number of processes is the world size, which is this count only on one node with one "
+                    "process per GPU: scale a global batch by dist.get_world_size(), and a per-process batch not at all"
+                )
+            self._report(scaling.node, "DDP532", target=scaling.scaled, count=code_of(scaling.count), advice=advice)
 
     # -- devices ------------------------------------------------------------------------------
 

@@ -1973,6 +1973,26 @@ RULES: dict[str, Rule] = {
                 "No fix: the default is the script's choice.",
             ),
         ),
+        Rule(
+            "DDP532",
+            "scaled-by-gpu-count-in-ddp",
+            "warning",
+            "`{target}` is scaled by the GPU count `{count}`, a DataParallel habit that DDP changes: {advice}",
+            doc=_doc(
+                "In a DDP script, finds a batch size or a loader worker count multiplied by "
+                "`torch.cuda.device_count()`, directly or through a name every assignment of which binds it. "
+                "A count the script sets otherwise under a launcher (`n_gpu = 1` when `local_rank != -1`) is not reported.",
+                "DataParallel runs one process and one loader for all GPUs, so its batch and its workers were scaled "
+                "by the GPU count. Under DDP every process has its own loader: the workers multiply by the number of "
+                "processes, and the GPU count of one node is not the number of processes on several nodes, so a "
+                "batch scaled by it changes with the cluster's shape.",
+                "args.batch_size *= torch.cuda.device_count()\nargs.workers *= torch.cuda.device_count()\n"
+                "loader = DataLoader(ds, batch_size=args.batch_size // dist.get_world_size(), num_workers=args.workers)",
+                "args.batch_size *= dist.get_world_size()  # the global batch, divided again per process\n"
+                "loader = DataLoader(ds, batch_size=args.batch_size // dist.get_world_size(), num_workers=args.workers)",
+                "No fix: the line is left as it was.",
+            ),
+        ),
     )
 }
 
@@ -1986,6 +2006,7 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP319": frozenset({"DDP515"}),
     "DDP320": frozenset({"DDP516"}),
     "DDP309": frozenset({"DDP530"}),
+    "DDP318": frozenset({"DDP532"}),
     "DDP336": frozenset({"DDP531"}),
     "DDP402": frozenset({"DDP502", "DDP503"}),
 }

@@ -9,6 +9,7 @@ written by hand. Both read it here, so they cannot disagree.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .options import integer_option_default
+from .syntax import call_to, code_of
 
 if TYPE_CHECKING:
     from .module import Analysis
@@ -95,3 +97,78 @@ def literal_size(analysis: Analysis, value: cst.BaseExpression) -> int | None:
     if not isinstance(line, cst.SimpleStatementLine) or not isinstance(analysis.parents.get(line), cst.Module):
         return None
     return int(assign.value.evaluated_value) if isinstance(assign.value, cst.Integer) else None
+
+
+# A batch size or loader worker count, by the last part of its name: what DataParallel scripts scale by the GPU count.
+SCALED_BY_GPUS = re.compile(r"batch|^bs$|workers", re.IGNORECASE)
+GPU_COUNT = re.compile(r"^(n_?gpus?|num_?gpus?|ngpus?|gpu_?count|n_?devices|num_?devices)$", re.IGNORECASE)
+GPU_LIST = re.compile(r"gpu|device", re.IGNORECASE)
+_DEVICE_COUNT = call_to({"torch.cuda.device_count"})
+
+
+@dataclass(frozen=True)
+class GpuCountScaling:
+    """``args.batch_size *= n_gpu``, ``workers = 4 * torch.cuda.device_count()``: a DataParallel habit.
+
+    ``count`` is the factor that counts GPUs; ``exact`` where it is provably
+    ``torch.cuda.device_count()`` (directly, or a name every assignment of which binds
+    it), not a count the script may set otherwise (``n_gpu = 1`` under a launcher).
+    """
+
+    node: cst.Assign | cst.AugAssign
+    targets: tuple[cst.BaseExpression, ...]
+    scaled: str
+    factors: tuple[cst.BaseExpression, ...]
+    count: cst.BaseExpression
+    exact: bool
+
+
+def gpu_count_scalings(analysis: Analysis) -> tuple[GpuCountScaling, ...]:
+    """Every assignment that multiplies a batch size or a worker count by a GPU count."""
+    found = []
+    for node in analysis.nodes(cst.AugAssign) + analysis.nodes(cst.Assign):  # type: ignore[operator]
+        targets = (node.target,) if isinstance(node, cst.AugAssign) else tuple(t.target for t in node.targets)
+        scaled = [code_of(t) for t in targets if SCALED_BY_GPUS.search(code_of(t).rsplit(".", 1)[-1])]
+        if not scaled:
+            continue
+        if isinstance(node, cst.AugAssign):
+            factors = (node.value,) if isinstance(node.operator, cst.MultiplyAssign) else ()
+        else:
+            factors = tuple(multiplied(node.value))
+        count = next((f for f in factors if counts_gpus(analysis, f)), None)
+        if count is not None:
+            found.append(GpuCountScaling(node, targets, scaled[0], factors, count, is_device_count(analysis, count)))
+    return tuple(found)
+
+
+def multiplied(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The factors of a product: ``[a, b, c]`` for ``a * b * c``."""
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
+        return multiplied(value.left) + multiplied(value.right)
+    return [value]
+
+
+def counts_gpus(analysis: Analysis, value: cst.BaseExpression) -> bool:
+    """``torch.cuda.device_count()``, ``n_gpu``, ``len(args.gpu_ids)``, ``max(1, n_gpu)``."""
+    if analysis.matches(value, _DEVICE_COUNT):
+        return True
+    if isinstance(value, cst.Call) and m.matches(value.func, m.Name("max") | m.Name("len")):
+        return any(counts_gpus(analysis, a.value) or GPU_LIST.search(code_of(a.value)) for a in value.args)
+    return isinstance(value, (cst.Name, cst.Attribute)) and bool(GPU_COUNT.search(code_of(value).rsplit(".", 1)[-1]))
+
+
+def is_device_count(analysis: Analysis, value: cst.BaseExpression) -> bool:
+    """``torch.cuda.device_count()``, or a name or attribute every assignment of which binds it."""
+    if analysis.matches(value, _DEVICE_COUNT):
+        return True
+    if not isinstance(value, (cst.Name, cst.Attribute)):
+        return False
+    spelled = code_of(value)
+    assigned = [
+        a for a in analysis.nodes(cst.Assign) if any(code_of(t.target) == spelled for t in a.targets)
+    ] + [a for a in analysis.nodes(cst.AugAssign) if code_of(a.target) == spelled]  # fmt: skip
+    if isinstance(value, cst.Name):
+        bindings = analysis.bindings(value)
+        if not bindings or any(b is None for b in bindings):
+            return False  # a parameter, an import or a loop target: any value
+    return bool(assigned) and all(isinstance(a, cst.Assign) and analysis.matches(a.value, _DEVICE_COUNT) for a in assigned)

@@ -439,6 +439,8 @@ class DistributedHazards:
             reference = self._bound_to(call)
             sampler = argument(call, 3, "sampler")
             batch_sampler = argument(call, 4, "batch_sampler")
+            # `DataLoader(data, 16, True, None, None, 2)`: a sampler of None, by position or keyword, is none.
+            sampler, batch_sampler = (None if m.matches(s, m.Name("None")) else s for s in (sampler, batch_sampler))
             if sampler is None and batch_sampler is None and not any(a.star for a in call.args):
                 if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(call):
                     self._report(call, "DDP504", loader=code_of(reference) if reference is not None else "this loader")

@@ -2003,6 +2003,7 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP206": frozenset({"DDP510"}),
     "DDP209": frozenset({"DDP510"}),
     "DDP216": frozenset({"DDP501"}),
+    "DDP303": frozenset({"DDP504"}),
     "DDP319": frozenset({"DDP515"}),
     "DDP320": frozenset({"DDP516"}),
     "DDP309": frozenset({"DDP530"}),
@@ -2011,7 +2012,31 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP402": frozenset({"DDP502", "DDP503"}),
 }
 # Convert warnings that leave no hazard in the converted script for check to find, and why.
-NOT_IN_OUTPUT: dict[str, str] = {}
+NOT_IN_OUTPUT: dict[str, str] = {
+    "DDP311": (
+        "an unscaled summed loss is a consistent objective under DDP whose gradient is 1/world_size of the one "
+        "DataParallel computed, as if the learning rate were smaller: a difference from the original run, not a "
+        "hazard of the DDP script, and convert could not even tell whether the class sums over the batch"
+    ),
+    "DDP312": (
+        "the converted loader keeps the batch per process, which matches the per-step sizes read from the same "
+        "value and is how DDP scripts ordinarily load: only against the DataParallel run is the global batch "
+        "world_size times larger"
+    ),
+    "DDP323": (
+        "check takes a sampler the script gives its loader as the script's split of the data (DDP504 fires only "
+        "without one), the same assumption convert states about a sampler told the rank, so no more can be "
+        "established in the output"
+    ),
+    "DDP331": (
+        "under `--batch per-process` each process keeps DataParallel's batch; a learning rate tuned for it is an "
+        "ordinary choice in a DDP script, and only against the DataParallel run is it unscaled"
+    ),
+    "DDP332": (
+        "a cyclic schedule's bounds tuned for the per-process batch are an ordinary choice in a DDP script; only "
+        "against the DataParallel run, whose global batch was world_size times smaller, are they unscaled"
+    ),
+}
 
 
 def section(doc: str, heading: str) -> str | None:

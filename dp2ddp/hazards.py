@@ -134,12 +134,13 @@ class DistributedHazards:
             return  # the "fake" backend, or world_size=1: one process, so nothing repeats or waits
         self.helper_wraps = [c for c in calls if m.matches(c.func, m.Name(names.WRAP_HELPER))]
         imported_wrap = names.WRAP_HELPER in analysis.script_facts.helpers and names.WRAP_HELPER not in self.effects.functions
+        # A loader module of a DDP program neither starts the group nor wraps, yet divides its batch by the world size.
+        self._divided_batches()
         if not (self.initialises or self.wraps or (imported_wrap and self.helper_wraps)):
             return
         self._models()
         self._collectives_under_rank_conditions()
         self._shuffle_with_sampler()
-        self._divided_batches()
         self._gpu_count_scalings()
         self._devices()
         if self.wraps or self.helper_wraps:
@@ -597,7 +598,7 @@ class DistributedHazards:
             if hazard is None:
                 continue
             # An evaluation's smaller batches lose no sample, and a floored one is correct: only a share of 0 crashes it.
-            trains = self._trains_on(call)
+            trains = self._may_train(call)
             if not trains and (hazard.floored or not hazard.below):
                 continue
             total, below = code_of(hazard.total), ", ".join(map(str, hazard.below))
@@ -619,6 +620,17 @@ class DistributedHazards:
                 parts.append(f"on {', '.join(shrinks)} processes the remainder is dropped and the global batch shrinks")
             misses = ", ".join(map(str, hazard.misses if trains else hazard.below))
             self._report(hazard.total, "DDP530", total=total, size=str(hazard.size), misses=misses, what="; ".join(parts))
+
+    def _may_train(self, call: cst.Call) -> bool:
+        """A loop of this file back-propagates through the loader, or, iterated elsewhere, it reads as a training loader."""
+        if self._trains_on(call):
+            return True
+        if self._iterations(call):
+            return False
+        sampler = argument(call, 3, "sampler")
+        if sampler is not None and m.matches(sampler, m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER))):
+            return False
+        return is_training_loader(call, self._bound_to(call), only_loader=False)
 
     def _gpu_count_scalings(self) -> None:
         """A batch or worker count scaled by ``torch.cuda.device_count()``: convert's DDP318 hazard, in a DDP script.

@@ -343,8 +343,10 @@ class Project:
         return self._analyses[name]
 
     def check_roles(self) -> dict[Path, ModuleRole]:
-        """For ``check``: each module's calls of other project modules' functions that write on every process."""
+        """For ``check``: each module's calls of other project modules' functions that write on every process,
+        and the options' defaults, which a loader module dividing ``args.batch_size`` reads (DDP531)."""
         roles: dict[Path, ModuleRole] = {}
+        option_defaults = self._option_defaults()
         for module in self.by_path.values():
             found: dict[str, Site] = {}
             for _, target, function, qualified in self.calls(module):
@@ -352,8 +354,8 @@ class Project:
                     written = self.writes(target, function, unguarded=True)
                     if written is not None:
                         found[qualified] = written
-            if found:
-                roles[module.path] = ModuleRole(guarded_calls=tuple(found.items()))
+            if found or option_defaults:
+                roles[module.path] = ModuleRole(guarded_calls=tuple(found.items()), option_defaults=option_defaults)
         return roles
 
     def writes(self, target: str, function: str, unguarded: bool = False, depth: int = 2) -> Site | None:

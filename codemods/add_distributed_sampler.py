@@ -24,6 +24,7 @@ from libcst.metadata import ParentNodeProvider, QualifiedNameSource, ScopeProvid
 from dp2ddp.analysis import names
 from dp2ddp.analysis.loaders import BATCH_SAMPLER, BATCH_SIZE, EVALUATION_NAME, SAMPLER, SHUFFLE, is_training_loader
 from dp2ddp.analysis.module import Analysis, Holder
+from dp2ddp.analysis.batches import COMMON_WORLD_SIZES, divided_batch, gpu_count_scalings, literal_size
 from dp2ddp.analysis.options import integer_option_default
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, prepend_statements
 from dp2ddp.analysis.syntax import argument, call_to, code_of, main_guard, resolves_to
@@ -31,9 +32,6 @@ from ._global_batch import add_batch_args, runs_after_setup, times_world_size
 
 RestartT = TypeVar("RestartT", cst.ExceptHandler, cst.While)
 # Values a DataParallel script scales by its GPU count, and the names it counts GPUs by.
-SCALED_BY_GPUS = re.compile(r"batch|^bs$|workers", re.IGNORECASE)
-GPU_COUNT = re.compile(r"^(n_?gpus?|num_?gpus?|ngpus?|gpu_?count|n_?devices|num_?devices)$", re.IGNORECASE)
-GPU_LIST = re.compile(r"gpu|device", re.IGNORECASE)
 # Keywords by which a sampler of the script's own takes the process's rank: it splits the data itself.
 SPLITS_ITSELF = frozenset({"rank", "num_replicas", "world_size", "local_rank"})
 SHARDED_SAMPLER_SOURCE = f'''
@@ -125,8 +123,6 @@ _DRAWS = frozenset({"sample", "rsample", "sample_n"})
 _RANDOM_DRAWS = frozenset(
     f"torch.{name}" for name in ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm", "normal")
 )
-# Process counts a literal batch size is checked against.
-COMMON_WORLD_SIZES = (2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -708,18 +704,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _literal_batch(self, call: cst.Call) -> int | None:
         """The loader's batch size when it is a literal, or a name bound once, at module level, to one."""
         batch = argument(call, BATCH_SIZE, "batch_size")
-        if isinstance(batch, cst.Integer):
-            return int(batch.evaluated_value)
-        if not isinstance(batch, cst.Name):
-            return None
-        assigns = self.analysis.bindings(batch)
-        if not assigns or len(assigns) != 1 or assigns[0] is None:
-            return None
-        assign = assigns[0]
-        line = self.analysis.parents.get(assign)
-        if not isinstance(line, cst.SimpleStatementLine) or not isinstance(self.analysis.parents.get(line), cst.Module):
-            return None
-        return int(assign.value.evaluated_value) if isinstance(assign.value, cst.Integer) else None
+        return literal_size(self.analysis, batch) if batch is not None else None
 
     def _kept_because(self, call: cst.Call) -> str:
         """Why a loader keeps its batch per process under ``--batch global``, as DDP308 says it."""
@@ -729,25 +714,21 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return f"`{code_of(argument(call, BATCH_SIZE, 'batch_size'))}` also sizes something per step"  # type: ignore[arg-type]
 
     def _report_converted_batch(self, call: cst.Call) -> None:
-        """The batch hazards a converted loader still has, so converting twice reports them again."""
+        """The batch hazards a converted loader still has, so converting twice reports them again; check reads the same."""
         batch = argument(call, BATCH_SIZE, "batch_size")
-        divided = m.BinaryOperation(operator=m.FloorDivide(), right=m.Call(func=m.Attribute(attr=m.Name("get_world_size"))))
         if batch is None:
             return
+        hazard = divided_batch(self.analysis, batch)
+        if hazard is not None:
+            if hazard.default is not None and hazard.floored:
+                self._report_floor(hazard.total, hazard.default)
+            elif hazard.size is not None and isinstance(hazard.total, cst.Integer) and not hazard.floored:
+                self.report(hazard.total, "DDP309", size=hazard.size, misses=", ".join(map(str, hazard.misses)))
+            return
+        divided = m.BinaryOperation(operator=m.FloorDivide(), right=m.Call(func=m.Attribute(attr=m.Name("get_world_size"))))
         floored = m.Call(func=m.Name("max"), args=[m.Arg(m.Integer("1")), m.Arg(divided)])
-        if m.matches(batch, floored):
-            size = batch.args[1].value.left  # type: ignore[attr-defined]
-            default = integer_option_default(self.analysis, size)
-            if default is not None and default < max(COMMON_WORLD_SIZES):
-                self._report_floor(size, default)
-            return
-        if not m.matches(batch, divided):
-            if (sizing := self._sizes_per_step(call)) is not None:
-                self.report(sizing, "DDP312", batch=code_of(batch))
-            return
-        size = batch.left  # type: ignore[attr-defined]
-        if isinstance(size, cst.Integer) and (misses := [str(w) for w in COMMON_WORLD_SIZES if size.evaluated_value % w]):
-            self.report(size, "DDP309", size=size.evaluated_value, misses=", ".join(misses))
+        if not m.matches(batch, divided | floored) and (sizing := self._sizes_per_step(call)) is not None:
+            self.report(sizing, "DDP312", batch=code_of(batch))
 
     def _report_batch(self, call: cst.Call) -> None:
         """State the global batch before and after, with why it is divided or kept per process."""
@@ -1098,19 +1079,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             count = argument(loader, 5, "num_workers")
             if count is not None:
                 workers |= analysis.reads(count)
-        for node in analysis.nodes(cst.AugAssign) + analysis.nodes(cst.Assign):  # type: ignore[operator]
-            targets = [node.target] if isinstance(node, cst.AugAssign) else [t.target for t in node.targets]
-            scaled = [code_of(t) for t in targets if SCALED_BY_GPUS.search(code_of(t).rsplit(".", 1)[-1])]
-            if not scaled:
-                continue
-            if isinstance(node, cst.AugAssign):
-                factors = [node.value] if isinstance(node.operator, cst.MultiplyAssign) else []
-            else:
-                factors = self._factors(node.value)
-            count = next((f for f in factors if self._counts_gpus(f)), None)
-            if count is None:
-                continue
-            feeds = len(targets) == 1 and self._is_device_count(count)
+        for scaling in gpu_count_scalings(analysis):
+            node, scaled, factors, count = scaling.node, [scaling.scaled], scaling.factors, scaling.count
+            feeds = len(scaling.targets) == 1 and scaling.exact
             if "worker" in scaled[0].lower():
                 if feeds and isinstance(node, cst.Assign) and len(factors) > 1 and analysis.flows_from({scaled[0]}) & workers:
                     value = self._with_factor(node.value, count, None)
@@ -1135,23 +1106,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     "scale by dist.get_world_size() instead"
                 )
             self.report(node, "DDP318", target=scaled[0], count=code_of(count), advice=advice)
-
-    def _is_device_count(self, value: cst.BaseExpression) -> bool:
-        """``torch.cuda.device_count()``, or a name or attribute every assignment of which binds it."""
-        device_count = call_to({"torch.cuda.device_count"})
-        if self.matches(value, device_count):
-            return True
-        if not isinstance(value, (cst.Name, cst.Attribute)):
-            return False
-        spelled = code_of(value)
-        assigned = [
-            a for a in self.analysis.nodes(cst.Assign) if any(code_of(t.target) == spelled for t in a.targets)
-        ] + [a for a in self.analysis.nodes(cst.AugAssign) if code_of(a.target) == spelled]  # fmt: skip
-        if isinstance(value, cst.Name):
-            bindings = self.analysis.bindings(value)
-            if not bindings or any(b is None for b in bindings):
-                return False  # a parameter, an import or a loop target: any value
-        return bool(assigned) and all(isinstance(a, cst.Assign) and self.matches(a.value, device_count) for a in assigned)
 
     def _with_factor(
         self, value: cst.BaseExpression, count: cst.BaseExpression, replacement: cst.BaseExpression | None
@@ -1180,19 +1134,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if value is None or not updated_node.value.deep_equals(original_node.value):
             return updated_node  # another codemod edited the value: leave it to that one
         return updated_node.with_changes(value=value)
-
-    def _factors(self, value: cst.BaseExpression) -> list[cst.BaseExpression]:
-        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
-            return self._factors(value.left) + self._factors(value.right)
-        return [value]
-
-    def _counts_gpus(self, value: cst.BaseExpression) -> bool:
-        """``torch.cuda.device_count()``, ``n_gpu``, ``len(args.gpu_ids)``, ``max(1, n_gpu)``."""
-        if self.matches(value, call_to({"torch.cuda.device_count"})):
-            return True
-        if isinstance(value, cst.Call) and m.matches(value.func, m.Name("max") | m.Name("len")):
-            return any(self._counts_gpus(a.value) or GPU_LIST.search(code_of(a.value)) for a in value.args)
-        return isinstance(value, (cst.Name, cst.Attribute)) and bool(GPU_COUNT.search(code_of(value).rsplit(".", 1)[-1]))
 
     def _batch_source(self, loop: cst.For | cst.While, backward: cst.Call) -> cst.CSTNode | None:
         """What a training loop takes its batches from: a for loop's iterable, or the fetch that produces them.

@@ -26,6 +26,7 @@ import libcst.matchers as m
 from dp2ddp.analysis import names
 from dp2ddp.analysis.syntax import VISIBLE_DEVICES, argument, call_to, code_of, resolves_to
 from dp2ddp.analysis.script import entry_point
+from dp2ddp.analysis.batches import divided_batch, gpu_count_scalings
 from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, tests_device_index
 from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle
 from dp2ddp.analysis.loaders import is_training_loader
@@ -139,11 +140,14 @@ class DistributedHazards:
             return  # the "fake" backend, or world_size=1: one process, so nothing repeats or waits
         self.helper_wraps = [c for c in calls if m.matches(c.func, m.Name(names.WRAP_HELPER))]
         imported_wrap = names.WRAP_HELPER in analysis.script_facts.helpers and names.WRAP_HELPER not in self.effects.functions
+        # A loader module of a DDP program neither starts the group nor wraps, yet divides its batch by the world size.
+        self._divided_batches()
         if not (self.initialises or self.wraps or (imported_wrap and self.helper_wraps)):
             return
         self._models()
         self._collectives_under_rank_conditions()
         self._shuffle_with_sampler()
+        self._gpu_count_scalings()
         self._devices()
         self._data_parallel_left()
         if self.wraps or self.helper_wraps:
@@ -444,6 +448,8 @@ class DistributedHazards:
             reference = self._bound_to(call)
             sampler = argument(call, 3, "sampler")
             batch_sampler = argument(call, 4, "batch_sampler")
+            # `DataLoader(data, 16, True, None, None, 2)`: a sampler of None, by position or keyword, is none.
+            sampler, batch_sampler = (None if m.matches(s, m.Name("None")) else s for s in (sampler, batch_sampler))
             if sampler is None and batch_sampler is None and not any(a.star for a in call.args):
                 if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(call):
                     self._report(call, "DDP504", loader=code_of(reference) if reference is not None else "this loader")
@@ -589,6 +595,71 @@ class DistributedHazards:
             if shuffle is not None and m.matches(shuffle.value, m.Name("True")):
                 self._report(shuffle, "DDP505")
                 self.fixes[call] = call.with_changes(args=_without(call.args, shuffle))
+
+    def _divided_batches(self) -> None:
+        """A loader's ``B // world_size`` that drops samples, or is 0, on common process counts: convert's DDP309/DDP336 hazards."""
+        for call in self.analysis.nodes(cst.Call):
+            if not self.analysis.matches(call, call_to(names.DATA_LOADER)) or self._in_helper(call):
+                continue
+            batch = argument(call, 1, "batch_size")
+            hazard = divided_batch(self.analysis, batch) if batch is not None else None
+            if hazard is None:
+                continue
+            # An evaluation's smaller batches lose no sample, and a floored one is correct: only a share of 0 crashes it.
+            trains = self._may_train(call)
+            if not trains and (hazard.floored or not hazard.below):
+                continue
+            total, below = code_of(hazard.total), ", ".join(map(str, hazard.below))
+            if hazard.size is None:
+                what = (
+                    "`max(1, ...)` loads 1 sample per process there, so the global batch grows to world_size" if hazard.floored
+                    else "DataLoader refuses a batch of 0, so every process crashes with the script's default options"
+                )  # fmt: skip
+                self._report(hazard.total, "DDP531", total=total, default=str(hazard.default), counts=below, what=what)
+                continue
+            parts = []
+            if hazard.below:
+                parts.append(
+                    f"on {below} processes `max(1, ...)` loads 1 sample per process, so the global batch grows to world_size"
+                    if hazard.floored else f"on {below} processes each process's share is 0, which DataLoader refuses"
+                )  # fmt: skip
+            shrinks = [str(w) for w in hazard.misses if w not in hazard.below]
+            if shrinks and trains:
+                parts.append(f"on {', '.join(shrinks)} processes the remainder is dropped and the global batch shrinks")
+            misses = ", ".join(map(str, hazard.misses if trains else hazard.below))
+            self._report(hazard.total, "DDP530", total=total, size=str(hazard.size), misses=misses, what="; ".join(parts))
+
+    def _may_train(self, call: cst.Call) -> bool:
+        """A loop of this file back-propagates through the loader, or, iterated elsewhere, it reads as a training loader."""
+        if self._trains_on(call):
+            return True
+        if self._iterations(call):
+            return False
+        sampler = argument(call, 3, "sampler")
+        if sampler is not None and m.matches(sampler, m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER))):
+            return False
+        return is_training_loader(call, self._bound_to(call), only_loader=False)
+
+    def _gpu_count_scalings(self) -> None:
+        """A batch or worker count scaled by ``torch.cuda.device_count()``: convert's DDP318 hazard, in a DDP script.
+
+        Only a count that is provably the device count: ``n_gpu`` that a script sets
+        to 1 under a launcher (``if local_rank != -1: n_gpu = 1``) scales nothing there.
+        """
+        for scaling in gpu_count_scalings(self.analysis):
+            if not scaling.exact or self._in_helper(scaling.node):
+                continue
+            if "worker" in scaling.scaled.lower():
+                advice = (
+                    "each process starts its own loader, so the node runs that many times the workers one loader "
+                    "had: drop the scaling"
+                )
+            else:
+                advice = (
+                    "DDP's number of processes is the world size, which is this count only on one node with one "
+                    "process per GPU: scale a global batch by dist.get_world_size(), and a per-process batch not at all"
+                )
+            self._report(scaling.node, "DDP532", target=scaling.scaled, count=code_of(scaling.count), advice=advice)
 
     # -- devices ------------------------------------------------------------------------------
 

@@ -14,14 +14,17 @@ import tokenize
 from dp2ddp.analysis.names import WRAP_HELPER
 
 # A file none of whose tokens is one of these has nothing check looks at.
-_CANDIDATE_WORDS = frozenset({"DataParallel", "data_parallel", "wrap_ddp", "DistributedDataParallel", "init_process_group"})
+# `get_world_size`: a loader module of a DDP program divides its batch by the world size (DDP530, DDP531).
+_CANDIDATE_WORDS = frozenset(
+    {"DataParallel", "data_parallel", "wrap_ddp", "DistributedDataParallel", "init_process_group", "get_world_size"}
+)
 
 
 def needs_check(source: str) -> bool:
     """Whether the code calls a name check looks for: a file that neither starts DDP nor wraps in DataParallel has no findings.
 
     Read from tokens, before any parse: ``DistributedDataParallel(``, ``init_process_group(``,
-    or a name an import binds to one of them (``DistributedDataParallel as DDP`` ... ``DDP(``).
+    ``get_world_size(``, or a name an import binds to one of them (``DistributedDataParallel as DDP`` ... ``DDP(``).
     A mention in a type hint, an ``isinstance`` test or a docstring is no call.
     """
     if not any(word in source for word in _CANDIDATE_WORDS):

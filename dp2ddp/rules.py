@@ -1935,6 +1935,65 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP530",
+            "global-batch-not-divisible-in-ddp",
+            "warning",
+            "each process loads `{total} // world_size`, and {size} does not divide by {misses} processes: {what}; "
+            "pick a global batch that is a multiple of the number of processes",
+            doc=_doc(
+                "Finds a DataLoader whose batch is a literal global batch divided by the world size "
+                "(`batch_size=100 // dist.get_world_size()`, `int(B / world_size)`, `max(1, B // world_size)`, or a "
+                "name bound once to one), where the literal does not divide by 2, 4 or 8 processes.",
+                "Floor division drops the remainder: 100 on 8 processes loads 12 each, 96 in all, so the global batch "
+                "the learning rate was tuned for shrinks, and a run on 8 processes trains differently from one on 4. "
+                "Below the number of processes the share is 0, and DataLoader raises \"batch_size should be a positive "
+                "integer value\" on every process; floored at 1, the global batch grows to the world size instead.",
+                "loader = DataLoader(ds, batch_size=100 // dist.get_world_size(), sampler=DistributedSampler(ds))",
+                "loader = DataLoader(ds, batch_size=96 // dist.get_world_size(), sampler=DistributedSampler(ds))",
+                "No fix: the batch is the script's choice.",
+            ),
+        ),
+        Rule(
+            "DDP531",
+            "batch-default-below-world-size-in-ddp",
+            "warning",
+            "`{total}` defaults to {default}, fewer than {counts} processes, where `{total} // world_size` is 0: "
+            "{what}; pass a batch that is a multiple of the number of processes",
+            doc=_doc(
+                "Finds a DataLoader whose batch is a command-line option divided by the world size "
+                "(`batch_size=args.batch_size // dist.get_world_size()`, or floored: `max(1, ...)`), where the "
+                "script's own argparse declares the option with an integer default below 2, 4 or 8.",
+                "With the default, on more processes than the default holds, each process's share is 0: DataLoader "
+                "raises \"batch_size should be a positive integer value\" on every process, so the script crashes "
+                "with its own default options. Floored at 1, it runs, but each process loads one sample and a step "
+                "sees world_size samples, more than the default asked for.",
+                "parser.add_argument(\"--batch_size\", type=int, default=1)\n"
+                "loader = DataLoader(ds, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(ds))",
+                "parser.add_argument(\"--batch_size\", type=int, default=8)  # and pass a multiple of the process count",
+                "No fix: the default is the script's choice.",
+            ),
+        ),
+        Rule(
+            "DDP532",
+            "scaled-by-gpu-count-in-ddp",
+            "warning",
+            "`{target}` is scaled by the GPU count `{count}`, a DataParallel habit that DDP changes: {advice}",
+            doc=_doc(
+                "In a DDP script, finds a batch size or a loader worker count multiplied by "
+                "`torch.cuda.device_count()`, directly or through a name every assignment of which binds it. "
+                "A count the script sets otherwise under a launcher (`n_gpu = 1` when `local_rank != -1`) is not reported.",
+                "DataParallel runs one process and one loader for all GPUs, so its batch and its workers were scaled "
+                "by the GPU count. Under DDP every process has its own loader: the workers multiply by the number of "
+                "processes, and the GPU count of one node is not the number of processes on several nodes, so a "
+                "batch scaled by it changes with the cluster's shape.",
+                "args.batch_size *= torch.cuda.device_count()\nargs.workers *= torch.cuda.device_count()\n"
+                "loader = DataLoader(ds, batch_size=args.batch_size // dist.get_world_size(), num_workers=args.workers)",
+                "args.batch_size *= dist.get_world_size()  # the global batch, divided again per process\n"
+                "loader = DataLoader(ds, batch_size=args.batch_size // dist.get_world_size(), num_workers=args.workers)",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP535",
             "data-parallel-in-ddp-process",
             "warning",
@@ -2034,8 +2093,12 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP206": frozenset({"DDP510"}),
     "DDP209": frozenset({"DDP510"}),
     "DDP216": frozenset({"DDP501"}),
+    "DDP303": frozenset({"DDP504"}),
     "DDP319": frozenset({"DDP515"}),
     "DDP320": frozenset({"DDP516"}),
+    "DDP309": frozenset({"DDP530"}),
+    "DDP318": frozenset({"DDP532"}),
+    "DDP336": frozenset({"DDP531"}),
     "DDP402": frozenset({"DDP502", "DDP503"}),
     "DDP201": frozenset({"DDP535"}),
     "DDP202": frozenset({"DDP535"}),
@@ -2050,6 +2113,29 @@ NOT_IN_OUTPUT: dict[str, str] = {
     "DDP101": "the hazard is in the script that imports this module: a module with no entry point starts no "
     "process group by design, and whether its importer starts one cannot be seen from the module (converted as "
     "a project, the importer gets the setup and convert does not warn)",
+    "DDP311": (
+        "an unscaled summed loss is a consistent objective under DDP whose gradient is 1/world_size of the one "
+        "DataParallel computed, as if the learning rate were smaller: a difference from the original run, not a "
+        "hazard of the DDP script, and convert could not even tell whether the class sums over the batch"
+    ),
+    "DDP312": (
+        "the converted loader keeps the batch per process, which matches the per-step sizes read from the same "
+        "value and is how DDP scripts ordinarily load: only against the DataParallel run is the global batch "
+        "world_size times larger"
+    ),
+    "DDP323": (
+        "check takes a sampler the script gives its loader as the script's split of the data (DDP504 fires only "
+        "without one), the same assumption convert states about a sampler told the rank, so no more can be "
+        "established in the output"
+    ),
+    "DDP331": (
+        "under `--batch per-process` each process keeps DataParallel's batch; a learning rate tuned for it is an "
+        "ordinary choice in a DDP script, and only against the DataParallel run is it unscaled"
+    ),
+    "DDP332": (
+        "a cyclic schedule's bounds tuned for the per-process batch are an ordinary choice in a DDP script; only "
+        "against the DataParallel run, whose global batch was world_size times smaller, are they unscaled"
+    ),
 }
 
 

@@ -343,12 +343,14 @@ class Project:
         return self._analyses[name]
 
     def check_roles(self) -> dict[Path, ModuleRole]:
-        """For ``check``: each module's calls of other project modules' functions that write on every process.
+        """For ``check``: each module's calls of other project modules' functions that write on every process,
+        and the options' defaults, which a loader module dividing ``args.batch_size`` reads (DDP531).
 
         The other project functions it calls are known too (``project_calls``):
         check judges them where they are defined, never by their names.
         """
         roles: dict[Path, ModuleRole] = {}
+        option_defaults = self._option_defaults()
         for module in self.by_path.values():
             found: dict[str, Site] = {}
             called: set[str] = set()
@@ -359,8 +361,10 @@ class Project:
                     written = self.writes(target, function, unguarded=True)
                     if written is not None:
                         found[qualified] = written
-            if found or called:
-                roles[module.path] = ModuleRole(guarded_calls=tuple(found.items()), project_calls=frozenset(called))
+            if found or called or option_defaults:
+                roles[module.path] = ModuleRole(
+                    guarded_calls=tuple(found.items()), project_calls=frozenset(called), option_defaults=option_defaults
+                )
         return roles
 
     def writes(self, target: str, function: str, unguarded: bool = False, depth: int = 2) -> Site | None:

@@ -26,9 +26,9 @@ import libcst.matchers as m
 from dp2ddp.analysis import names
 from dp2ddp.analysis.syntax import VISIBLE_DEVICES, argument, call_to, code_of, resolves_to
 from dp2ddp.analysis.script import entry_point
-from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, tests_device_index
+from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, process_group_collective, tests_device_index
 from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle
-from dp2ddp.analysis.loaders import is_training_loader
+from dp2ddp.analysis.loaders import is_placeholder, is_training_loader, sampler_built_at, unsplit_sampler
 from dp2ddp.analysis.results import loop_results
 
 if TYPE_CHECKING:
@@ -64,6 +64,9 @@ LIFECYCLE_CODES = {
     "DDP222": "DDP525",
     "DDP223": "DDP526",
 }
+
+# DDP504's values for a loader given no sampler at all.
+NO_SAMPLER = {"sampler": "", "fix": "pass `sampler=DistributedSampler(dataset)` (and drop `shuffle`)"}
 
 # Losses normalised by the batch a process sees (``_losses.py``), which convert reports, under their check codes.
 LOSS_CODES = {"DDP319": "DDP515", "DDP320": "DDP516"}
@@ -222,6 +225,9 @@ class DistributedHazards:
             return {"torch.distributed.all_reduce"}
         if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
             return set() if self._backward_of_a_plain_model(call) else {"backward"}
+        group_collective = process_group_collective(self.analysis, call)
+        if group_collective is not None:
+            return {group_collective}
         qualified = {q.name for q in self.analysis.qualified_names(call.func)}
         found = {q for q in qualified if q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in COLLECTIVES}
         if found:
@@ -434,12 +440,13 @@ class DistributedHazards:
         loaders = [c for c in self.analysis.nodes(cst.Call) if self.analysis.matches(c, call_to(names.DATA_LOADER))]
         for call in loaders:
             reference = self._bound_to(call)
-            sampler = argument(call, 3, "sampler")
-            batch_sampler = argument(call, 4, "batch_sampler")
+            sampler = self._given_sampler(call, 3, "sampler")
+            batch_sampler = self._given_sampler(call, 4, "batch_sampler")
             if sampler is None and batch_sampler is None and not any(a.star for a in call.args):
                 if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(call):
-                    self._report(call, "DDP504", loader=code_of(reference) if reference is not None else "this loader")
+                    self._report(call, "DDP504", loader=code_of(reference) if reference is not None else "this loader", **NO_SAMPLER)
                 continue
+            self._unsplit_sampler(call, reference, sampler, batch_sampler, only_loader=len(loaders) == 1)
             distributed = self._distributed_sampler(sampler)
             if distributed is not None:
                 if self._shuffles(sampler) and self._trains_on(call):  # type: ignore[arg-type]
@@ -485,6 +492,44 @@ class DistributedHazards:
             None,
         )  # fmt: skip
         return argument(built, position, keyword) if isinstance(built, cst.Call) else None
+
+    def _given_sampler(self, call: cst.Call, position: int, keyword: str) -> cst.BaseExpression | None:
+        """The loader's sampler or batch sampler, or ``None`` where it has none: absent, ``None``, or a name only ever ``None``."""
+        given = argument(call, position, keyword)
+        return None if given is None or is_placeholder(self.analysis, given) else given
+
+    def _unsplit_sampler(
+        self,
+        call: cst.Call,
+        reference: cst.BaseExpression | None,
+        sampler: cst.BaseExpression | None,
+        batch_sampler: cst.BaseExpression | None,
+        only_loader: bool,
+    ) -> None:
+        """A training loader on a sampler that draws from the whole dataset (``RandomSampler(data)``): DDP504 naming it.
+
+        A sampler that splits itself (told the rank, or distributed by name) is
+        taken at its word, as convert takes it (DDP323); one built elsewhere is
+        unknown, and not reported.
+        """
+        given = sampler if sampler is not None else batch_sampler
+        if given is None or (sampler is not None and batch_sampler is not None):
+            return
+        kind = unsplit_sampler(self.analysis, given)
+        if kind is None or not is_training_loader(call, reference, only_loader) or not self._trains_on(call):
+            return
+        keyword = "sampler" if sampler is not None else "batch_sampler"
+        loader = code_of(reference) if reference is not None else "this loader"
+        built = sampler_built_at(self.analysis, given)
+        if keyword == "sampler" and self.analysis.matches(built, call_to(names.RANDOM_SAMPLER)):
+            fix = f"replace `{kind}` with `DistributedSampler(dataset)`, which shuffles too"
+        elif keyword == "sampler" and self.analysis.matches(built, call_to(names.SEQUENTIAL_SAMPLER)):
+            fix = f"replace `{kind}` with `DistributedSampler(dataset, shuffle=False)`"
+        elif self.analysis.matches(built, call_to(names.BATCH_SAMPLER_CLASSES)):
+            fix = f"build `{kind}` over `DistributedSampler(dataset)`, which gives each process its share"
+        else:
+            fix = f"make `{kind}` yield this process's share, every world_size-th index from its rank, as DistributedSampler does"
+        self._report(call, "DDP504", loader=loader, sampler=f" (its {keyword} is `{kind}`)", fix=fix)
 
     def _drops_last(self, sampler: cst.BaseExpression) -> bool:
         drop = self._sampler_argument(sampler, 5, "drop_last")
@@ -575,8 +620,8 @@ class DistributedHazards:
     def _shuffle_with_sampler(self) -> None:
         """``DataLoader(..., sampler=s, shuffle=True)`` raises: the sampler decides the order."""
         for call in self.analysis.nodes(cst.Call):
-            if not self.analysis.matches(call, call_to(names.DATA_LOADER)) or argument(call, 3, "sampler") is None:
-                continue
+            if not self.analysis.matches(call, call_to(names.DATA_LOADER)) or self._given_sampler(call, 3, "sampler") is None:
+                continue  # `sampler=None` is no sampler: DataLoader shuffles with a RandomSampler of its own
             shuffle = next((a for a in call.args if a.keyword is not None and a.keyword.value == "shuffle"), None)
             if shuffle is not None and m.matches(shuffle.value, m.Name("True")):
                 self._report(shuffle, "DDP505")

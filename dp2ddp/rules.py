@@ -1620,16 +1620,22 @@ RULES: dict[str, Rule] = {
             "DDP504",
             "loader-without-distributed-sampler",
             "warning",
-            "the training loader `{loader}` has no DistributedSampler, so every process trains on the whole "
-            "dataset: pass `sampler=DistributedSampler(dataset)` (and drop `shuffle`)",
+            "the training loader `{loader}` has no DistributedSampler{sampler}, so every process trains on the "
+            "whole dataset: {fix}",
             doc=_doc(
                 "In a script that starts a process group, finds a DataLoader that a loop calling `backward()` "
-                "iterates, with no `sampler` or `batch_sampler`.",
+                "iterates, with no `sampler` or `batch_sampler` (`sampler=None` is none), or with one known to "
+                "draw from the whole dataset: torch's `RandomSampler`, `SequentialSampler`, "
+                "`WeightedRandomSampler`, `SubsetRandomSampler`, a `BatchSampler` over one of them, or a `Sampler` "
+                "subclass of the file that never reads the rank. A sampler told the rank (`rank=`, "
+                "`num_replicas=`, `world_size=`) or distributed by name is taken to split the data itself, and "
+                "one built in another file is not known: neither is reported.",
                 "Every process then sees every sample in each epoch: an epoch costs world-size times the work, "
                 "the effective batch is world-size times larger, and the processes see the same batches.",
-                "loader = DataLoader(dataset, batch_size=64, shuffle=True)",
+                "loader = DataLoader(dataset, batch_size=64, shuffle=True)\n"
+                "loader = DataLoader(dataset, batch_size=64, sampler=RandomSampler(dataset))",
                 "loader = DataLoader(dataset, batch_size=64, sampler=DistributedSampler(dataset, shuffle=True))",
-                "No fix here: `dp2ddp convert` adds the sampler to a DataParallel script.",
+                "No fix here: `dp2ddp convert` adds the sampler to a DataParallel script, or splits the one it has.",
             ),
         ),
         Rule(

@@ -65,6 +65,10 @@ LIFECYCLE_CODES = {
     "DDP223": "DDP526",
 }
 
+# Calls that build a path from their arguments alone, the same on every process given the same arguments.
+SAME_PATH_CALLS = frozenset(
+    {"os.path.join", "os.path.abspath", "os.path.expanduser", "pathlib.Path", "builtins.str", "pathlib.PurePath"}
+)  # fmt: skip
 # DDP504's values for a loader given no sampler at all.
 NO_SAMPLER = {"sampler": "", "fix": "pass `sampler=DistributedSampler(dataset)` (and drop `shuffle`)"}
 
@@ -354,7 +358,78 @@ class DistributedHazards:
                 continue  # with exist_ok, every process may make it; without, DDP417's fix applies
             if self.analysis.matches(call, call_to(names.TORCH_SAVE)) and self._in_memory(argument(call, 1, "f"), call):
                 continue  # `torch.save(x, io.BytesIO())` writes nothing outside the process
+            if self._shared_file_read_back(call) is not None:
+                # The sharper hazard of the same save: the remedy (guard it, then a barrier) covers DDP501's.
+                self._report(call, "DDP545", path=code_of(argument(call, 1, "f")))  # type: ignore[arg-type]
+                continue
             self._report(call, "DDP501", call=code_of(call.func), what=self._what(call))
+
+    def _shared_file_read_back(self, save: cst.Call) -> cst.Call | None:
+        """The later ``torch.load`` of the file ``save`` writes on every process at a path every process spells alike.
+
+        Only a load in the same function, after the save, of the same spelled
+        path, with no barrier between them; a path that reads the rank, or a
+        value this file cannot see (a parameter, another module's call), may
+        differ between processes and is not reported.
+        """
+        if not self.analysis.matches(save, call_to(names.TORCH_SAVE)):
+            return None
+        path = argument(save, 1, "f")
+        if path is None or self._in_memory(path, save) or not self._same_on_every_process(path, save, depth=4):
+            return None
+        scope = next((a for a in self.analysis.ancestors(save) if isinstance(a, (cst.FunctionDef, cst.Module))), self.analysis.module)
+        for call in self.analysis.within(scope, cst.Call):
+            if not self.analysis.is_before(save, call) or self._inside(call, save):
+                continue
+            if self._barrier(call):
+                return None  # every process has finished writing before anyone reads
+            if self.analysis.matches(call, call_to(names.TORCH_LOAD)):
+                source = argument(call, 0, "f")
+                if source is not None and code_of(source) == code_of(path):
+                    return call
+        return None
+
+    def _barrier(self, call: cst.Call) -> bool:
+        primitives = self._primitives(call) if not m.matches(call.func, m.Attribute(attr=m.Name("backward"))) else set()
+        return any(p.rsplit(".", 1)[-1] in ("barrier", "monitored_barrier") for p in primitives)
+
+    def _same_on_every_process(self, path: cst.BaseExpression, at: cst.CSTNode, depth: int) -> bool:
+        """A path every process spells alike: literals, and names, attributes and f-strings of them that never read the rank."""
+        if depth < 0 or PROCESS_WORDS.search(code_of(path)):
+            return False
+        if isinstance(path, (cst.SimpleString, cst.Integer)):
+            return True
+        if isinstance(path, cst.ConcatenatedString):
+            return self._same_on_every_process(path.left, at, depth) and self._same_on_every_process(path.right, at, depth)
+        if isinstance(path, cst.FormattedString):
+            parts = [p.expression for p in path.parts if isinstance(p, cst.FormattedStringExpression)]
+            return all(self._same_on_every_process(p, at, depth - 1) for p in parts)
+        if isinstance(path, cst.BinaryOperation) and isinstance(path.operator, (cst.Add, cst.Divide, cst.Modulo)):
+            return self._same_on_every_process(path.left, at, depth - 1) and self._same_on_every_process(path.right, at, depth - 1)
+        if isinstance(path, cst.Attribute):
+            # `args.save_dir`: an option every process parsed alike, unless this file assigns it otherwise.
+            spelled = code_of(path)
+            values = [a.value for a in self.analysis.nodes(cst.Assign) if any(code_of(t.target) == spelled for t in a.targets)]
+            return all(self._same_on_every_process(v, at, depth - 1) for v in values)
+        if isinstance(path, cst.Name):
+            bindings = self.analysis.bindings(path)
+            if not bindings or (any(b is None for b in bindings) and not self._counted_alike(path, at, depth)):
+                return False  # a parameter, an import, another loop's variable: what it holds is not known here
+            return all(self._same_on_every_process(b.value, at, depth - 1) for b in bindings if b is not None)
+        if isinstance(path, cst.Call) and self.analysis.matches(path, call_to(SAME_PATH_CALLS)):
+            return all(self._same_on_every_process(a.value, at, depth - 1) for a in path.args)
+        if isinstance(path, cst.Call) and m.matches(path.func, m.Attribute(value=m.SimpleString(), attr=m.Name("format"))):
+            return all(self._same_on_every_process(a.value, at, depth - 1) for a in path.args)
+        return False
+
+    def _counted_alike(self, name: cst.Name, at: cst.CSTNode, depth: int) -> bool:
+        """``for epoch in range(args.epochs):`` around ``at``: every process counts the same epochs."""
+        return any(
+            isinstance(a, cst.For) and m.matches(a.target, m.Name(name.value))
+            and self.analysis.matches(a.iter, call_to({"builtins.range"}))
+            and all(self._same_on_every_process(arg.value, at, depth - 1) for arg in a.iter.args)  # type: ignore[attr-defined]
+            for a in self.analysis.ancestors(at)
+        )  # fmt: skip
 
     def _names_its_process(self, call: cst.Call) -> bool:
         """``print(f"[GPU{gpu_id}] epoch {epoch}")``: a line that says which process wrote it is meant for each."""

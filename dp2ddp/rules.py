@@ -1940,6 +1940,32 @@ RULES: dict[str, Rule] = {
                 "No fix: the optimizer is left as it was.",
             ),
         ),
+        Rule(
+            "DDP545",
+            "shared-file-written-by-every-process",
+            "warning",
+            "every process saves to `{path}` and then loads it back: another process may be writing the file at "
+            "that moment, or have written it last, so a process can read a torn file; save on the main process "
+            "only (`if dist.get_rank() == 0:`), then call `dist.barrier()` before the load",
+            doc=_doc(
+                "In a script that starts a process group, finds a `torch.save` that every process runs (no rank "
+                "guard) to a path every process spells alike (a literal, or names, attributes and f-strings of "
+                "them that never read the rank), followed in the same function by a `torch.load` of that path "
+                "with no barrier between them. A path that includes the rank (`f\"ckpt_{rank}.pt\"`) is each "
+                "process's own and is not reported; nor is a path this file cannot see, such as a parameter.",
+                "Every process opens the same file for writing, truncating it, and writes its copy. A process "
+                "that reaches the load first reads a file another process is still writing, or has just "
+                "truncated: the load fails with a corrupt-archive error on some runs, or, worse, returns what "
+                "another process saved.",
+                "torch.save(model.module.state_dict(), \"best.pt\")\nmodel.module.load_state_dict(torch.load("
+                "\"best.pt\", map_location=device))",
+                "if dist.get_rank() == 0:\n    torch.save(model.module.state_dict(), \"best.pt\")\ndist.barrier()  "
+                "# every process waits for the main process's file\nmodel.module.load_state_dict(torch.load("
+                "\"best.pt\", map_location=device))",
+                "No fix: where the barrier goes depends on what else the guarded code does, and a barrier "
+                "must never sit under a rank guard.",
+            ),
+        ),
     )
 }
 
@@ -1949,7 +1975,7 @@ RULES: dict[str, Rule] = {
 REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP206": frozenset({"DDP510"}),
     "DDP209": frozenset({"DDP510"}),
-    "DDP216": frozenset({"DDP501"}),
+    "DDP216": frozenset({"DDP501", "DDP545"}),
     "DDP319": frozenset({"DDP515"}),
     "DDP320": frozenset({"DDP516"}),
     "DDP402": frozenset({"DDP502", "DDP503"}),

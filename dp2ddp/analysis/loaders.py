@@ -102,7 +102,11 @@ def unsplit_sampler(tree: Tree, given: cst.BaseExpression) -> str | None:
         inner = argument(built, 0, "sampler")
         return code_of(built.func) if inner is not None and unsplit_sampler(tree, inner) is not None else None
     if isinstance(built.func, cst.Name) and _sampler_class(tree, built.func.value, depth=3):
-        return built.func.value
+        # A class that draws from a sampler it is given (`GroupedBatchSampler(DistributedSampler(data), ...)`)
+        # splits as that sampler does.
+        inner = [a.value for a in built.args if "sampler" in code_of(a.value).lower()]
+        if all(unsplit_sampler(tree, sampler) is not None for sampler in inner):
+            return built.func.value
     return None
 
 

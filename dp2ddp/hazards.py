@@ -390,8 +390,8 @@ class DistributedHazards:
         return None
 
     def _barrier(self, call: cst.Call) -> bool:
-        primitives = self._primitives(call) if not m.matches(call.func, m.Attribute(attr=m.Name("backward"))) else set()
-        return any(p.rsplit(".", 1)[-1] in ("barrier", "monitored_barrier") for p in primitives)
+        """A barrier, or a function of the script that reaches one."""
+        return any(p.rsplit(".", 1)[-1] in ("barrier", "monitored_barrier") for p in self._primitives(call))
 
     def _same_on_every_process(self, path: cst.BaseExpression, at: cst.CSTNode, depth: int) -> bool:
         """A path every process spells alike: literals, and names, attributes and f-strings of them that never read the rank."""

@@ -22,7 +22,18 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ParentNodeProvider, QualifiedNameSource, ScopeProvider
 
 from dp2ddp.analysis import names
-from dp2ddp.analysis.loaders import BATCH_SAMPLER, BATCH_SIZE, EVALUATION_NAME, SAMPLER, SHUFFLE, is_training_loader
+from dp2ddp.analysis.loaders import (
+    BATCH_SAMPLER,
+    BATCH_SIZE,
+    EVALUATION_NAME,
+    SAMPLER,
+    SHUFFLE,
+    bindings_reaching,
+    is_placeholder,
+    is_training_loader,
+    sampler_built_at,
+    splits_itself,
+)
 from dp2ddp.analysis.module import Analysis, Holder
 from dp2ddp.analysis.batches import COMMON_WORLD_SIZES, divided_batch, gpu_count_scalings, literal_size
 from dp2ddp.analysis.options import integer_option_default
@@ -32,8 +43,6 @@ from ._global_batch import add_batch_args, runs_after_setup, times_world_size
 
 RestartT = TypeVar("RestartT", cst.ExceptHandler, cst.While)
 # Values a DataParallel script scales by its GPU count, and the names it counts GPUs by.
-# Keywords by which a sampler of the script's own takes the process's rank: it splits the data itself.
-SPLITS_ITSELF = frozenset({"rank", "num_replicas", "world_size", "local_rank"})
 SHARDED_SAMPLER_SOURCE = f'''
 class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
     """This process's share of ``sampler``: items rank, rank + W, ... of one sequence every process draws alike.
@@ -482,15 +491,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     def _sampler_built_at(self, given: cst.BaseExpression) -> cst.Call | None:
         """The call that builds the sampler: ``given`` itself, or the one assignment of the name ``given``."""
-        if isinstance(given, cst.Call):
-            return given
-        if not isinstance(given, cst.Name):
-            return None
-        bindings = self.analysis.bindings(given)
-        if not bindings or len(bindings) != 1 or bindings[0] is None or len(bindings[0].targets) != 1:
-            return None
-        value = bindings[0].value
-        return value if isinstance(value, cst.Call) else None
+        return sampler_built_at(self.analysis, given)
 
     def _plain_sampler(self, built: cst.Call, kind: frozenset[str]) -> bool:
         """``RandomSampler(data)`` with no replacement, sample count or generator: DistributedSampler's order."""
@@ -500,8 +501,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     def _splits_itself(self, built: cst.Call) -> bool:
         """A sampler that is told the process's rank, or is distributed by name, yields one process's share already."""
-        keywords = {a.keyword.value for a in built.args if a.keyword is not None}
-        return bool(keywords & SPLITS_ITSELF) or "distributed" in code_of(built.func).lower()
+        return splits_itself(built)
 
     def _is_sequential(self, given: cst.BaseExpression) -> bool:
         built = self._sampler_built_at(given)
@@ -682,24 +682,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     def _is_placeholder(self, value: cst.BaseExpression) -> bool:
         """``None``, or a name every binding of which is ``= None``: the DataParallel half of a sampler switch."""
-        if not isinstance(value, cst.Name):
-            return False
-        if value.value == "None":
-            return True
-        assigns = self._bindings_reaching(value)
-        return bool(assigns) and all(a is not None and m.matches(a.value, m.Name("None")) for a in assigns)  # type: ignore[union-attr]
+        return is_placeholder(self.analysis, value)
 
     def _bindings_reaching(self, name: cst.Name) -> list[cst.Assign | None]:
         """The bindings of ``name`` that can hold when it is read: not those written after it outside any loop around both."""
-        assigns = self.analysis.bindings(name) or []
-        loops = {id(a) for a in self.analysis.ancestors(name) if isinstance(a, (cst.For, cst.While))}
-
-        def reaches(assign: cst.Assign | None) -> bool:
-            if assign is None or self.analysis.index[assign] < self.analysis.index[name]:
-                return True
-            return any(id(a) in loops for a in self.analysis.ancestors(assign))
-
-        return [a for a in assigns if reaches(a)]
+        return bindings_reaching(self.analysis, name)
 
     def _literal_batch(self, call: cst.Call) -> int | None:
         """The loader's batch size when it is a literal, or a name bound once, at module level, to one."""

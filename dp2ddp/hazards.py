@@ -27,9 +27,9 @@ from dp2ddp.analysis import names
 from dp2ddp.analysis.syntax import VISIBLE_DEVICES, argument, call_to, code_of, resolves_to
 from dp2ddp.analysis.script import entry_point
 from dp2ddp.analysis.batches import divided_batch, gpu_count_scalings
-from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, tests_device_index
+from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, process_group_collective, tests_device_index
 from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle
-from dp2ddp.analysis.loaders import is_training_loader
+from dp2ddp.analysis.loaders import is_placeholder, is_training_loader, sampler_built_at, unsplit_sampler
 from dp2ddp.analysis.results import loop_results
 from dp2ddp.analysis.writers import imported_writer_calls, per_process_paths
 
@@ -71,6 +71,12 @@ LIFECYCLE_CODES = {
 DISTRIBUTED_TEST = re.compile(r"distributed|\bddp\b|world_size|local_rank|multiprocessing|\bdist\.", re.IGNORECASE)
 # torch.distributed calls that give every process one process's value.
 SHARING = frozenset({"broadcast", "broadcast_object_list", "scatter_object_list", "all_gather_object"})
+# Calls that build a path from their arguments alone, the same on every process given the same arguments.
+SAME_PATH_CALLS = frozenset(
+    {"os.path.join", "os.path.abspath", "os.path.expanduser", "pathlib.Path", "builtins.str", "pathlib.PurePath"}
+)  # fmt: skip
+# DDP504's values for a loader given no sampler at all.
+NO_SAMPLER = {"sampler": "", "fix": "pass `sampler=DistributedSampler(dataset)` (and drop `shuffle`)"}
 
 # Losses normalised by the batch a process sees (``_losses.py``), which convert reports, under their check codes.
 LOSS_CODES = {"DDP319": "DDP515", "DDP320": "DDP516"}
@@ -234,6 +240,9 @@ class DistributedHazards:
             return {"torch.distributed.all_reduce"}
         if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
             return set() if self._backward_of_a_plain_model(call) else {"backward"}
+        group_collective = process_group_collective(self.analysis, call)
+        if group_collective is not None:
+            return {group_collective}
         qualified = {q.name for q in self.analysis.qualified_names(call.func)}
         found = {q for q in qualified if q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in COLLECTIVES}
         if found:
@@ -360,7 +369,78 @@ class DistributedHazards:
                 continue  # with exist_ok, every process may make it; without, DDP417's fix applies
             if self.analysis.matches(call, call_to(names.TORCH_SAVE)) and self._in_memory(argument(call, 1, "f"), call):
                 continue  # `torch.save(x, io.BytesIO())` writes nothing outside the process
+            if self._shared_file_read_back(call) is not None:
+                # The sharper hazard of the same save: the remedy (guard it, then a barrier) covers DDP501's.
+                self._report(call, "DDP545", path=code_of(argument(call, 1, "f")))  # type: ignore[arg-type]
+                continue
             self._report(call, "DDP501", call=code_of(call.func), what=self._what(call))
+
+    def _shared_file_read_back(self, save: cst.Call) -> cst.Call | None:
+        """The later ``torch.load`` of the file ``save`` writes on every process at a path every process spells alike.
+
+        Only a load in the same function, after the save, of the same spelled
+        path, with no barrier between them; a path that reads the rank, or a
+        value this file cannot see (a parameter, another module's call), may
+        differ between processes and is not reported.
+        """
+        if not self.analysis.matches(save, call_to(names.TORCH_SAVE)):
+            return None
+        path = argument(save, 1, "f")
+        if path is None or self._in_memory(path, save) or not self._same_on_every_process(path, save, depth=4):
+            return None
+        scope = next((a for a in self.analysis.ancestors(save) if isinstance(a, (cst.FunctionDef, cst.Module))), self.analysis.module)
+        for call in self.analysis.within(scope, cst.Call):
+            if not self.analysis.is_before(save, call) or self._inside(call, save):
+                continue
+            if self._barrier(call):
+                return None  # every process has finished writing before anyone reads
+            if self.analysis.matches(call, call_to(names.TORCH_LOAD)):
+                source = argument(call, 0, "f")
+                if source is not None and code_of(source) == code_of(path):
+                    return call
+        return None
+
+    def _barrier(self, call: cst.Call) -> bool:
+        """A barrier, or a function of the script that reaches one."""
+        return any(p.rsplit(".", 1)[-1] in ("barrier", "monitored_barrier") for p in self._primitives(call))
+
+    def _same_on_every_process(self, path: cst.BaseExpression, at: cst.CSTNode, depth: int) -> bool:
+        """A path every process spells alike: literals, and names, attributes and f-strings of them that never read the rank."""
+        if depth < 0 or PROCESS_WORDS.search(code_of(path)):
+            return False
+        if isinstance(path, (cst.SimpleString, cst.Integer)):
+            return True
+        if isinstance(path, cst.ConcatenatedString):
+            return self._same_on_every_process(path.left, at, depth) and self._same_on_every_process(path.right, at, depth)
+        if isinstance(path, cst.FormattedString):
+            parts = [p.expression for p in path.parts if isinstance(p, cst.FormattedStringExpression)]
+            return all(self._same_on_every_process(p, at, depth - 1) for p in parts)
+        if isinstance(path, cst.BinaryOperation) and isinstance(path.operator, (cst.Add, cst.Divide, cst.Modulo)):
+            return self._same_on_every_process(path.left, at, depth - 1) and self._same_on_every_process(path.right, at, depth - 1)
+        if isinstance(path, cst.Attribute):
+            # `args.save_dir`: an option every process parsed alike, unless this file assigns it otherwise.
+            spelled = code_of(path)
+            values = [a.value for a in self.analysis.nodes(cst.Assign) if any(code_of(t.target) == spelled for t in a.targets)]
+            return all(self._same_on_every_process(v, at, depth - 1) for v in values)
+        if isinstance(path, cst.Name):
+            bindings = self.analysis.bindings(path)
+            if not bindings or (any(b is None for b in bindings) and not self._counted_alike(path, at, depth)):
+                return False  # a parameter, an import, another loop's variable: what it holds is not known here
+            return all(self._same_on_every_process(b.value, at, depth - 1) for b in bindings if b is not None)
+        if isinstance(path, cst.Call) and self.analysis.matches(path, call_to(SAME_PATH_CALLS)):
+            return all(self._same_on_every_process(a.value, at, depth - 1) for a in path.args)
+        if isinstance(path, cst.Call) and m.matches(path.func, m.Attribute(value=m.SimpleString(), attr=m.Name("format"))):
+            return all(self._same_on_every_process(a.value, at, depth - 1) for a in path.args)
+        return False
+
+    def _counted_alike(self, name: cst.Name, at: cst.CSTNode, depth: int) -> bool:
+        """``for epoch in range(args.epochs):`` around ``at``: every process counts the same epochs."""
+        return any(
+            isinstance(a, cst.For) and m.matches(a.target, m.Name(name.value))
+            and self.analysis.matches(a.iter, call_to({"builtins.range"}))
+            and all(self._same_on_every_process(arg.value, at, depth - 1) for arg in a.iter.args)  # type: ignore[attr-defined]
+            for a in self.analysis.ancestors(at)
+        )  # fmt: skip
 
     def _names_its_process(self, call: cst.Call) -> bool:
         """``print(f"[GPU{gpu_id}] epoch {epoch}")``: a line that says which process wrote it is meant for each."""
@@ -446,14 +526,13 @@ class DistributedHazards:
         loaders = [c for c in self.analysis.nodes(cst.Call) if self.analysis.matches(c, call_to(names.DATA_LOADER))]
         for call in loaders:
             reference = self._bound_to(call)
-            sampler = argument(call, 3, "sampler")
-            batch_sampler = argument(call, 4, "batch_sampler")
-            # `DataLoader(data, 16, True, None, None, 2)`: a sampler of None, by position or keyword, is none.
-            sampler, batch_sampler = (None if m.matches(s, m.Name("None")) else s for s in (sampler, batch_sampler))
+            sampler = self._given_sampler(call, 3, "sampler")
+            batch_sampler = self._given_sampler(call, 4, "batch_sampler")
             if sampler is None and batch_sampler is None and not any(a.star for a in call.args):
                 if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(call):
-                    self._report(call, "DDP504", loader=code_of(reference) if reference is not None else "this loader")
+                    self._report(call, "DDP504", loader=code_of(reference) if reference is not None else "this loader", **NO_SAMPLER)
                 continue
+            self._unsplit_sampler(call, reference, sampler, batch_sampler, only_loader=len(loaders) == 1)
             distributed = self._distributed_sampler(sampler)
             if distributed is not None:
                 if self._shuffles(sampler) and self._trains_on(call):  # type: ignore[arg-type]
@@ -499,6 +578,44 @@ class DistributedHazards:
             None,
         )  # fmt: skip
         return argument(built, position, keyword) if isinstance(built, cst.Call) else None
+
+    def _given_sampler(self, call: cst.Call, position: int, keyword: str) -> cst.BaseExpression | None:
+        """The loader's sampler or batch sampler, or ``None`` where it has none: absent, ``None``, or a name only ever ``None``."""
+        given = argument(call, position, keyword)
+        return None if given is None or is_placeholder(self.analysis, given) else given
+
+    def _unsplit_sampler(
+        self,
+        call: cst.Call,
+        reference: cst.BaseExpression | None,
+        sampler: cst.BaseExpression | None,
+        batch_sampler: cst.BaseExpression | None,
+        only_loader: bool,
+    ) -> None:
+        """A training loader on a sampler that draws from the whole dataset (``RandomSampler(data)``): DDP504 naming it.
+
+        A sampler that splits itself (told the rank, or distributed by name) is
+        taken at its word, as convert takes it (DDP323); one built elsewhere is
+        unknown, and not reported.
+        """
+        given = sampler if sampler is not None else batch_sampler
+        if given is None or (sampler is not None and batch_sampler is not None):
+            return
+        kind = unsplit_sampler(self.analysis, given)
+        if kind is None or not is_training_loader(call, reference, only_loader) or not self._trains_on(call):
+            return
+        keyword = "sampler" if sampler is not None else "batch_sampler"
+        loader = code_of(reference) if reference is not None else "this loader"
+        built = sampler_built_at(self.analysis, given)
+        if keyword == "sampler" and self.analysis.matches(built, call_to(names.RANDOM_SAMPLER)):
+            fix = f"replace `{kind}` with `DistributedSampler(dataset)`, which shuffles too"
+        elif keyword == "sampler" and self.analysis.matches(built, call_to(names.SEQUENTIAL_SAMPLER)):
+            fix = f"replace `{kind}` with `DistributedSampler(dataset, shuffle=False)`"
+        elif self.analysis.matches(built, call_to(names.BATCH_SAMPLER_CLASSES)):
+            fix = f"build `{kind}` over `DistributedSampler(dataset)`, which gives each process its share"
+        else:
+            fix = f"make `{kind}` yield this process's share, every world_size-th index from its rank, as DistributedSampler does"
+        self._report(call, "DDP504", loader=loader, sampler=f" (its {keyword} is `{kind}`)", fix=fix)
 
     def _drops_last(self, sampler: cst.BaseExpression) -> bool:
         drop = self._sampler_argument(sampler, 5, "drop_last")
@@ -589,8 +706,8 @@ class DistributedHazards:
     def _shuffle_with_sampler(self) -> None:
         """``DataLoader(..., sampler=s, shuffle=True)`` raises: the sampler decides the order."""
         for call in self.analysis.nodes(cst.Call):
-            if not self.analysis.matches(call, call_to(names.DATA_LOADER)) or argument(call, 3, "sampler") is None:
-                continue
+            if not self.analysis.matches(call, call_to(names.DATA_LOADER)) or self._given_sampler(call, 3, "sampler") is None:
+                continue  # `sampler=None` is no sampler: DataLoader shuffles with a RandomSampler of its own
             shuffle = next((a for a in call.args if a.keyword is not None and a.keyword.value == "shuffle"), None)
             if shuffle is not None and m.matches(shuffle.value, m.Name("True")):
                 self._report(shuffle, "DDP505")

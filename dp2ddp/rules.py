@@ -1620,16 +1620,22 @@ RULES: dict[str, Rule] = {
             "DDP504",
             "loader-without-distributed-sampler",
             "warning",
-            "the training loader `{loader}` has no DistributedSampler, so every process trains on the whole "
-            "dataset: pass `sampler=DistributedSampler(dataset)` (and drop `shuffle`)",
+            "the training loader `{loader}` has no DistributedSampler{sampler}, so every process trains on the "
+            "whole dataset: {fix}",
             doc=_doc(
                 "In a script that starts a process group, finds a DataLoader that a loop calling `backward()` "
-                "iterates, with no `sampler` or `batch_sampler`.",
+                "iterates, with no `sampler` or `batch_sampler` (`sampler=None` is none), or with one known to "
+                "draw from the whole dataset: torch's `RandomSampler`, `SequentialSampler`, "
+                "`WeightedRandomSampler`, `SubsetRandomSampler`, a `BatchSampler` over one of them, or a `Sampler` "
+                "subclass of the file that never reads the rank. A sampler told the rank (`rank=`, "
+                "`num_replicas=`, `world_size=`) or distributed by name is taken to split the data itself, and "
+                "one built in another file is not known: neither is reported.",
                 "Every process then sees every sample in each epoch: an epoch costs world-size times the work, "
                 "the effective batch is world-size times larger, and the processes see the same batches.",
-                "loader = DataLoader(dataset, batch_size=64, shuffle=True)",
+                "loader = DataLoader(dataset, batch_size=64, shuffle=True)\n"
+                "loader = DataLoader(dataset, batch_size=64, sampler=RandomSampler(dataset))",
                 "loader = DataLoader(dataset, batch_size=64, sampler=DistributedSampler(dataset, shuffle=True))",
-                "No fix here: `dp2ddp convert` adds the sampler to a DataParallel script.",
+                "No fix here: `dp2ddp convert` adds the sampler to a DataParallel script, or splits the one it has.",
             ),
         ),
         Rule(
@@ -2083,6 +2089,32 @@ RULES: dict[str, Rule] = {
                 "No fix: the writer is left as it was.",
             ),
         ),
+        Rule(
+            "DDP545",
+            "shared-file-written-by-every-process",
+            "warning",
+            "every process saves to `{path}` and then loads it back: another process may be writing the file at "
+            "that moment, or have written it last, so a process can read a torn file; save on the main process "
+            "only (`if dist.get_rank() == 0:`), then call `dist.barrier()` before the load",
+            doc=_doc(
+                "In a script that starts a process group, finds a `torch.save` that every process runs (no rank "
+                "guard) to a path every process spells alike (a literal, or names, attributes and f-strings of "
+                "them that never read the rank), followed in the same function by a `torch.load` of that path "
+                "with no barrier between them. A path that includes the rank (`f\"ckpt_{rank}.pt\"`) is each "
+                "process's own and is not reported; nor is a path this file cannot see, such as a parameter.",
+                "Every process opens the same file for writing, truncating it, and writes its copy. A process "
+                "that reaches the load first reads a file another process is still writing, or has just "
+                "truncated: the load fails with a corrupt-archive error on some runs, or, worse, returns what "
+                "another process saved.",
+                "torch.save(model.module.state_dict(), \"best.pt\")\nmodel.module.load_state_dict(torch.load("
+                "\"best.pt\", map_location=device))",
+                "if dist.get_rank() == 0:\n    torch.save(model.module.state_dict(), \"best.pt\")\ndist.barrier()  "
+                "# every process waits for the main process's file\nmodel.module.load_state_dict(torch.load("
+                "\"best.pt\", map_location=device))",
+                "No fix: where the barrier goes depends on what else the guarded code does, and a barrier "
+                "must never sit under a rank guard.",
+            ),
+        ),
     )
 }
 
@@ -2092,7 +2124,7 @@ RULES: dict[str, Rule] = {
 REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP206": frozenset({"DDP510"}),
     "DDP209": frozenset({"DDP510"}),
-    "DDP216": frozenset({"DDP501"}),
+    "DDP216": frozenset({"DDP501", "DDP545"}),
     "DDP303": frozenset({"DDP504"}),
     "DDP319": frozenset({"DDP515"}),
     "DDP320": frozenset({"DDP516"}),

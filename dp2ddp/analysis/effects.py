@@ -21,7 +21,7 @@ import libcst.matchers as m
 from libcst.metadata import BaseAssignment, ParentNodeProvider
 
 from . import names
-from .syntax import argument, call_to, code_of, parameter_for, script_functions
+from .syntax import argument, call_to, code_of, parameter_for, resolves_to, script_functions
 from .tree import Tree
 
 if TYPE_CHECKING:
@@ -244,6 +244,8 @@ class ProcessEffects:
         qualified = self.analysis.qualified_names(call.func)
         if any(q.name.startswith("torch.distributed.") and q.name not in names.DISTRIBUTED_QUERIES for q in qualified):
             return True
+        if process_group_collective(self.analysis, call) is not None:
+            return True
         # A function from another file that is handed the DDP model probably runs it.
         hands_over_model = any(code_of(arg.value) in self.models for arg in call.args)
         defined_here = func in self.functions
@@ -314,3 +316,60 @@ class ProcessEffects:
             if isinstance(node, CONDITIONAL_CONTEXTS):
                 return True
         return False
+
+
+def process_group_collective(tree: Tree, call: cst.Call) -> str | None:
+    """The collective a process group's own method makes (``pg.monitored_barrier()``), as ``torch.distributed.NAME``.
+
+    Only on an object known to be a process group: a ``.barrier()`` on anything
+    else (a ``threading.Barrier``, a trainer) is not a collective.
+    """
+    if not isinstance(call.func, cst.Attribute) or call.func.attr.value not in names.PROCESS_GROUP_METHODS:
+        return None
+    return f"torch.distributed.{call.func.attr.value}" if is_process_group(tree, call.func.value) else None
+
+
+def is_process_group(tree: Tree, node: cst.BaseExpression, depth: int = 3) -> bool:
+    """``dist.new_group(...)``, ``dist.group.WORLD``, ``_get_default_group()``, a name or attribute only ever bound
+    to one, the first of ``dist.new_subgroups()``'s pair, or a parameter named ``process_group``, ``pg`` or ``group``."""
+    if tree.matches(node, call_to(names.PROCESS_GROUP_FACTORIES) | resolves_to(names.DEFAULT_PROCESS_GROUP)):
+        return True
+    if depth == 0 or not isinstance(node, (cst.Name, cst.Attribute)):
+        return False
+    if isinstance(node, cst.Name):
+        bindings = tree.bindings(node)
+        if not bindings:
+            return False
+        if any(b is None for b in bindings):
+            # Not a plain assignment: a parameter of that name, or the group of a subgroup pair.
+            return _process_group_parameter(tree, node) or _first_of_subgroups(tree, node)
+        values = [b.value for b in bindings if b is not None]
+    else:
+        spelled = code_of(node)
+        values = [a.value for a in tree.nodes(cst.Assign) if any(code_of(t.target) == spelled for t in a.targets)]
+    return bool(values) and all(is_process_group(tree, v, depth - 1) for v in values)
+
+
+def _process_group_parameter(tree: Tree, name: cst.Name) -> bool:
+    if name.value not in names.PROCESS_GROUP_PARAMETERS:
+        return False
+    function = next((a for a in tree.ancestors(name) if isinstance(a, cst.FunctionDef)), None)
+    if function is None:
+        return False
+    parameters = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+    return any(p.name.value == name.value for p in parameters)
+
+
+def _first_of_subgroups(tree: Tree, name: cst.Name) -> bool:
+    """``pg, subgroups = dist.new_subgroups()``: the first name is this process's subgroup."""
+    scope = next((a for a in tree.ancestors(name) if isinstance(a, (cst.FunctionDef, cst.Module))), tree.module)
+    for assign in tree.within(scope, cst.Assign):
+        for target in assign.targets:
+            if (
+                isinstance(target.target, (cst.Tuple, cst.List))
+                and target.target.elements
+                and m.matches(target.target.elements[0].value, m.Name(name.value))
+                and tree.matches(assign.value, call_to(names.PROCESS_SUBGROUP_FACTORIES))
+            ):
+                return True
+    return False

@@ -37,6 +37,16 @@ DISTRIBUTED_SAMPLER = frozenset(
 # Samplers convert turns into a DistributedSampler with the same shuffle.
 RANDOM_SAMPLER = frozenset({"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"})
 SEQUENTIAL_SAMPLER = frozenset({"torch.utils.data.SequentialSampler", "torch.utils.data.sampler.SequentialSampler"})
+# Samplers that draw from the whole dataset on every process: under DDP each process trains on all of it.
+PLAIN_SAMPLERS = RANDOM_SAMPLER | SEQUENTIAL_SAMPLER | frozenset(
+    {
+        "torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler",
+        "torch.utils.data.SubsetRandomSampler", "torch.utils.data.sampler.SubsetRandomSampler",
+    }
+)  # fmt: skip
+BATCH_SAMPLER_CLASSES = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"})
+# What a sampler class of the script's own derives from.
+SAMPLER_BASES = PLAIN_SAMPLERS | BATCH_SAMPLER_CLASSES | frozenset({"torch.utils.data.Sampler", "torch.utils.data.sampler.Sampler"})
 ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )
@@ -90,6 +100,34 @@ DISTRIBUTED_QUERIES = frozenset(
         "destroy_process_group",
     )
 )
+# What returns a process group (``new_subgroups`` returns it first in a tuple), and the default group itself.
+PROCESS_GROUP_FACTORIES = frozenset(
+    {
+        "torch.distributed.new_group", "torch.distributed.distributed_c10d.new_group",
+        "torch.distributed.distributed_c10d._get_default_group",
+    }
+)  # fmt: skip
+PROCESS_SUBGROUP_FACTORIES = frozenset(
+    {
+        "torch.distributed.new_subgroups", "torch.distributed.new_subgroups_by_enumeration",
+        "torch.distributed.distributed_c10d.new_subgroups", "torch.distributed.distributed_c10d.new_subgroups_by_enumeration",
+    }
+)  # fmt: skip
+DEFAULT_PROCESS_GROUP = frozenset(
+    {
+        "torch.distributed.group.WORLD", "torch.distributed.GroupMember.WORLD",
+        "torch.distributed.distributed_c10d.group.WORLD", "torch.distributed.distributed_c10d.GroupMember.WORLD",
+    }
+)  # fmt: skip
+# Parameter names that hold a process group by convention, as torch's own functions name them.
+PROCESS_GROUP_PARAMETERS = frozenset({"process_group", "pg", "group"})
+# A process group's own collectives: ``pg.barrier()``, ``pg.monitored_barrier()``, ``pg.allreduce([t])``.
+PROCESS_GROUP_METHODS = frozenset(
+    {
+        "barrier", "monitored_barrier", "allreduce", "allreduce_coalesced", "allgather", "allgather_coalesced",
+        "broadcast", "reduce", "reduce_scatter", "scatter", "gather", "alltoall", "alltoall_base",
+    }
+)  # fmt: skip
 
 # Calls whose effect outside the process (a line on the console, a file)
 # should happen once per run, not once per process.

@@ -156,6 +156,9 @@ class DistributedHazards:
             # process group in a function prints for whoever calls it.
             self._unguarded_side_effects()
             self._loaders()
+        if self.wraps or self.helper_wraps or (self.initialises and self._is_script):
+            # A DDP model trained on what one process computes or sees is a hazard wherever it trains:
+            # in a trainer module that a script drives too.
             self._per_process_decisions()
             if self.wraps or self.helper_wraps:
                 self._unsplit_training_data()
@@ -751,7 +754,6 @@ class DistributedHazards:
         scope = next((a for a in self.analysis.ancestors(node) if isinstance(a, cst.FunctionDef)), self.analysis.module)
         return any(self._inside(wrap, scope) for wrap in self.wraps + self.helper_wraps)
 
-
     # -- decisions each process takes on its own share of the data ---------------------------------
 
     def _per_process_decisions(self) -> None:
@@ -889,6 +891,7 @@ class DistributedHazards:
                     if qualified.source is QualifiedNameSource.IMPORT and name.split(".")[0] not in PROCESS_BLIND_MODULES:
                         return False  # another module's code may split the data, or hand back a split loader
         return True
+
 
 def _single_process(call: cst.Call) -> bool:
     """``init_process_group("fake", ...)`` simulates every rank in one process; ``world_size=1`` is one process."""

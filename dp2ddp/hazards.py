@@ -874,12 +874,33 @@ class DistributedHazards:
             )  # fmt: skip
         return isinstance(node, (cst.Name, cst.Attribute, cst.Integer))
 
+    def _assigned_values(self, name: cst.Name) -> list[cst.BaseExpression]:
+        """The values of the assignments that bind ``name`` where it is read, tuple targets included (``x, y = load()``)."""
+        scope = self.analysis.scopes.get(name)
+        if scope is None or name.value not in scope:
+            return []
+        found = []
+        for assignment in scope[name.value]:
+            node = getattr(assignment, "node", None)
+            while node is not None and not isinstance(node, (cst.Assign, cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+                node = self.analysis.parents.get(node)
+            if isinstance(node, cst.Assign):
+                found.append(node.value)
+        return found
+
     def _blind_to_the_process(self, made: cst.CSTNode) -> bool:
         """Code that neither reads which process it runs on, nor draws at random, nor calls another module's code;
-        nor do the values of the names it reads (``x = torch.load(f"shard{rank}.pt")`` is one process's)."""
+        nor do the values of the names it reads, three assignments back (``path = f"shard{rank}.pt"``, then
+        ``x = torch.load(path)``: ``x`` is one process's)."""
         values: list[cst.CSTNode] = [made]
-        for name in self.analysis.within(made, cst.Name):
-            values += [b.value for b in self.analysis.bindings(name) or [] if b is not None]
+        frontier: list[cst.CSTNode] = [made]
+        for _ in range(3):
+            bound = [
+                value for node in frontier for name in self.analysis.within(node, cst.Name)
+                for value in self._assigned_values(name) if not any(value is v for v in values)
+            ]  # fmt: skip
+            values += bound
+            frontier = bound
         for node in values:
             if any(PROCESS_SHARE.search(n.value) for n in self.analysis.within(node, cst.Name)):
                 return False

@@ -34,6 +34,7 @@ from dp2ddp.analysis.loaders import (
     sampler_built_at,
     splits_itself,
 )
+from dp2ddp.analysis.training_batches import TrainingBatches
 from dp2ddp.analysis.module import Analysis, Holder
 from dp2ddp.analysis.batches import COMMON_WORLD_SIZES, divided_batch, gpu_count_scalings, literal_size
 from dp2ddp.analysis.options import integer_option_default
@@ -128,10 +129,6 @@ _TENSOR_FACTORIES = frozenset(
 _RESHAPES = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_full", "new_empty", "resize_"})
 # Draws sized by their argument: `zdist.sample((batch_size,))` from a torch.distributions object.
 _DRAWS = frozenset({"sample", "rsample", "sample_n"})
-# Batches drawn at random in the training loop: synthetic data, with no data set to split.
-_RANDOM_DRAWS = frozenset(
-    f"torch.{name}" for name in ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm", "normal")
-)
 
 
 @dataclass(frozen=True)
@@ -200,6 +197,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
+        self.batches = TrainingBatches(analysis)
         node = analysis.module
         self.dist = self.facts.distributed_alias
         loaders = analysis.findall(call_to(names.DATA_LOADER))
@@ -208,7 +206,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._report_gpu_count_scaling(analysis)
         if not loaders:
             return
-        self.trained = self._feeding_backward(analysis, loaders)
+        self.trained = self.batches.feeding_backward(loaders)
         iterable = [
             c for c in analysis.nodes(cst.ClassDef) if any(self.matches(b.value, resolves_to(names.ITERABLE_DATASET)) for b in c.bases)
         ]  # fmt: skip
@@ -807,7 +805,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     self.report(handler, "DDP315", loader=holder.spelled)
             return
         # `progress = tqdm(loader)`, `for i, batch in enumerate(progress):` is a pass over the loader too.
-        passes = self._passes(self._loader_holders(self.analysis, [call]))
+        passes = self._passes(self.batches.loader_holders([call]))
         epoch_loops: dict[cst.For, Holder] = {}
         for start in passes:
             found = self._epoch_loop(start, holders)
@@ -844,7 +842,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         iterators = [
             c for c in self.analysis.nodes(cst.Call)
             if m.matches(c.func, m.Name("iter")) and self.analysis.reads_any(c, holders)
-            and not any(self._encloses_node(p.iter, c) for p in loops)  # type: ignore[attr-defined]
+            and not any(self.batches.encloses(p.iter, c) for p in loops)  # type: ignore[attr-defined]
         ]  # fmt: skip
         return loops + iterators
 
@@ -879,38 +877,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     # -- training data from elsewhere ------------------------------------------------
 
     def _report_data_from_elsewhere(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> None:
-        """A training loop whose batches come from no DataLoader of this file trains every process on the same data.
-
-        The batches are judged by what produces them: the loop's iterable, or the fetch in a
-        loop that counts steps. A loader the loop also reads elsewhere, such as a validation
-        loader run every few steps, does not make them split.
-        """
-        holders = self._loader_holders(analysis, loaders)
-        reported: set[int] = set()
-        unsplit = False
-        for backward in analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward")))):
-            loop = next((a for a in analysis.ancestors(backward) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
-            if not isinstance(loop, (cst.For, cst.While)) or id(loop) in reported:
-                continue
-            reported.add(id(loop))
-            source = self._batch_source(loop, backward)  # type: ignore[arg-type]
-            if source is None or self._reaches(source, holders, depth=2) or self._handed_in(source, loop):
-                continue
-            if self._unpacks_a_loader_batch(source, loop, holders):
-                # The loader's batch holds several training batches (a collate_fn groups them): dividing its
-                # batch_size would change how many a process trains on per step, not their size.
-                self.report(source, "DDP324", source=code_of(source))
-                unsplit = True
-                continue
-            if self._never_bound(source):
-                continue  # a fragment: where its batches come from is not for this file to say
-            if self._draws_at_random(source):
-                continue  # `torch.randn(8, 4)`: noise drawn per step, no data set to split
-            if self._from_project_loader(source):
-                continue  # batches of a loader another module of the project builds, and splits there
-            where = self._bound_in_function(source, loop) or source
-            self.report(where, "DDP317", source=self._unfollowed(source, loop))
-            unsplit = True
+        unsplit = self.batches.unsplit_batches(loaders)
+        for found in unsplit:
+            self.report(found.node, found.code, source=found.spelled)
         wraps = self.facts.model_wraps or self.facts.imported_wraps
         role = analysis.role
         if not loaders and not unsplit and wraps and not role.loader_sources and not role.program_loaders:
@@ -918,27 +887,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             # process on that module's unsplit loader; a module others import only builds the model.
             runs = main_guard(analysis.module) is not None and self._handed_to_another_module(analysis)
             self.report(wraps[0], "DDP325" if runs else "DDP306")
-
-    def _from_project_loader(self, source: cst.BaseExpression) -> bool:
-        """Whether ``source`` reads what a call of a project function that builds the program's loaders returned."""
-        role = self.analysis.role
-        if not role.loader_sources:
-            return False
-        seeds: set[str] = set()
-        for assign in self.analysis.nodes(cst.Assign):
-            calls = [assign.value] if isinstance(assign.value, cst.Call) else []
-            if any(role.loader_site(q.name) for call in calls for q in self.analysis.qualified_names(call.func)):
-                # `loader = make_loader()`, `train_loader, val_loader = make_loaders()`
-                for target in assign.targets:
-                    if isinstance(target.target, (cst.Tuple, cst.List)):
-                        seeds |= {code_of(element.value) for element in target.target.elements}
-                    else:
-                        seeds.add(code_of(target.target))
-        # And what is made from them: `dataset = data_loader.load_data()`, `tbar = tqdm(loader)`.
-        produced = self.analysis.flows_from(seeds) if seeds else set()
-        calls = self.analysis.within(source, cst.Call)
-        direct = any(role.loader_site(q.name) for call in calls for q in self.analysis.qualified_names(call.func))
-        return direct or bool(self.analysis.reads(source) & produced)
 
     def _handed_to_another_module(self, analysis: Analysis) -> bool:
         """Whether the wrapped model is passed to something imported from outside torch: an engine, a trainer."""
@@ -950,101 +898,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if imported and not any(name.split(".")[0] == "torch" for name in imported):
                 return True
         return False
-
-    def _unpacks_a_loader_batch(self, source: cst.CSTNode, loop: cst.For | cst.While, holders: list[Holder]) -> bool:
-        """``for batchs in loader: for batch in batchs:``: the inner loop walks a batch the outer one drew."""
-        if not isinstance(source, cst.Name):
-            return False
-        for outer in self.analysis.ancestors(loop):
-            if isinstance(outer, cst.For) and m.matches(outer.target, m.Name(source.value)):
-                return self._reaches(outer.iter, holders, depth=2)
-        return False
-
-    def _draws_at_random(self, source: cst.CSTNode) -> bool:
-        calls = self.analysis.within(source, cst.Call)
-        return any({q.name for q in self.analysis.qualified_names(c.func)} & _RANDOM_DRAWS for c in calls)
-
-    def _never_bound(self, source: cst.CSTNode) -> bool:
-        """``for x, y in loader`` where this file binds ``loader`` nowhere, and imports nothing with ``*``."""
-        while isinstance(source, cst.Call) and m.matches(source.func, m.Name("iter") | m.Name("enumerate") | m.Name("next")):
-            if not source.args:
-                return False
-            source = source.args[0].value
-        if not isinstance(source, cst.Name) or self.analysis.findall(m.ImportFrom(names=m.ImportStar())):
-            return False
-        return self.analysis.bindings(source) is None
-
-    def _handed_in(self, source: cst.CSTNode, loop: cst.For | cst.While) -> bool:
-        """Batches from a parameter of a function this file never calls: its callers, elsewhere, choose the data."""
-        function = next((a for a in self.analysis.ancestors(loop) if isinstance(a, cst.FunctionDef)), None)
-        if function is None or self.analysis.callers(function):
-            return False
-        source = self._iterated_root(source, function)
-        if not isinstance(source, cst.Name):
-            return False
-        scope = self.analysis.scopes.get(source)
-        return scope is not None and source.value in scope and any(
-            isinstance(getattr(a, "node", None), cst.Param) for a in scope[source.value]
-        )
-
-    def _iterated_root(self, source: cst.CSTNode, function: cst.FunctionDef) -> cst.CSTNode:
-        """What ``source`` iterates, through ``iter``/``enumerate``/``tqdm`` and local names bound once to them.
-
-        ``progress = tqdm(loader)`` then ``for i, batch in enumerate(progress):`` iterates
-        ``loader``. The walk stops at any other call, which may build the batches itself
-        (``make_batches(dataset)``): that call is returned, and names what is not followed.
-        """
-        for _ in range(4):  # each turn follows one local name; a name bound to itself cannot loop
-            while isinstance(source, cst.Call) and m.matches(source.func, m.Name() | m.Attribute()) and source.args:
-                if code_of(source.func).rsplit(".", 1)[-1] not in ("iter", "enumerate", "tqdm"):
-                    return source
-                source = source.args[0].value
-            if not isinstance(source, cst.Name):
-                return source
-            bindings = self.analysis.bindings(source) or []
-            if len(bindings) != 1 or bindings[0] is None or self.analysis.owner(bindings[0]) is not function:
-                return source  # a parameter, or a name with several values or bound elsewhere
-            source = bindings[0].value
-        return source
-
-    def _feeding_backward(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> set[cst.CSTNode]:
-        """Loaders whose batches reach a ``backward()``: training data, whatever their name says.
-
-        DARTS-style search trains its architecture on batches drawn with
-        ``next(valid_queue_iter)`` inside the weights' training loop: that "valid"
-        loader trains too, and left whole every process would draw its own batches.
-        """
-        fed: set[cst.CSTNode] = set()
-        holders = {id(loader): self._loader_holders(analysis, [loader]) for loader in loaders}
-        for backward in analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward")))):
-            loop = next((a for a in analysis.ancestors(backward) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
-            if not isinstance(loop, (cst.For, cst.While)):
-                continue
-            loss = analysis.reads(backward.func.value)  # type: ignore[attr-defined]
-            assigns = list(analysis.within(loop.body, cst.Assign))
-            copies = [e.value for e in analysis.within(loop.body, cst.Expr) if isinstance(e.value, cst.Call)]
-            sources: list[cst.CSTNode] = [loop.iter] if isinstance(loop, cst.For) else []
-            sources += [
-                a.value for a in assigns
-                if m.matches(a.value, m.Call(func=m.Name("next"))) and self._flows_into(a, assigns, copies) & loss
-            ]  # fmt: skip
-            for loader in loaders:
-                if any(analysis.reads_any(source, holders[id(loader)]) for source in sources):
-                    fed.add(loader)
-        return fed
-
-    def _loader_holders(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> list[Holder]:
-        """Where the file's loaders, and iterators over them (``it = iter(loader)``), are read."""
-        holders = [h for loader in loaders for h in analysis.holders(loader)]  # type: ignore[arg-type]
-        for _ in range(2):
-            derived = [
-                a.value for a in analysis.nodes(cst.Assign)
-                if m.matches(a.value, m.Call())
-                and (analysis.reads_any(a.value, holders) or any(self._encloses_node(a.value, loader) for loader in loaders))
-            ]  # fmt: skip
-            known = {(h.spelled, id(h.scope)) for h in holders}
-            holders += [h for value in derived for h in analysis.holders(value) if (h.spelled, id(h.scope)) not in known]
-        return holders
 
     def _report_gpu_count_scaling(self, analysis: Analysis) -> None:
         """``batch_size *= n_gpu``, ``workers = 4 * torch.cuda.device_count()``: DataParallel's habits.
@@ -1122,127 +975,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return updated_node  # another codemod edited the value: leave it to that one
         return updated_node.with_changes(value=value)
 
-    def _batch_source(self, loop: cst.For | cst.While, backward: cst.Call) -> cst.CSTNode | None:
-        """What a training loop takes its batches from: a for loop's iterable, or the fetch that produces them.
-
-        In a loop that counts steps the batch is fetched inside, as ``x, y = next(it)`` or
-        ``x, y = data.get_batch()``: an assignment from a call whose values reach the loss that
-        ``backward`` differentiates. A fetch in a loop nested inside (a periodic evaluation) is not it,
-        nor a value the loss does not depend on (a learning rate for the step).
-        """
-        if isinstance(loop, cst.For) and not self._counts_steps(loop.iter):
-            return loop.iter
-        nested: list[cst.CSTNode] = [*self.analysis.within(loop.body, cst.For), *self.analysis.within(loop.body, cst.While)]
-        assigns = [
-            a for a in self.analysis.within(loop.body, cst.Assign)
-            if not any(self._encloses_node(n, a) for n in nested)
-        ]  # fmt: skip
-        # `im_data.resize_(data[0].size()).copy_(data[0])`: a batch copied into a buffer the model then reads.
-        copies = [
-            e.value for e in self.analysis.within(loop.body, cst.Expr)
-            if isinstance(e.value, cst.Call) and not any(self._encloses_node(n, e) for n in nested)
-        ]  # fmt: skip
-        loss = self.analysis.reads(backward.func.value)  # type: ignore[attr-defined]
-        fetches = [
-            a for a in assigns
-            if isinstance(a.value, cst.Call) and isinstance(a.targets[0].target, (cst.Tuple, cst.Name))
-            and self._flows_into(a, assigns, copies) & loss
-        ]  # fmt: skip
-        # `out, aux = model(inputs)` computes from `inputs = get_batch()`: the batch is the first of the chain.
-        bound: set[str] = set()
-        roots = []
-        for fetch in fetches:
-            if not self.analysis.reads(fetch.value) & bound:
-                roots.append(fetch)
-            bound |= {n.value for t in fetch.targets for n in self.analysis.within(t.target, cst.Name)}
-        drawn = [a for a in roots if m.matches(a.value, m.Call(func=m.Name("next")))]
-        unpacked = [a for a in roots if isinstance(a.targets[0].target, cst.Tuple)]
-        return (drawn or unpacked or roots)[0].value if roots else None
-
-    def _counts_steps(self, iterable: cst.BaseExpression) -> bool:
-        """``range(n)``, ``trange(n)``, ``tqdm(range(n))``, or a name a ``with`` binds to one: a loop over step numbers."""
-        counting = m.Call(func=m.Name("range") | m.Name("trange"))
-        counter = counting | m.Call(func=m.Name("tqdm") | m.Attribute(attr=m.Name("tqdm")), args=[m.Arg(counting), m.ZeroOrMore()])
-        if self.matches(iterable, counter):
-            return True
-        if not isinstance(iterable, cst.Name):
-            return False
-        bound = m.WithItem(item=counter, asname=m.AsName(name=m.Name(iterable.value)))
-        function = next((a for a in self.analysis.ancestors(iterable) if isinstance(a, cst.FunctionDef)), self.analysis.module)
-        return bool(m.findall(function, bound))
-
-    def _flows_into(self, fetch: cst.Assign, assigns: list[cst.Assign], copies: list[cst.Call] = ()) -> set[str]:  # type: ignore[assignment]
-        """The names ``fetch`` binds, and the names bound from them, directly or not, by ``assigns``.
-
-        A call in ``copies`` that reads them passes them on to the object it is called on.
-        """
-        flows = {n.value for t in fetch.targets for n in self.analysis.within(t.target, cst.Name)}
-        changed = True
-        while changed:
-            changed = False
-            for copy in copies:
-                base = copy.func
-                while isinstance(base, (cst.Attribute, cst.Call)):
-                    base = base.value if isinstance(base, cst.Attribute) else base.func
-                if isinstance(base, cst.Name) and base.value not in flows and self.analysis.reads(copy) & flows:
-                    flows.add(base.value)
-                    changed = True
-            for assign in assigns:
-                if assign is fetch or not self.analysis.reads(assign.value) & flows:
-                    continue
-                bound = {n.value for t in assign.targets for n in self.analysis.within(t.target, cst.Name)}
-                if not bound <= flows:
-                    flows |= bound
-                    changed = True
-        return flows
-
-    def _unfollowed(self, source: cst.CSTNode, loop: cst.For | cst.While) -> str:
-        """How DDP317 names the batches: the call a function's parameter passes through where that is what stops the walk.
-
-        ``progress = tools.IteratorTimer(data_loader)`` in a function no code of this file
-        calls: the batches come from ``tools.IteratorTimer(data_loader)``, a call that may
-        build them itself, not from ``progress``.
-        """
-        function = next((a for a in self.analysis.ancestors(loop) if isinstance(a, cst.FunctionDef)), None)
-        root = self._iterated_root(source, function) if function is not None and not self.analysis.callers(function) else source
-        if root is not source and isinstance(root, cst.Call) and any(
-            self._handed_in(a.value, loop) for a in root.args
-        ):  # fmt: skip
-            return code_of(root).strip()
-        return code_of(source).strip()
-
-    def _bound_in_function(self, source: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
-        """Where the one name a loop iterates is bound, in the loop's own function, if it is."""
-        if not isinstance(source, cst.Name):
-            return None
-        bindings = self.analysis.bindings(source)
-        if not bindings or len(bindings) != 1 or bindings[0] is None:
-            return None
-        return bindings[0].value
-
-    def _encloses_node(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
-        """Whether ``inner`` is ``outer`` or lies in its subtree."""
-        return self.analysis.index[outer] <= self.analysis.index[inner] <= self.analysis.last[outer]
 
     def _encloses(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         return bool(m.findall(outer.body, m.MatchIfTrue(lambda n: n is inner)))  # type: ignore[attr-defined]
-
-    def _reaches(self, node: cst.CSTNode, holders: list[Holder], depth: int) -> bool:
-        """Whether ``node`` reads a loader of this file, builds one, or calls a function of this file that does."""
-        if self.analysis.reads_any(node, holders) or self.analysis.findall_in(node, call_to(names.DATA_LOADER)):
-            return True
-        if depth == 0:
-            return False
-        if isinstance(node, cst.Name):
-            # `pbar = tqdm(enumerate(loader)) if is_train else enumerate(loader)`, then `for x, y in pbar:`.
-            bindings = self.analysis.bindings(node) or []
-            if bindings and all(b is not None and self._reaches(b.value, holders, depth - 1) for b in bindings):
-                return True
-        for call in self.analysis.within(node, cst.Call):
-            function = self.analysis.callee(call)
-            if function is not None and self._reaches(function.body, holders, depth - 1):
-                return True
-        return False
 
     def _can_see(self, loop: cst.For | cst.While, holders: list[Holder]) -> Holder | None:
         """The name under which code at ``loop`` sees the loader, if any: the insert must refer to it there."""
@@ -1448,3 +1183,4 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             AddImportsVisitor.add_needed_import(self.context, module_name)
         import_torch_distributed(self.context, self.facts.distributed_alias)
         return add_helper(updated_node, self.facts, names.SHARDED_SAMPLER_HELPER, SHARDED_SAMPLER_SOURCE)
+

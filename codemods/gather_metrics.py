@@ -26,7 +26,6 @@ process and take the same branch.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -36,11 +35,14 @@ from libcst.codemod.visitors import AddImportsVisitor
 
 from dp2ddp.analysis import names
 from dp2ddp.analysis.module import Analysis
-from dp2ddp.analysis.syntax import REDUCTION, call_to, code_of
+from dp2ddp.analysis.syntax import REDUCTION, code_of
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed
 from dp2ddp.analysis.effects import is_rank_guard, under_rank_guard
 from dp2ddp.analysis.lifecycle import per_process_names
-from dp2ddp.analysis.results import LOADER_NAME, in_inner_data_loop, loop_results, owner_of
+from dp2ddp.analysis.decisions import (
+    is_training_loop, loader_names, per_process_stops, plateau_steps, schedule_counters, split_loader_names,
+)
+from dp2ddp.analysis.results import in_inner_data_loop, loop_results
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values):
@@ -72,9 +74,6 @@ def {names.METER_HELPER}(*meters):
         meter.sum, meter.count = {names.SUM_HELPER}(meter.sum, meter.count)
         meter.avg = meter.sum / max(meter.count, 1)
 '''
-
-LEARNING_RATE = re.compile(r"(^|_|\.|\[['\"])lr(\b|_)|learning_rate", re.IGNORECASE)
-
 
 @dataclass
 class _LoopPlan:
@@ -112,7 +111,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
         self.effects = analysis.effects
-        self.training_loaders = self._training_loaders(analysis)
+        self.training_loaders = split_loader_names(analysis)
         for loop in analysis.nodes(cst.For):
             if loop in analysis.whole_loops:
                 continue  # every process counts the whole set already
@@ -120,51 +119,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if loaders and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
         self._plan_plateau_steps(analysis)
-        self._report_per_process_stops(analysis)
-        # Training loops by what they do, whatever they iterate: `for it, (x, y) in pbar:`.
-        backward = m.Call(func=m.Attribute(attr=m.Name("backward")))
-        for loop in analysis.nodes(cst.For):
-            if analysis.findall_in(loop.body, backward) and not under_rank_guard(self, loop):
-                running = loop_results(analysis, loop, training=True).running
-                self._report_schedule_counters(loop, set(running))
-
-    def _report_per_process_stops(self, analysis: Analysis) -> None:
-        """``if np.mean(losses) > best: break`` after a training loop: each process may stop in another epoch."""
-        for loop in analysis.nodes(cst.For):
-            if not self._loader_names(loop) or not self._is_training_loop(loop) or under_rank_guard(self, loop):
-                continue
-            results = loop_results(analysis, loop, training=True)
-            reduced = {*results.sums, *results.means, *results.meters}
-            flows = {
-                name for name in self._written_in(loop)
-                if name not in reduced and name not in {n.value for n in analysis.within(loop.target, cst.Name)}
-            }  # fmt: skip
-            owner = owner_of(analysis, loop)
-            after = [a for a in analysis.within(owner, cst.Assign) if analysis.is_after(a, loop)]
-            # A value averaged over processes is the same everywhere: it passes nothing on.
-            flows = analysis.flows_from(flows, after, through=lambda a: not self.matches(a.value, REDUCTION))
-            for test in analysis.within(owner, cst.If):
-                if not analysis.is_after(test, loop) or not analysis.findall_in(test.body, m.Break() | m.Return()):
-                    continue
-                reductions = analysis.findall_in(test.test, REDUCTION)
-                averaged = {id(n) for r in reductions for n in analysis.within(r, cst.Name)}
-                read = {n.value for n in analysis.within(test.test, cst.Name) if id(n) not in averaged} & flows
-                if read and not under_rank_guard(self, test):
-                    self.report(test.test, "DDP424", value=min(read))
-
-    def _written_in(self, loop: cst.For) -> set[str]:
-        """Names a loop body binds or appends to, each holding this process's share after a sharded loop.
-
-        A step counter (``it = it + 1``) or another value every process computes alike holds no share.
-        """
-        written = {code_of(a.target) for a in self.analysis.within(loop.body, cst.AugAssign) if isinstance(a.target, cst.Name)}
-        for assign in self.analysis.within(loop.body, cst.Assign):
-            written |= {t.target.value for t in assign.targets if isinstance(t.target, cst.Name)}
-        written &= per_process_names(self.analysis, loop)
-        for call in self.analysis.within(loop.body, cst.Call):
-            if m.matches(call.func, m.Attribute(value=m.Name(), attr=m.Name("append") | m.Name("extend"))):
-                written.add(call.func.value.value)  # type: ignore[attr-defined]
-        return written
+        for test, value in per_process_stops(analysis, self.training_loaders):
+            self.report(test, "DDP424", value=value)
+        for aug, counter in schedule_counters(analysis):
+            self.report(aug, "DDP421", counter=counter)
 
     def _plan_plateau_steps(self, analysis: Analysis) -> None:
         """Average the value a ReduceLROnPlateau steps on, so every process lowers its rate in the same epoch.
@@ -174,48 +132,18 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         then their replicas, would drift apart. An average of a value that is
         the same everywhere changes nothing.
         """
-        built = m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())], value=call_to(names.REDUCE_LR_ON_PLATEAU))
-        schedulers = {code_of(a.targets[0].target) for a in analysis.findall(built)}  # type: ignore[attr-defined]
-        if not schedulers:
-            return
-        for call in analysis.nodes(cst.Call):
-            func = call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and code_of(func.value) in schedulers):
+        for step in plateau_steps(analysis):
+            if step.guarded:
+                self.report(step.call, "DDP420", scheduler=step.scheduler)
                 continue
-            given = next((a for a in call.args if a.keyword is None or a.keyword.value == "metrics"), None)
-            if given is None or m.matches(given.value, REDUCTION):
-                continue
-            if under_rank_guard(self, call):
-                self.report(call, "DDP420", scheduler=code_of(func.value))
-                continue
-            self.plateau_values.add(given.value)
-            self.report(given.value, "DDP419", scheduler=code_of(func.value), value=code_of(given.value))
-
-    def _training_loaders(self, analysis: Analysis) -> set[str]:
-        """Names of loaders with a DistributedSampler: given one already, or about to get one."""
-        splitting = call_to(names.DISTRIBUTED_SAMPLER) | m.Call(func=m.Name(names.SHARDED_SAMPLER_HELPER))
-        bound = {  # `train_sampler = ShardedSampler(...)`, then `sampler=train_sampler`
-            code_of(a.targets[0].target) for a in analysis.findall(m.Assign(targets=[m.AssignTarget(m.Name())], value=splitting))
-        }
-        by_name = m.Name(m.MatchIfTrue(lambda name: name in bound))
-        sampler = m.Arg(splitting | by_name, keyword=m.Name("sampler") | m.Name("batch_sampler"))
-        sharded = m.Call(args=[m.ZeroOrMore(), sampler, m.ZeroOrMore()])
-        found = set()
-        for assign in analysis.findall(m.Assign(targets=[m.AssignTarget()])):
-            assert isinstance(assign, cst.Assign)
-            if assign.value in analysis.sharded_loaders or self.matches(assign.value, sharded):
-                found.add(code_of(assign.targets[0].target).rsplit(".", 1)[-1])
-        return found
+            self.plateau_values.add(step.value)
+            self.report(step.value, "DDP419", scheduler=step.scheduler, value=code_of(step.value))
 
     def _loader_names(self, loop: cst.For) -> list[str]:
-        return [
-            code_of(n).rsplit(".", 1)[-1]
-            for n in m.findall(loop.iter, m.Name() | m.Attribute())
-            if LOADER_NAME.search(code_of(n)) or code_of(n).rsplit(".", 1)[-1] in self.training_loaders
-        ]
+        return loader_names(loop, self.training_loaders)
 
     def _is_training_loop(self, loop: cst.For) -> bool:
-        return any(name in self.training_loaders or "train" in name.lower() for name in self._loader_names(loop))
+        return is_training_loop(loop, self.training_loaders)
 
     def _plan_loop(self, loop: cst.For) -> None:
         results = loop_results(self.analysis, loop, training=self._is_training_loop(loop))
@@ -224,21 +152,6 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             self.after_loop[loop] = plan
         self._plan_reports(loop, self._is_training_loop(loop), results.running, plan.meters)
 
-    def _report_schedule_counters(self, loop: cst.For, reduced: set[str]) -> None:
-        """``self.tokens += (y >= 0).sum()`` feeding the learning rate counts one process's share."""
-        batch = {n.value for n in self.analysis.within(loop.target, cst.Name)}
-        for aug in self.analysis.within(loop.body, cst.AugAssign):
-            counter = code_of(aug.target)
-            if counter in reduced or not isinstance(aug.operator, cst.AddAssign):
-                continue
-            if not batch & {n.value for n in self.analysis.within(aug.value, cst.Name)}:
-                continue  # Not counted from the batch: the same on every process.
-            if self._sets_learning_rate(counter):
-                self.report(aug, "DDP421", counter=counter)
-
-    def _sets_learning_rate(self, value: str) -> bool:
-        """Whether ``value`` flows, through assignments, into a learning rate."""
-        return any(LEARNING_RATE.search(name) for name in self.analysis.flows_from({value}) - {value})
     def _plan_reports(self, loop: cst.For, training: bool, accumulators: dict[str, str], meters: list[str]) -> None:
         # A backward whose loss gets scaled by the world size no longer names the loss.
         losses = {

@@ -33,7 +33,7 @@ from ._base import add_helper, import_torch_distributed
 from dp2ddp.analysis.syntax import call_to, code_of, parameter_for, resolves_to, script_functions
 from dp2ddp.analysis.module import Analysis
 from dp2ddp.analysis.results import is_bound_here, loop_results, owner_of
-from dp2ddp.analysis.loaders import EVALUATION_NAME
+from dp2ddp.analysis.decisions import ungathered_evaluations
 from .add_distributed_sampler import AddDistributedSamplerCommand
 
 EVALUATION_SHARD_HELPER_SOURCE = f'''
@@ -77,20 +77,9 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
         The split is what the training needs (DARTS draws architecture batches from it), so
         the evaluation loops over it are reported where their results are not gathered.
         """
-        for call in self.trained:
-            reference, _ = self._binding(analysis.module, call, analysis.parents[call])  # type: ignore[arg-type]
-            if reference is None or not EVALUATION_NAME.search(code_of(reference)):
-                continue
-            stem = code_of(reference).rsplit(".", 1)[-1]
-            # By name, through the functions it is handed to: `infer(valid_queue, ...)` iterates its parameter.
-            loops = [loop for loop in analysis.nodes(cst.For) if stem in analysis.reads(loop.iter)]
-            for loop in loops:
-                if analysis.findall_in(loop, m.Call(func=m.Attribute(attr=m.Name("backward")))):
-                    continue
-                ungathered = loop_results(analysis, loop, training=False).ungathered
-                if ungathered:
-                    statement, held = ungathered[0]
-                    self.report(statement, "DDP326", loader=stem, held=held)
+        trained = [(call, self._binding(analysis.module, call, analysis.parents[call])[0]) for call in self.trained]  # type: ignore[arg-type]
+        for statement, loader, held in ungathered_evaluations(analysis, trained):
+            self.report(statement, "DDP326", loader=loader, held=held)
 
     def _keep_unsharded_loops_whole(self, analysis: Analysis) -> None:
         """Loops over a loader that no codemod shards hold whole-set values: gather_metrics must not sum them.
@@ -127,7 +116,7 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
         for loop in analysis.nodes(cst.For):
             # A loader named for training is split there, as is_training_loader decides, and is gathered here.
             training = "train" in code_of(loop.iter).lower()
-            if not training and self._from_project_loader(loop.iter) and not analysis.findall_in(loop.body, backward):
+            if not training and self.batches.from_project_loader(loop.iter) and not analysis.findall_in(loop.body, backward):
                 analysis.whole_loops.add(loop)
 
     def _may_shard(self, call: cst.Call, reference: cst.BaseExpression | None) -> bool:

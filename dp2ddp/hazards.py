@@ -22,12 +22,19 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import QualifiedNameSource
 
 from dp2ddp.analysis import names
 from dp2ddp.analysis.syntax import VISIBLE_DEVICES, argument, call_to, code_of, resolves_to
 from dp2ddp.analysis.script import entry_point
 from dp2ddp.analysis.batches import divided_batch, gpu_count_scalings
-from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, process_group_collective, tests_device_index
+from dp2ddp.analysis.decisions import (
+    per_process_stops, plateau_steps, schedule_counters, split_loader_names, ungathered_evaluations,
+)
+from dp2ddp.analysis.effects import (
+    is_rank_guard, opens_for_writing, process_group_collective, tests_device_index, under_rank_guard,
+)
+from dp2ddp.analysis.training_batches import RANDOM_DRAWS, TrainingBatches
 from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle
 from dp2ddp.analysis.loaders import is_placeholder, is_training_loader, sampler_built_at, unsplit_sampler
 from dp2ddp.analysis.results import loop_results
@@ -56,6 +63,10 @@ FIRST_GPU = re.compile(r"^cuda:0$")
 FIRST_DEVICE_TEST = re.compile(r"\b(gpu|gpu_id|device_id)\s*==\s*0\b")
 # Names that say which process is talking: rank, local_rank, gpu_id.
 PROCESS_WORDS = re.compile(r"rank|gpu_id|\bgpu\b|device_id", re.IGNORECASE)
+# Names that say code takes one process's share: it may split the batches it makes.
+PROCESS_SHARE = re.compile(r"rank|world_size|num_replicas|replica|shard|distributed", re.IGNORECASE)
+# Modules whose functions know nothing of processes: batches made with them alone are the same on every process.
+PROCESS_BLIND_MODULES = frozenset({"torch", "numpy", "math", "itertools", "functools", "collections", "os", "json", "csv", "pathlib", "glob"})
 # The life-cycle's hazards, which convert reports against a DataParallel wrap, under their check codes.
 LIFECYCLE_CODES = {
     "DDP210": "DDP520",
@@ -165,6 +176,12 @@ class DistributedHazards:
             self._unguarded_side_effects()
             self._loaders()
             self._writes_convert_leaves()
+        if self.wraps or self.helper_wraps or (self.initialises and self._is_script):
+            # A DDP model trained on what one process computes or sees is a hazard wherever it trains:
+            # in a trainer module that a script drives too.
+            self._per_process_decisions()
+            if self.wraps or self.helper_wraps:
+                self._unsplit_training_data()
 
     def _report(self, node: cst.CSTNode, code: str, **values: str) -> None:
         self.hazards.append(Hazard(node, code, tuple(values.items())))
@@ -535,7 +552,7 @@ class DistributedHazards:
             self._unsplit_sampler(call, reference, sampler, batch_sampler, only_loader=len(loaders) == 1)
             distributed = self._distributed_sampler(sampler)
             if distributed is not None:
-                if self._shuffles(sampler) and self._trains_on(call):  # type: ignore[arg-type]
+                if self._shuffles(sampler) and (self._trains_on(call) or call in self._fed_to_backward):  # type: ignore[arg-type]
                     self._set_epoch(call, distributed)
                 self._evaluation_metrics(call, reference, sampler)  # type: ignore[arg-type]
         if self._sharded_training and not self._reduces:
@@ -634,6 +651,8 @@ class DistributedHazards:
         }  # fmt: skip
         for call in self.analysis.nodes(cst.Call):
             if m.matches(call.func, m.Attribute(attr=m.Name("step"))) and call.args and code_of(call.func.value) in schedulers:  # type: ignore[attr-defined]
+                if under_rank_guard(self.analysis, call):
+                    continue  # only some processes step it at all: DDP541
                 self._report(call, "DDP514", value=code_of(call.args[0].value))
 
     def _bound_to(self, call: cst.Call) -> cst.BaseExpression | None:
@@ -699,6 +718,43 @@ class DistributedHazards:
             if not any(self._inside(s, epoch_loop) and not self._inside(s, loop) for s in set_epochs):
                 self._report(set_epochs[0], "DDP507", loader=spelled)
                 return
+        if not set_epochs:
+            self._passes_without_epoch_loop(call, holders)
+
+    def _passes_without_epoch_loop(self, call: cst.Call, holders: list[Holder]) -> None:
+        """A pass over the loader started again and again where the file shows no epoch loop around a ``for`` over it.
+
+        ``next(iter(loader))`` in a loop starts a pass at every step, and ``it = iter(loader)`` in a
+        loop (a restart on StopIteration) at every epoch; a ``for`` over the loader in a function
+        that says it runs one epoch (``def train_epoch(self, epoch):``), called from another file,
+        runs once per epoch. With no ``set_epoch`` anywhere, every one of those passes draws the
+        first epoch's order. A sampler that counts its own passes (the ShardedSampler convert
+        writes) is no DistributedSampler, and is never asked about.
+        """
+        for started in self.analysis.nodes(cst.Call):
+            if m.matches(started, m.Call(func=m.Name("iter"), args=[m.Arg()])) and self.analysis.loops_around(started):
+                holder = self.analysis.reads_any(started.args[0].value, holders)
+                if holder is not None:
+                    self._report(started, "DDP506", loader=holder.spelled)
+                    return
+        for loop, holder in self._iterations(call):
+            if self.analysis.loops_around(loop):
+                continue  # an epoch loop this file shows: `_set_epoch` judged it
+            function = next((a for a in self.analysis.ancestors(loop) if isinstance(a, cst.FunctionDef)), None)
+            if function is not None and self._runs_per_epoch(function):
+                self._report(loop.iter, "DDP506", loader=holder.spelled)
+                return
+
+    def _runs_per_epoch(self, function: cst.FunctionDef) -> bool:
+        """``def train_epoch(self, epoch):``: a function that says it runs once per epoch, by its name or a parameter."""
+        params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+        return "epoch" in function.name.value.lower() or any("epoch" in p.name.value.lower() for p in params)
+
+    @cached_property
+    def _fed_to_backward(self) -> set[cst.CSTNode]:
+        """Loaders whose batches reach a backward(), through a ``for`` or a ``next(it)``: convert's reading of training data."""
+        loaders = [c for c in self.analysis.nodes(cst.Call) if self.analysis.matches(c, call_to(names.DATA_LOADER))]
+        return TrainingBatches(self.analysis).feeding_backward(loaders)  # type: ignore[arg-type]
 
     def _inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return self.analysis.index[container] < self.analysis.index[node] <= self.analysis.last[container]
@@ -987,6 +1043,165 @@ class DistributedHazards:
             if not self._guarded(use, guarded_functions):
                 return parent
         return None
+
+    # -- decisions each process takes on its own share of the data ---------------------------------
+
+    def _per_process_decisions(self) -> None:
+        """What convert warns it leaves per process (DDP420, DDP421, DDP424, DDP326), found by the same detection."""
+        for step in plateau_steps(self.analysis):
+            if step.guarded:
+                self._report(step.call, "DDP541", scheduler=step.scheduler)
+        if not self._splits_data:
+            return  # every process sees the same data, so what it computes from it is the same everywhere
+        split = split_loader_names(self.analysis)
+        for test, value in per_process_stops(self.analysis, split):
+            if value not in self._reduced_in_place:
+                self._report(test, "DDP543", value=value)
+        for aug, counter in schedule_counters(self.analysis):
+            self._report(aug, "DDP542", counter=counter)
+        trained = [
+            (c, self._bound_to(c)) for c in self._fed_to_backward
+            if isinstance(c, cst.Call) and self._splits(argument(c, 3, "sampler"))
+        ]  # fmt: skip
+        for statement, loader, held in ungathered_evaluations(self.analysis, trained):
+            if held not in self._reduced_in_place:
+                self._report(statement, "DDP544", loader=loader, held=held)
+
+    @cached_property
+    def _splits_data(self) -> bool:
+        """Whether some loader of the script is split between processes: by a DistributedSampler or a ShardedSampler."""
+        return any(self._splits(c) for c in self.analysis.nodes(cst.Call))
+
+    def _splits(self, sampler: cst.BaseExpression | None) -> bool:
+        if sampler is None:
+            return False
+        if self._distributed_sampler(sampler) is not None or m.matches(sampler, m.Call(func=m.Name(names.SHARDED_SAMPLER_HELPER))):
+            return True
+        if isinstance(sampler, cst.Name):
+            values = [a.value for a in self.analysis.nodes(cst.Assign) if any(code_of(t.target) == sampler.value for t in a.targets)]
+            return bool(values) and all(m.matches(v, m.Call(func=m.Name(names.SHARDED_SAMPLER_HELPER))) for v in values)
+        return False
+
+    @cached_property
+    def _reduced_in_place(self) -> set[str]:
+        """Names handed to a torch.distributed reduction (``dist.all_reduce(loss_sum)``): the same everywhere after it."""
+        found: set[str] = set()
+        for call in self.analysis.nodes(cst.Call):
+            qualified = {q.name for q in self.analysis.qualified_names(call.func)}
+            if call.args and any(q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in REDUCTIONS for q in qualified):
+                found |= self.analysis.reads(call.args[0].value)
+        return found
+
+    # -- training batches no sampler splits ----------------------------------------------------------
+
+    def _unsplit_training_data(self) -> None:
+        """A DDP model trained on batches this file makes itself, none of them from a DataLoader: every process trains on all.
+
+        Convert's detection (DDP317) finds the training loops whose batches no DataLoader of the
+        file produces. Check reports only those whose batches are made by code of this file that
+        is blind to the process: a list or comprehension, a generator function, an iterator class,
+        a function that slices a batch out. Batches from another module (``build_loader(cfg)``),
+        from a parameter, from code that reads the rank or the world size, or drawn at random
+        (each process draws its own) may well be split or differ per process, and are not reported.
+        """
+        loaders = [c for c in self.analysis.nodes(cst.Call) if self.analysis.matches(c, call_to(names.DATA_LOADER))]
+        for found in TrainingBatches(self.analysis).unsplit_batches(loaders):  # type: ignore[arg-type]
+            if found.code != "DDP317":
+                continue
+            made = self._batch_maker(found.source)
+            if made is not None and all(self._blind_to_the_process(node) for node in made):
+                self._report(found.node, "DDP540", source=found.spelled)
+
+    def _batch_maker(self, source: cst.CSTNode) -> list[cst.CSTNode] | None:
+        """The code of this file that makes the batches ``source`` yields, with the values it is handed; ``None``
+        where that code is not this file's, or is unknown.
+
+        Followed through ``iter``/``enumerate``/``next``/``tqdm`` and names bound once. What
+        makes the batches: a list, tuple or comprehension; ``list``/``zip`` of tensors split
+        with ``split``/``chunk``; a generator function, an iterator class or a function that
+        returns slices (``x[i:i + bs]``), with the arguments of the call.
+        """
+        node = source
+        for _ in range(4):  # each turn follows one name; a name bound to itself cannot loop
+            while isinstance(node, cst.Call) and node.args and (
+                m.matches(node.func, m.Name("iter") | m.Name("enumerate") | m.Name("next")) or self.analysis.matches(node, call_to(names.TQDM))
+            ):  # fmt: skip
+                node = node.args[0].value
+            if not isinstance(node, cst.Name):
+                break
+            bindings = self.analysis.bindings(node) or []
+            if len(bindings) != 1 or bindings[0] is None:
+                return None  # a parameter, an import, a loop target, or several values
+            node = bindings[0].value
+        if isinstance(node, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)):
+            return [node]
+        if not isinstance(node, cst.Call):
+            return None
+        if m.matches(node.func, m.Name("list") | m.Name("tuple") | m.Name("zip")) or m.matches(
+            node.func, m.Attribute(attr=m.Name("split") | m.Name("chunk"))
+        ):  # fmt: skip
+            return [node] if all(self._splits_tensors(a.value) for a in node.args) else None
+        function = self.analysis.callee(node)
+        if function is None:
+            return None
+        cls = next((a for a in self.analysis.ancestors(function) if isinstance(a, cst.ClassDef)), None)
+        if function.name.value == "__init__" and cls is not None:
+            methods = {f.name.value for f in self.analysis.within(cls, cst.FunctionDef)}
+            return [cls, node] if methods & {"__iter__", "__next__"} else None
+        if self.analysis.within(function, cst.Yield):
+            return [function, node]
+        returns = [r.value for r in self.analysis.within(function, cst.Return)]
+        # `return X[i:i + bs], Y[i:i + bs]`: a batch sliced out of tensors the process holds whole.
+        if returns and all(m.matches(r, m.Tuple(elements=[m.AtLeastN(m.Element(m.Subscript()), n=1)])) for r in returns):
+            return [function, node]
+        return None
+
+    def _splits_tensors(self, node: cst.BaseExpression) -> bool:
+        """``x.split(8)``, ``zip(...)`` of them, a name: what ``list(zip(x.split(8), y.split(8)))`` is made of."""
+        if isinstance(node, cst.Call):
+            return m.matches(node.func, m.Name("zip") | m.Attribute(attr=m.Name("split") | m.Name("chunk"))) and all(
+                self._splits_tensors(a.value) for a in node.args
+            )  # fmt: skip
+        return isinstance(node, (cst.Name, cst.Attribute, cst.Integer))
+
+    def _assigned_values(self, name: cst.Name) -> list[cst.BaseExpression]:
+        """The values of the assignments that bind ``name`` where it is read, tuple targets included (``x, y = load()``)."""
+        scope = self.analysis.scopes.get(name)
+        if scope is None or name.value not in scope:
+            return []
+        found = []
+        for assignment in scope[name.value]:
+            node = getattr(assignment, "node", None)
+            while node is not None and not isinstance(node, (cst.Assign, cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+                node = self.analysis.parents.get(node)
+            if isinstance(node, cst.Assign):
+                found.append(node.value)
+        return found
+
+    def _blind_to_the_process(self, made: cst.CSTNode) -> bool:
+        """Code that neither reads which process it runs on, nor draws at random, nor calls another module's code;
+        nor do the values of the names it reads, three assignments back (``path = f"shard{rank}.pt"``, then
+        ``x = torch.load(path)``: ``x`` is one process's)."""
+        values: list[cst.CSTNode] = [made]
+        frontier: list[cst.CSTNode] = [made]
+        for _ in range(3):
+            bound = [
+                value for node in frontier for name in self.analysis.within(node, cst.Name)
+                for value in self._assigned_values(name) if not any(value is v for v in values)
+            ]  # fmt: skip
+            values += bound
+            frontier = bound
+        for node in values:
+            if any(PROCESS_SHARE.search(n.value) for n in self.analysis.within(node, cst.Name)):
+                return False
+            for call in self.analysis.within(node, cst.Call):
+                for qualified in self.analysis.qualified_names(call.func):
+                    name = qualified.name
+                    if name in RANDOM_DRAWS or name.startswith(("random.", "numpy.random.", "torch.distributed.")):
+                        return False
+                    if qualified.source is QualifiedNameSource.IMPORT and name.split(".")[0] not in PROCESS_BLIND_MODULES:
+                        return False  # another module's code may split the data, or hand back a split loader
+        return True
 
 
 def _single_process(call: cst.Call) -> bool:

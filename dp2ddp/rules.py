@@ -1660,8 +1660,12 @@ RULES: dict[str, Rule] = {
             "`{loader}` is iterated once per epoch on a DistributedSampler that is never told the epoch: every "
             "epoch sees the same order; call `{loader}.sampler.set_epoch(epoch)` at the top of the epoch loop",
             doc=_doc(
-                "Finds a loader on a DistributedSampler iterated inside an outer (epoch) loop, in a file that "
-                "never calls `set_epoch` on its sampler.",
+                "Finds a loader on a shuffled DistributedSampler, in a file that never calls `set_epoch` on its "
+                "sampler, that starts a pass again and again: iterated inside an outer (epoch) loop, "
+                "`iter(loader)` inside a loop (`next(iter(loader))` every step, a restart on StopIteration), or "
+                "iterated in a function that says it runs once per epoch (`def train_epoch(self, epoch):`) and "
+                "is called from another file. A sampler that counts its own passes (the ShardedSampler convert "
+                "writes) is no DistributedSampler and is not reported.",
                 "DistributedSampler seeds its shuffle with the epoch it was given. Without `set_epoch`, every "
                 "epoch repeats the first epoch's order on every process, which measurably hurts training.",
                 "for epoch in range(epochs):\n    for x, y in loader:\n        ...",
@@ -2115,6 +2119,115 @@ RULES: dict[str, Rule] = {
                 "must never sit under a rank guard.",
             ),
         ),
+        Rule(
+            "DDP540",
+            "training-batches-not-split",
+            "warning",
+            "training batches come from `{source}`, which this file makes whole on every process: every process "
+            "trains on the same data, so the run is no faster than one process and each step averages W copies "
+            "of one batch; build a DataLoader over the data with a DistributedSampler, or take this process's "
+            "share (`[dist.get_rank()::dist.get_world_size()]`)",
+            doc=_doc(
+                "In a script that starts a process group and trains a DDP model, finds a training loop (one that "
+                "calls `backward()`) whose batches come from code of the same file that makes them without "
+                "regard to the process: a list of tensors, a comprehension, a generator function, an iterator "
+                "class, a function that slices a batch out of tensors. The batches are found as convert finds "
+                "them (DDP317). Batches from another module (`build_loader(cfg)`), from a parameter, from code "
+                "that reads the rank or the world size, or drawn at random are not reported: they may be split, "
+                "or differ per process, and the file does not say.",
+                "DDP averages the gradients of the processes. If every process sees the same batch, the average "
+                "is one process's gradient: the run is no faster than a single GPU, and the learning rate tuned "
+                "for a global batch of W shares now meets one share repeated W times.",
+                "def batches(x, y, size):\n    for i in range(0, len(x), size):\n        yield x[i:i + size], y[i:i + size]\n\n"
+                "for epoch in range(epochs):\n    for xb, yb in batches(x, y, 32):\n        loss_fn(model(xb), yb).backward()",
+                "dataset = TensorDataset(x, y)\nsampler = DistributedSampler(dataset)\n"
+                "loader = DataLoader(dataset, batch_size=32 // dist.get_world_size(), sampler=sampler)\n"
+                "for epoch in range(epochs):\n    sampler.set_epoch(epoch)\n    for xb, yb in loader:\n"
+                "        loss_fn(model(xb), yb).backward()",
+                "No fix: how to split the data is the script's choice.",
+            ),
+        ),
+        Rule(
+            "DDP541",
+            "plateau-stepped-under-rank-condition",
+            "warning",
+            "`{scheduler}` (ReduceLROnPlateau) steps under a rank condition, so only the processes that pass it "
+            "lower their learning rate and the replicas drift apart: step it on every process, on a value "
+            "averaged over processes",
+            doc=_doc(
+                "In a DDP script, finds `step(value)` of a ReduceLROnPlateau inside `if rank == 0:` or another "
+                "condition only some processes pass. The same detection makes convert warn DDP420.",
+                "The scheduler lowers the learning rate of the optimizer of the process that steps it. The "
+                "other processes keep the old rate, so from that epoch on the processes apply different "
+                "updates to what DDP assumes are identical replicas, and the models drift apart silently.",
+                "if dist.get_rank() == 0:\n    val_loss = evaluate(model.module, val_loader)\n    scheduler.step(val_loss)",
+                "val_loss = torch.tensor(evaluate(model.module, val_loader))  # on every process\n"
+                "dist.all_reduce(val_loss)\nscheduler.step(val_loss.item() / dist.get_world_size())",
+                "No fix: the call is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP542",
+            "schedule-counts-one-shard",
+            "warning",
+            "`{counter}` counts this process's share of the batch and sets the learning rate: the schedule sees "
+            "1/world_size of the data, and processes whose shares differ get different rates and drift apart; "
+            "add the count summed over processes (`dist.all_reduce`)",
+            doc=_doc(
+                "In a DDP script that splits its data, finds a counter incremented from the batch in a "
+                "training loop (`tokens += (y >= 0).sum()`) whose value flows into a learning rate. The same "
+                "detection makes convert warn DDP421. An increment summed over processes is not reported.",
+                "Each process counts only the samples of its own share, and shares differ from batch to batch "
+                "(padding, masks). The learning rates computed from the counts then differ between processes, "
+                "and so do the replicas; the warm-up or decay also sees 1/world_size of the data it was tuned for.",
+                "self.tokens += (y >= 0).sum()\nlr = base_lr * min(1.0, self.tokens / warmup_tokens)",
+                "count = (y >= 0).sum()\ndist.all_reduce(count)\nself.tokens += count\n"
+                "lr = base_lr * min(1.0, self.tokens / warmup_tokens)",
+                "No fix: the counter is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP543",
+            "stop-decided-per-process",
+            "warning",
+            "this decision to stop reads `{value}`, which each process computes from its own share of the "
+            "training data: processes may stop in different epochs, and the others then wait forever in the "
+            "next one; average it over processes (dist.all_reduce) before deciding",
+            doc=_doc(
+                "In a DDP script that splits its data, finds a `break` or `return` after a training loop whose "
+                "condition reads a value that loop left per process: a list of its losses, the last batch's "
+                "loss. The same detection makes convert warn DDP424.",
+                "Under DDP every process must run the same number of steps. A process that stops early leaves "
+                "the others waiting in their next backward pass, until the NCCL timeout kills the run.",
+                "for epoch in range(epochs):\n    for x, y in train_loader:\n        losses.append(loss.item())\n"
+                "    if np.mean(losses) < target:\n        break",
+                "    mean = torch.tensor(np.mean(losses))\n    dist.all_reduce(mean)\n"
+                "    if mean.item() / dist.get_world_size() < target:\n        break",
+                "No fix: the condition is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP544",
+            "evaluation-of-a-split-training-loader",
+            "warning",
+            "`{loader}` is split between the processes and also trains (its batches reach a backward()); this "
+            "evaluation over it keeps `{held}` for this process's share only, and nothing gathers it: reduce it "
+            "over the processes (dist.all_reduce of its sum and count) before it is reported, or evaluate on a "
+            "loader of its own",
+            doc=_doc(
+                "In a DDP script, finds an evaluation loop (no `backward()`) over a loader named for validation "
+                "that is split between processes and also feeds a training step, such as DARTS's validation "
+                "queue, which trains the architecture and measures accuracy, where the evaluation keeps a result "
+                "no reduction covers. The same detection makes convert warn DDP326.",
+                "The training needs the loader split, or every process would draw the same batches. Split, the "
+                "evaluation sees 1/world_size of the set, and the accuracy rank 0 reports, compares or saves is "
+                "its own share's.",
+                "for step, (x, y) in enumerate(valid_queue):\n    top1.update(accuracy(model(x), y), x.size(0))\nprint(top1.avg)",
+                "stats = torch.tensor([top1.sum, top1.cnt], dtype=torch.float64)\ndist.all_reduce(stats)\n"
+                "print(stats[0].item() / stats[1].item())",
+                "No fix: the evaluation is left as it was.",
+            ),
+        ),
     )
 }
 
@@ -2139,6 +2252,10 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP418": frozenset({"DDP538"}),
     "DDP422": frozenset({"DDP537"}),
     "DDP423": frozenset({"DDP536"}),
+    "DDP326": frozenset({"DDP544"}),
+    "DDP420": frozenset({"DDP541"}),
+    "DDP421": frozenset({"DDP542"}),
+    "DDP424": frozenset({"DDP543"}),
 }
 # Convert warnings that leave no hazard in the converted script for check to find, and why.
 NOT_IN_OUTPUT: dict[str, str] = {
@@ -2167,6 +2284,11 @@ NOT_IN_OUTPUT: dict[str, str] = {
     "DDP332": (
         "a cyclic schedule's bounds tuned for the per-process batch are an ordinary choice in a DDP script; only "
         "against the DataParallel run, whose global batch was world_size times smaller, are they unscaled"
+    ),
+    "DDP306": (
+        "this file builds no DataLoader and runs no training loop: the data is loaded by code in another file, "
+        "which convert neither read nor changed, so nothing in the converted file iterates data for check to "
+        "judge; convert or check the file that builds the loader"
     ),
 }
 

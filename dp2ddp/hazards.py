@@ -25,14 +25,14 @@ import libcst.matchers as m
 from libcst.metadata import QualifiedNameSource
 
 from dp2ddp.analysis import names
-from dp2ddp.analysis.syntax import VISIBLE_DEVICES, argument, call_to, code_of, resolves_to
+from dp2ddp.analysis.syntax import VISIBLE_DEVICES, argument, call_to, code_of, parameter_for, resolves_to
 from dp2ddp.analysis.script import entry_point
 from dp2ddp.analysis.batches import divided_batch, gpu_count_scalings
 from dp2ddp.analysis.decisions import (
     per_process_stops, plateau_steps, schedule_counters, split_loader_names, ungathered_evaluations,
 )
 from dp2ddp.analysis.effects import (
-    is_rank_guard, opens_for_writing, process_group_collective, tests_device_index, under_rank_guard,
+    LOGGER_NAME, is_rank_guard, opens_for_writing, process_group_collective, tests_device_index, under_rank_guard,
 )
 from dp2ddp.analysis.training_batches import RANDOM_DRAWS, TrainingBatches
 from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle
@@ -67,6 +67,9 @@ PROCESS_WORDS = re.compile(r"rank|gpu_id|\bgpu\b|device_id", re.IGNORECASE)
 PROCESS_SHARE = re.compile(r"rank|world_size|num_replicas|replica|shard|distributed", re.IGNORECASE)
 # Modules whose functions know nothing of processes: batches made with them alone are the same on every process.
 PROCESS_BLIND_MODULES = frozenset({"torch", "numpy", "math", "itertools", "functools", "collections", "os", "json", "csv", "pathlib", "glob"})
+# The logging levels, and the level each logger method logs at: a logger set to WARNING drops `info` and `debug`.
+LOG_LEVELS = {"NOTSET": 0, "DEBUG": 10, "INFO": 20, "WARN": 30, "WARNING": 30, "ERROR": 40, "CRITICAL": 50, "FATAL": 50}
+LOG_METHOD_LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40, "critical": 50, "fatal": 50}
 # The life-cycle's hazards, which convert reports against a DataParallel wrap, under their check codes.
 LIFECYCLE_CODES = {
     "DDP210": "DDP520",
@@ -220,10 +223,29 @@ class DistributedHazards:
             for calls in reached:
                 for call in calls:
                     missing = self._primitives(call) - shared
-                    if not missing or self._paired_barrier(call, head):
+                    if not missing or self._paired_barrier(call, head) or self._only_without_processes(call, head):
                         continue
                     forward_only = all(key.startswith("forward:") for key in missing)
                     self._report(call, "DDP503" if forward_only else "DDP502", call=code_of(call.func))
+
+    def _only_without_processes(self, call: cst.Call, head: cst.If) -> bool:
+        """Inside ``if args.local_rank == -1 and ...:``: a run with a process group never gets there."""
+        child: cst.CSTNode = call
+        for ancestor in self.analysis.ancestors(call):
+            if isinstance(ancestor, cst.If) and child is ancestor.body and any(
+                self._not_distributed(test) for test in _conjuncts(ancestor.test)
+            ):
+                return True
+            if ancestor is head:
+                return False
+            child = ancestor
+        return False
+
+    def _not_distributed(self, test: cst.BaseExpression) -> bool:
+        """``local_rank == -1``: true only where no process group was started."""
+        return m.matches(test, m.Comparison(comparisons=[m.ComparisonTarget(m.Equal(), m.UnaryOperation(m.Minus(), m.Integer("1")))])) and bool(
+            RANK_WORD.search(code_of(test.left))  # type: ignore[attr-defined]
+        )
 
     def _rank_dependent(self, test: cst.BaseExpression) -> bool:
         """``rank == 0`` and the like, or ``gpu == 0`` where ``gpu`` is the index the script picks its GPU with."""
@@ -241,16 +263,30 @@ class DistributedHazards:
         return branches, isinstance(node, cst.Else)
 
     def _collectives(self, node: cst.CSTNode) -> list[cst.Call]:
-        return [call for call in self.effects.collectives_in(node) if self._primitives(call)]
+        found = [call for call in self.effects.collectives_in(node) if self._primitives(call)]
+        # `evaluate(args, model)`, where `evaluate` runs the DDP model it is handed under another name.
+        spans = [(self.analysis.index[c], self.analysis.last[c]) for c in found]
+        for call in self.analysis.within(node, cst.Call):
+            index = self.analysis.index[call]
+            if code_of(call.func) not in self._functions or any(start <= index <= end for start, end in spans):
+                continue
+            if not self.effects._in_definition(call, node) and self._primitives(call):
+                found.append(call)
+                spans.append((index, self.analysis.last[call]))
+        return sorted(found, key=self.analysis.index.__getitem__)
 
-    def _primitives(self, call: cst.Call, seen: frozenset[str] = frozenset()) -> set[str]:
+    def _primitives(
+        self, call: cst.Call, seen: frozenset[str] = frozenset(), handed: frozenset[str] | None = None
+    ) -> set[str]:
         """What a call makes every process wait on: ``torch.distributed.barrier``, ``forward:model``, ``backward``.
 
         Only torch.distributed's collectives count, not its queries, point-to-point calls or RPC;
-        a function of the script counts for what it reaches.
+        a function of the script counts for what it reaches. Inside a function, ``handed`` holds
+        the parameters this call binds to a DDP model: another parameter holds something else
+        (``evaluate(args, model.module)``).
         """
         func = code_of(call.func)
-        if func.removeprefix("self.") in self.effects.models:
+        if self._holds_ddp_model(func.removeprefix("self."), call, handed):
             # Without gradients DDP's forward neither syncs buffers nor prepares a reduction.
             return set() if self._without_grad(call) else {f"forward:{func.removeprefix('self.')}"}
         if func in names.COLLECTIVE_HELPERS:
@@ -267,7 +303,52 @@ class DistributedHazards:
         function = self._functions.get(func)
         if function is None or func in seen:
             return set()
-        return set().union(*(self._primitives(c, seen | {func}) for c in self.effects.collectives_in(function.body)))
+        inner = self._reached_by(function, func, seen, self._handed_to(function, call, handed))
+        if self._without_grad(call):
+            return {key for key in inner if not key.startswith("forward:")}
+        return inner
+
+    def _reached_by(self, function: cst.FunctionDef, func: str, seen: frozenset[str], handed: frozenset[str]) -> set[str]:
+        """What running ``function`` makes every process wait on, with ``handed`` its parameters bound to a DDP model."""
+        key = (function, handed)
+        if key not in self._reached:
+            self._reached[key] = set()  # a recursive call reaches nothing more
+            calls = [c for c in self.analysis.within(function.body, cst.Call) if not self.effects._in_definition(c, function.body)]
+            self._reached[key] = set().union(*(self._primitives(c, seen | {func}, handed) for c in calls))
+        return self._reached[key]
+
+    @cached_property
+    def _reached(self) -> dict[tuple[cst.FunctionDef, frozenset[str]], set[str]]:
+        return {}
+
+    def _handed_to(self, function: cst.FunctionDef, call: cst.Call, handed: frozenset[str] | None) -> frozenset[str]:
+        """The parameters of ``function`` that ``call`` binds to a DDP model."""
+        found = set()
+        for arg in call.args:
+            if self._holds_ddp_model(code_of(arg.value).removeprefix("self."), call, handed):
+                parameter = parameter_for(function, call, arg)
+                if parameter is not None:
+                    found.add(parameter)
+        return frozenset(found)
+
+    def _holds_ddp_model(self, name: str, node: cst.CSTNode, handed: frozenset[str] | None) -> bool:
+        """Whether ``name`` holds a DDP model where ``node`` runs.
+
+        At the top of the search a name holds one by its spelling; inside a function a
+        parameter holds one where the call handed it one. A name bound since to a fresh
+        model (``model = Model.from_pretrained(out_dir)``) holds that instead.
+        """
+        if handed is not None:
+            function = next((a for a in self.analysis.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+            params = function.params if function is not None else cst.Parameters()
+            parameters = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+            if name in parameters and name not in handed:
+                return False
+            if name not in parameters and name not in self.effects.models:
+                return False
+        elif name not in self.effects.models:
+            return False
+        return not self._rebound_before(name, node)
 
     def _without_grad(self, node: cst.CSTNode) -> bool:
         """Inside ``with torch.no_grad():`` or a function decorated ``@torch.no_grad()``."""
@@ -381,6 +462,10 @@ class DistributedHazards:
             if not self.effects.is_side_effect(call) or self._names_its_process(call):
                 continue
             if isinstance(call.func, cst.Attribute) and code_of(call.func.value) in devnull_writers:
+                continue
+            if isinstance(call.func, cst.Attribute) and code_of(call.func.value) in self._none_off_main:
+                continue  # `tb_writer.add_scalar(...)` where `tb_writer` is None off the main process: it writes there only
+            if self._silenced_off_main(call):
                 continue
             if self.analysis.matches(call, call_to(names.MAKE_DIRECTORY)):
                 continue  # with exist_ok, every process may make it; without, DDP417's fix applies
@@ -502,12 +587,98 @@ class DistributedHazards:
             if self._assigned_by_rank(assign):
                 seeds |= {code_of(t.target) for t in assign.targets if isinstance(t.target, (cst.Name, cst.Attribute))}
         seeds |= {"is_main", "main_process", "master_process", "is_master"}
-        return seeds
+        return seeds | self._none_off_main
 
     def _assigned_by_rank(self, assign: cst.Assign) -> bool:
         if any(is_rank_guard(self.analysis, n.test) for n in self.analysis.within(assign.value, cst.IfExp)):
             return True
         return bool(isinstance(assign.value, (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation)) and is_rank_guard(self.analysis, assign.value))
+
+    @cached_property
+    def _none_off_main(self) -> set[str]:
+        """``tb_writer = None`` then ``if args.local_rank in [-1, 0]: tb_writer = SummaryWriter()``: None off the main process.
+
+        Every assignment of such a name is ``None`` or runs under a rank condition, and one
+        does; the script's functions that are handed it hold it under their parameter's name.
+        """
+        assigned: dict[str, list[cst.Assign]] = {}
+        for assign in self.analysis.nodes(cst.Assign):
+            for target in assign.targets:
+                if isinstance(target.target, (cst.Name, cst.Attribute)):
+                    assigned.setdefault(code_of(target.target), []).append(assign)
+        found = set()
+        for name, assigns in assigned.items():
+            by_rank = [a for a in assigns if self._under_rank_condition(a)]
+            if by_rank and all(a in by_rank or m.matches(a.value, m.Name("None")) for a in assigns):
+                found.add(name)
+        self.effects._follow_into_functions(found)
+        return found
+
+    def _under_rank_condition(self, node: cst.CSTNode) -> bool:
+        child = node
+        for ancestor in self.analysis.ancestors(node):
+            if isinstance(ancestor, cst.If) and child is not ancestor.test and _one_process(self.analysis, ancestor.test):
+                return True
+            child = ancestor
+        return False
+
+    @cached_property
+    def _log_levels_off_main(self) -> dict[str, int]:
+        """The level a logger has off the main process, where the script sets it by rank; ``""`` is the root logger.
+
+        ``logging.basicConfig(level=logging.INFO if args.local_rank in [-1, 0] else logging.WARN)``
+        sets the root logger, which every logger without its own level follows;
+        ``logger.setLevel(...)`` sets that logger.
+        """
+        found: dict[str, int] = {}
+        for call in self.analysis.nodes(cst.Call):
+            if self.analysis.matches(call, call_to({"logging.basicConfig"})):
+                logger, level = "", argument(call, 99, "level")
+            elif m.matches(call.func, m.Attribute(attr=m.Name("setLevel"))) and call.args:
+                receiver = call.func.value  # type: ignore[attr-defined]
+                root = self.analysis.matches(receiver, call_to(names.GET_LOGGER)) and not receiver.args  # type: ignore[attr-defined]
+                logger, level = ("" if root or code_of(receiver) == "logging.root" else code_of(receiver)), call.args[0].value
+            else:
+                continue
+            off_main = self._level_by_rank(level)
+            if off_main is not None:
+                found[logger] = off_main
+        return found
+
+    def _level_by_rank(self, level: cst.BaseExpression | None) -> int | None:
+        """The higher level of ``logging.INFO if <rank condition> else logging.WARN``: the level off the main process."""
+        if isinstance(level, cst.Name):
+            values = [a.value for a in self.analysis.nodes(cst.Assign) if any(code_of(t.target) == level.value for t in a.targets)]
+            level = values[0] if len(values) == 1 else None
+        if not isinstance(level, cst.IfExp) or not _one_process(self.analysis, level.test):
+            return None
+        levels = [self._log_level(level.body), self._log_level(level.orelse)]
+        if None in levels or min(levels) >= LOG_LEVELS["WARNING"] or max(levels) < LOG_LEVELS["WARNING"]:  # type: ignore[type-var]
+            return None  # not "INFO on the main process, warnings elsewhere"
+        return max(levels)  # type: ignore[type-var]
+
+    def _log_level(self, node: cst.BaseExpression) -> int | None:
+        for qualified in self.analysis.qualified_names(node):
+            module, _, level = qualified.name.rpartition(".")
+            if module == "logging" and level in LOG_LEVELS:
+                return LOG_LEVELS[level]
+        return None
+
+    def _silenced_off_main(self, call: cst.Call) -> bool:
+        """``logger.info(...)`` where the logger drops ``info`` off the main process: it logs on the main process only."""
+        if not self._log_levels_off_main or not isinstance(call.func, cst.Attribute):
+            return False
+        level = LOG_METHOD_LEVELS.get(call.func.attr.value)
+        if level is None:
+            return False
+        if self.analysis.matches(call, call_to(names.LOGGING_FUNCTIONS)):
+            off_main = self._log_levels_off_main.get("")  # `logging.info` logs through the root logger
+        else:
+            receiver = code_of(call.func.value)
+            if not (receiver in self.effects.loggers or LOGGER_NAME.search(receiver)):
+                return False
+            off_main = self._log_levels_off_main.get(receiver, self._log_levels_off_main.get(""))
+        return off_main is not None and level < off_main
 
     def _functions_called_only_when_guarded(self) -> set[str]:
         """Functions of the script every call of which runs under a rank condition."""
@@ -839,7 +1010,8 @@ class DistributedHazards:
     def _devices(self) -> None:
         for string in self.analysis.nodes(cst.SimpleString):
             if FIRST_GPU.match(str(string.evaluated_value)) and self._device_scope(string) and not self._mapped_from(string):
-                self._report(string, "DDP509", device=code_of(string))
+                if not self._replaced_when_distributed(string):
+                    self._report(string, "DDP509", device=code_of(string))
         for call in self.analysis.nodes(cst.Call):
             if not self._device_scope(call):
                 continue
@@ -887,6 +1059,43 @@ class DistributedHazards:
         parent = self.analysis.parents.get(string)
         return isinstance(parent, cst.DictElement) and parent.key is string
 
+    def _replaced_when_distributed(self, string: cst.SimpleString) -> bool:
+        """``device = torch.device("cuda:0" if cuda else "cpu")``, then ``device = torch.device("cuda", args.local_rank)``.
+
+        The same function binds the name again to this process's GPU before reading it,
+        so the first GPU is only the single-process default.
+        """
+        assign = next((a for a in self.analysis.ancestors(string) if isinstance(a, (cst.Assign, cst.FunctionDef, cst.Module))), None)
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            return False
+        name = code_of(assign.targets[0].target)
+        scope = self._scope(assign)
+        for later in self.analysis.within(scope, cst.Assign):
+            if not self.analysis.is_after(later, assign) or self._scope(later) is not scope:
+                continue
+            if any(code_of(t.target) == name for t in later.targets) and self._process_device(later.value):
+                between = [
+                    n for n in [*self.analysis.within(scope, cst.Name), *self.analysis.within(scope, cst.Attribute)]
+                    if self.analysis.is_after(n, assign) and self.analysis.is_before(n, later) and code_of(n) == name
+                ]  # fmt: skip
+                return not between
+        return False
+
+    def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
+        return next((a for a in self.analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Module))), self.analysis.module)
+
+    def _process_device(self, value: cst.BaseExpression) -> bool:
+        """``torch.device("cuda", args.local_rank)``, ``f"cuda:{local_rank}"``, ``"cuda:%d" % gpu``: this process's GPU."""
+        spelled = code_of(value)
+        if "cuda" not in spelled:
+            return False
+        if "LOCAL_RANK" in spelled:
+            return True
+        read = self.analysis.reads(value)
+        return any(PROCESS_WORDS.search(n) and not n.isupper() for n in read) or any(
+            self.analysis.device_indices.holds(self.analysis, n) for n in self.analysis.within(value, cst.Name)
+        )
+
     def _in_memory(self, target: cst.BaseExpression | None, node: cst.CSTNode) -> bool:
         """``buffer`` bound to ``io.BytesIO()`` before ``node`` in its function."""
         if target is None:
@@ -927,6 +1136,8 @@ class DistributedHazards:
                 continue  # an optimizer built where no wrap is: the module may be wrapped after it is handed on
             if hazard.code == "DDP212" and self._move_to_its_own_device(hazard.node):  # type: ignore[arg-type]
                 continue
+            if hazard.code == "DDP212" and self._move_of_a_fresh_model(hazard.node):  # type: ignore[arg-type]
+                continue
             if hazard.code == "DDP221" and self._backward_of_a_plain_model(hazard.node):  # type: ignore[arg-type]
                 continue  # a second backward through a copy of the model, which DDP does not hold
             if hazard.code in LIFECYCLE_CODES:
@@ -946,7 +1157,136 @@ class DistributedHazards:
         device = code_of(move.args[0].value) if move.args else ""
         bound = {code_of(e.value) for wrap in self.wraps for ids in [argument(wrap, 1, "device_ids")] if isinstance(ids, cst.List) for e in ids.elements}
         bound |= {code_of(c.args[0].value) for c in self.analysis.nodes(cst.Call) if c.args and self.analysis.matches(c, call_to({"torch.cuda.set_device"}))}
-        return device in bound
+        return device in bound or self._bound_to_process_device(device)
+
+    def _bound_to_process_device(self, device: str) -> bool:
+        """``args.device = torch.device("cuda", args.local_rank)``: a name bound to this process's GPU.
+
+        Another binding may name no GPU (``"cpu"``, or ``"cuda"`` when not distributed) but
+        no fixed one (``"cuda:1"``).
+        """
+        values = self._values_of(device)
+        if not any(self._process_device(v) for v in values):
+            return False
+        return not any(
+            re.search(r"cuda:\d", code_of(v)) or self.analysis.findall_in(v, m.Call(args=[m.Arg(), m.Arg(m.Integer())]))
+            for v in values if not self._process_device(v)
+        )  # fmt: skip
+
+    def _values_of(self, name: str, depth: int = 0) -> list[cst.BaseExpression]:
+        """The values assigned to ``name`` in the file, through copies: ``args.device = device`` gives ``device``'s."""
+        values: list[cst.BaseExpression] = []
+        for assign in self.analysis.nodes(cst.Assign):
+            if any(code_of(t.target) == name for t in assign.targets):
+                copied = isinstance(assign.value, (cst.Name, cst.Attribute)) and depth < 2 and code_of(assign.value) != name
+                values += self._values_of(code_of(assign.value), depth + 1) if copied else [assign.value]
+        return values
+
+    def _move_of_a_fresh_model(self, move: cst.Call) -> bool:
+        """``model = Model.from_pretrained(out_dir)`` then ``model.to(device)``: the name no longer holds the DDP model."""
+        moved = move.func.value if isinstance(move.func, cst.Attribute) else None
+        return moved is not None and self._rebound_before(code_of(moved), move)
+
+    def _rebound_before(self, name: str, node: cst.CSTNode) -> bool:
+        """Whether ``name`` holds a model no DDP wraps where ``node`` runs: bound, on every path to it, to a fresh one.
+
+        The statements before ``node`` are followed in order, into the blocks that hold it:
+        ``model = Model.from_pretrained(out_dir)``, or an ``if``/``else`` whose every branch
+        binds a fresh model, makes it fresh; a wrap, any other value, or a loop or ``try``
+        that may not run its fresh binding leaves it unknown.
+        """
+        scope = self._scope(node)
+        body = scope.body if isinstance(scope, cst.FunctionDef) else scope
+        fresh: bool | None = None
+        container: cst.CSTNode = body
+        while True:
+            statements = self._statements(container)
+            holding = next((st for st in statements if st is node or self._inside(node, st)), None)
+            if holding is None or holding is node:
+                return bool(fresh)
+            for statement in statements[: statements.index(holding)]:
+                fresh = self._after_statement(statement, name, fresh)
+            if isinstance(holding, cst.SimpleStatementLine):
+                container = holding
+                continue
+            inner = next((b for b in self._blocks(holding) if self._inside(node, b)), None)
+            if not isinstance(holding, (cst.If, cst.With)) and self._assigns(holding, name):
+                fresh = False  # a loop or `try` may have bound it otherwise before reaching `node`
+            if inner is None:
+                return bool(fresh)
+            container = inner
+
+    def _statements(self, container: cst.CSTNode) -> list[cst.CSTNode]:
+        if isinstance(container, cst.SimpleStatementLine):
+            return list(container.body)
+        if isinstance(container, (cst.IndentedBlock, cst.SimpleStatementSuite, cst.Module)):
+            return list(container.body)
+        return []
+
+    def _blocks(self, statement: cst.CSTNode) -> list[cst.CSTNode]:
+        """The blocks of a compound statement: an ``if``'s body, its ``elif``s' and ``else``'s."""
+        blocks: list[cst.CSTNode] = []
+        node: cst.CSTNode | None = statement
+        while isinstance(node, cst.If):
+            blocks.append(node.body)
+            node = node.orelse
+        if isinstance(node, (cst.Else, cst.Finally)):
+            blocks.append(node.body)
+        if isinstance(statement, (cst.For, cst.While, cst.With)):
+            blocks.append(statement.body)
+        if isinstance(statement, cst.Try):
+            blocks += [statement.body, *(h.body for h in statement.handlers)]
+        return blocks
+
+    def _assigns(self, node: cst.CSTNode, name: str) -> bool:
+        return any(self._bound_value(a, name) is not None for a in self.analysis.within(node, cst.Assign))
+
+    def _after_statement(self, statement: cst.CSTNode, name: str, fresh: bool | None) -> bool | None:
+        """Whether ``name`` holds a fresh model after ``statement``: ``None`` where it does not bind it."""
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                fresh = self._after_statement(small, name, fresh)
+            return fresh
+        if isinstance(statement, cst.Assign):
+            value = self._bound_value(statement, name)
+            if value is None:
+                return fresh
+            wraps = self.analysis.findall_in(value, m.Call(func=m.Name(names.WRAP_HELPER)) | call_to(names.DISTRIBUTED_DATA_PARALLEL))
+            return not wraps and self._fresh_model(value)
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or not self._assigns(statement, name):
+            return fresh
+        if isinstance(statement, (cst.If, cst.With)):
+            blocks = self._blocks(statement)
+            every_path = isinstance(statement, cst.With) or self._chain(statement)[1]
+            ends = []
+            for block in blocks:
+                end = fresh
+                for inner in self._statements(block):
+                    end = self._after_statement(inner, name, end)
+                ends.append(end)
+            return every_path and all(ends)
+        return False
+
+    def _bound_value(self, assign: cst.Assign, name: str) -> cst.BaseExpression | None:
+        """The value ``assign`` binds ``name`` to: ``model, tok = Model(...), Tok(...)`` binds ``Model(...)``."""
+        for target in assign.targets:
+            if code_of(target.target) == name:
+                return assign.value
+            if isinstance(target.target, (cst.Tuple, cst.List)):
+                spelled = [code_of(e.value) for e in target.target.elements]
+                if name in spelled:
+                    if isinstance(assign.value, (cst.Tuple, cst.List)) and len(assign.value.elements) == len(spelled):
+                        return assign.value.elements[spelled.index(name)].value
+                    return assign.value
+        return None
+
+    def _fresh_model(self, value: cst.BaseExpression) -> bool:
+        """A call that builds or loads a model from nothing the script holds as a DDP model: ``Model.from_pretrained(path)``."""
+        if not isinstance(value, cst.Call) or code_of(value.func) in self._functions:
+            return False
+        if value in self.analysis.script_facts.imported_wraps:
+            return False
+        return not (self.analysis.reads(value) & self.effects.models)
 
     def _beside_a_wrap(self, node: cst.CSTNode) -> bool:
         scope = next((a for a in self.analysis.ancestors(node) if isinstance(a, cst.FunctionDef)), self.analysis.module)
@@ -1211,6 +1551,13 @@ def _single_process(call: cst.Call) -> bool:
         return True
     size = argument(call, 99, "world_size")
     return m.matches(size, m.Integer("1"))
+
+
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """``a and b and c`` -> ``[a, b, c]``: each must hold for the branch to run."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return [*_conjuncts(test.left), *_conjuncts(test.right)]
+    return [test]
 
 
 def _raises(body: cst.BaseSuite) -> bool:

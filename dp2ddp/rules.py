@@ -1569,7 +1569,10 @@ RULES: dict[str, Rule] = {
                 "In a script that starts a process group, finds a print, a log call, a checkpoint or file "
                 "write, a TensorBoard or wandb write, or a tqdm bar that every process runs. Calls under a "
                 "rank condition, under a test of a value only the main process holds (`if writer is not None:`), "
-                "or in a function only such code calls, are guarded already.",
+                "or in a function only such code calls, are guarded already. So are writes through a value that is "
+                "`None` off the main process (`tb_writer = None`, then `if rank == 0: tb_writer = SummaryWriter()`), "
+                "and `info`/`debug` log calls where the script sets the logging level by rank "
+                "(`level=logging.INFO if rank == 0 else logging.WARN`): the other processes drop them.",
                 "Every process repeats it: logs hold each line once per GPU, progress bars overwrite each other, "
                 "and processes that write the same checkpoint at once can leave a truncated file.",
                 "torch.save(model.module.state_dict(), \"model.pt\")\nprint(f\"epoch {epoch} loss {loss:.3f}\")",
@@ -1607,7 +1610,11 @@ RULES: dict[str, Rule] = {
             doc=_doc(
                 "Finds a forward of a DDP model (or a script function that runs one) under a rank-dependent "
                 "condition, with gradients enabled. A forward under `torch.no_grad()` (a `with` block or a "
-                "decorated function) is not reported: DDP does not communicate there.",
+                "decorated function) is not reported: DDP does not communicate there. A function of the script "
+                "counts where it runs the DDP model it is handed (`evaluate(args, model)`), not where it is "
+                "handed `model.module` or called under `torch.no_grad()`; a branch that also requires "
+                "`local_rank == -1` never runs in a distributed run, and a name bound since to a fresh model "
+                "(`model = Model.from_pretrained(path)`) no longer holds the DDP one.",
                 "With gradients on, DDP's forward broadcasts buffers (`broadcast_buffers=True`, the default) and "
                 "prepares the gradient reduction. Run on one process only, the broadcast waits for the others "
                 "forever, and a later backward on that process alone would too.",
@@ -1710,7 +1717,9 @@ RULES: dict[str, Rule] = {
             "`{device}` puts every process on GPU 0: use this process's GPU (`LOCAL_RANK`, or "
             "`torch.cuda.current_device()` after `set_device(local_rank)`)",
             doc=_doc(
-                "In a DDP script, finds `\"cuda:0\"`, `set_device(0)` and `.cuda(0)`.",
+                "In a DDP script, finds `\"cuda:0\"`, `set_device(0)` and `.cuda(0)`. A `\"cuda:0\"` default that "
+                "the same function replaces with this process's GPU before using it "
+                "(`device = torch.device(\"cuda\", args.local_rank)`) is not reported.",
                 "With one process per GPU, every process picks GPU 0: the others sit idle, GPU 0 runs out of memory, "
                 "and NCCL may refuse two processes on one device.",
                 "device = torch.device(\"cuda:0\")",
@@ -1866,7 +1875,9 @@ RULES: dict[str, Rule] = {
             "before the wrap, to this process's device",
             doc=_doc(
                 "Finds `.to(device)` or `.cuda(device)` on a DDP model after the wrap, with a device that is not "
-                "the process's own.",
+                "the process's own. A device bound to the local rank (`args.device = torch.device(\"cuda\", "
+                "args.local_rank)`), and a name bound on every path since to a fresh model "
+                "(`model = Model.from_pretrained(out_dir)`), are not reported.",
                 "DDP binds to the device the parameters were on when it was built; moving them afterwards "
                 "breaks the gradient reduction or puts several processes on one GPU.",
                 "model = DDP(model)\nmodel.to(\"cuda:1\")",

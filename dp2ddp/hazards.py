@@ -1085,7 +1085,11 @@ class DistributedHazards:
         return next((a for a in self.analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Module))), self.analysis.module)
 
     def _process_device(self, value: cst.BaseExpression) -> bool:
-        """``torch.device("cuda", args.local_rank)``, ``f"cuda:{local_rank}"``, ``"cuda:%d" % gpu``: this process's GPU."""
+        """``torch.device("cuda", args.local_rank)``, ``f"cuda:{local_rank}"``, ``"cuda:%d" % gpu``, or
+        ``torch.cuda.current_device()`` (what ``set_device`` chose; the accelerator API's alike): this process's GPU."""
+        current = {"torch.cuda.current_device", "torch.accelerator.current_accelerator", "torch.accelerator.current_device_index"}
+        if self.analysis.matches(value, call_to(current)):
+            return True
         spelled = code_of(value)
         if "cuda" not in spelled:
             return False
@@ -1142,6 +1146,21 @@ class DistributedHazards:
                 continue  # a second backward through a copy of the model, which DDP does not hold
             if hazard.code in LIFECYCLE_CODES:
                 self.hazards.append(Hazard(hazard.node, LIFECYCLE_CODES[hazard.code], hazard.values))
+        for hazard in lifecycle.findings:
+            if hazard.code == "DDP213" and not self._to_this_process_device(hazard.node):  # type: ignore[arg-type]
+                self.hazards.append(Hazard(hazard.node, "DDP539", hazard.values))
+
+    def _to_this_process_device(self, call: cst.Call) -> bool:
+        """A move or a ``set_device`` whose device this file binds to the process's own GPU, as convert's DDP213 could not tell."""
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "to" and self._move_to_its_own_device(call):
+            return True
+        if not call.args:
+            return True
+        device = call.args[0].value
+        # `.cuda(gpu)` in `train(gpu, args)`, `set_device(args.local_rank)`: named for the process, as DDP501's guards are.
+        last = code_of(device).rsplit(".", 1)[-1]
+        # A name the file binds to the process's GPU at least once: a fixed GPU beside it is DDP509's finding.
+        return bool(PROCESS_WORDS.search(last)) or any(self._process_device(v) for v in self._values_of(code_of(device)))
 
     # -- losses each process computes on its share ----------------------------------------------
 

@@ -2131,6 +2131,27 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP539",
+            "device-from-variable-in-ddp",
+            "warning",
+            "device `{device}` comes from a variable this file does not bind to the process's own GPU: under "
+            "DDP each process must use its own, or every process lands on the one `{device}` names; make sure "
+            "`{device}` is this process's local rank, or use `\"cuda\"` after `torch.cuda.set_device(local_rank)`",
+            doc=_doc(
+                "In a DDP script, finds `.to(x)`, `.cuda(x)` and `torch.cuda.set_device(x)` where `x` is a config "
+                "value, an attribute or a variable whose value this file never binds to the local rank "
+                "(`torch.device(\"cuda\", local_rank)`, `f\"cuda:{local_rank}\"`) or to a device every process "
+                "resolves to its own (`\"cuda\"`, `\"cpu\"`). It is the device convert reports as DDP213 and "
+                "leaves as it was.",
+                "A config written for DataParallel names one GPU (`DEVICE: cuda:0`). Read by every DDP process, "
+                "it puts all of them on that GPU: NCCL refuses two processes on one device, or the GPUs are "
+                "shared and the others sit idle.",
+                "DEVICE = cfg.DEVICE\nmodel = DDP(model.to(DEVICE), device_ids=[local_rank])",
+                "torch.cuda.set_device(local_rank)\nmodel = DDP(model.to(\"cuda\"), device_ids=[local_rank])",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP540",
             "training-batches-not-split",
             "warning",
@@ -2248,6 +2269,7 @@ RULES: dict[str, Rule] = {
 REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP206": frozenset({"DDP510"}),
     "DDP209": frozenset({"DDP510"}),
+    "DDP213": frozenset({"DDP539"}),
     "DDP216": frozenset({"DDP501", "DDP545"}),
     "DDP303": frozenset({"DDP504"}),
     "DDP319": frozenset({"DDP515"}),

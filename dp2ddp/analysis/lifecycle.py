@@ -149,8 +149,8 @@ class ModelLifecycle:
             self._after_the_wrap(returned)
         self._training_steps()
         self._optimizers()
-        if around is None:
-            self._devices()
+        # For check too: a device read from a variable is the same question in a DDP script (DDP539).
+        self._devices()
 
     @property
     def blocked(self) -> bool:

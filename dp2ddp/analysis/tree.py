@@ -24,6 +24,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import (
     CodeRange,
+    ExpressionContextProvider,
     GlobalScope,
     MetadataWrapper,
     ParentNodeProvider,
@@ -81,6 +82,29 @@ class _Indexer(cst.CSTVisitor):
         self._stack.pop()
 
 
+def resolve_scopes(module: cst.Module, wrapper: MetadataWrapper) -> Mapping[cst.CSTNode, Scope | None]:
+    """``wrapper.resolve(ScopeProvider)``, in two walks of the tree instead of four.
+
+    ``ScopeProvider`` and the ``ExpressionContextProvider`` it depends on do
+    all their work in ``visit_Module``, each with a walk of its own; resolved
+    through the wrapper, each is then driven through a second, batched walk of
+    the whole tree that calls nothing, because a batched walk cannot stop at
+    the module. Each walk rebuilds every node, so those two cost as much as
+    the two that resolve. Here each provider's ``visit_Module`` runs once on
+    the module, the scope provider reading the expression contexts the first
+    one recorded, as the wrapper would hand them over. A LibCST whose
+    providers no longer work this way is resolved through the wrapper.
+    """
+    expressions = ExpressionContextProvider()
+    scopes = ScopeProvider()
+    if not (hasattr(expressions, "_computed") and hasattr(scopes, "_computed") and hasattr(scopes, "metadata")):
+        return wrapper.resolve(ScopeProvider)
+    expressions.visit_Module(module)
+    scopes.metadata = {ExpressionContextProvider: expressions._computed}
+    scopes.visit_Module(module)
+    return scopes._computed
+
+
 class Tree:
     """One module and the metadata every fact, codemod and rule needs about it.
 
@@ -96,7 +120,7 @@ class Tree:
         self.role = role or ModuleRole()
         # The module was parsed for this analysis alone, so the wrapper need not copy it.
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        self.scopes: Mapping[cst.CSTNode, Scope | None] = self.wrapper.resolve(ScopeProvider)
+        self.scopes: Mapping[cst.CSTNode, Scope | None] = resolve_scopes(module, self.wrapper)
         indexer = _Indexer()
         module.visit(indexer)
         self.parents = indexer.parents
@@ -120,6 +144,11 @@ class Tree:
         self.summing_criteria: set[str] = set()
         # Loops over evaluation loaders every process iterates whole, so their metrics need no gathering:
         self.whole_loops: set[cst.For] = set()
+
+    @cached_property
+    def code(self) -> str:
+        """The module's code: generating it walks the whole tree, so it is generated once."""
+        return self.module.code
 
     @classmethod
     def of_source(cls, source: str) -> Tree:

@@ -3,8 +3,10 @@
 LibCST's metadata providers are the expensive part of a conversion: scope
 resolution alone costs about four bare parses, and every provider walks the
 whole tree again. A ``Tree`` resolves ``ScopeProvider`` once, without
-copying the tree, and walks the tree once more to record each node's parent
-and an index of nodes by type in document order. Qualified names are then
+copying the tree and in two walks instead of LibCST's four
+(``resolve_scopes``), and reads the tree once more, without a traversal's
+rebuilding (``_index``), to record each node's parent and an index of nodes
+by type in document order. Qualified names are then
 looked up in the scopes only for the nodes a codemod asks about, and
 positions are resolved only when something is reported.
 

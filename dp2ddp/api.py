@@ -187,17 +187,17 @@ def _convert(
     facts = analysis.script_facts
     if facts.existing_distributed is not None or not (facts.converts_to_ddp or analysis.role.converts):
         # Settled by this analysis: the script is left as it is, and the codemods say why.
-        return analysis.module.code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
+        return analysis.code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
     if analysis.lifecycle.blocked:
         refusal = [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
-        return analysis.module.code, refusal + _findings_past_the_refusal(analysis, codemod_groups, options)
-    code, findings = analysis.module.code, []
+        return analysis.code, refusal + _findings_past_the_refusal(analysis, codemod_groups, options)
+    code, findings = analysis.code, []
     for code, reported in _groups_applied(analysis, codemod_groups, options):
         findings += reported
     if any(finding.severity == "error" for finding in findings):
         # A codemod found something no edit makes safe (an unsplit training loader): the file stays as it
         # was, and every error and warning is listed at once. Notes said what was changed, so they go.
-        return analysis.module.code, [finding for finding in findings if finding.severity != "note"]
+        return analysis.code, [finding for finding in findings if finding.severity != "note"]
     return code, findings
 
 
@@ -209,11 +209,11 @@ def _groups_applied(
     Findings are placed in the source as given: each group reports positions
     in the code it analysed, mapped back through the edits of the groups before it.
     """
-    code = analysis.module.code
+    code = analysis.code
     edits: list[list[tuple[str, int, int, int, int]]] = []
     added_imports: set[object] = set()
     for position, group in enumerate(codemod_groups):
-        if position and code != analysis.module.code:
+        if position and code != analysis.code:
             analysis = Analysis(_parse_output(code), analysis.role)
         output, reported = _apply_group(analysis, group, options, added_imports)
         findings = []
@@ -281,9 +281,9 @@ def _apply_group(
                 continue
             planned.append(instance)
         chain = ChainedTransformer(planned)
-        tree = analysis.module.visit(chain) if planned else analysis.module
+        rebuilt = analysis.module.visit(chain) if planned else analysis.module
         name = ""  # past the codemods: the imports they queued
-        tree = apply_queued_imports(tree, contexts, added_imports)
+        tree = apply_queued_imports(rebuilt, contexts, added_imports)
     except Exception as error:  # a codemod bug must not cost the user a traceback or a half-written file
         if chain is not None and chain.active is not None:
             name = type(chain.active).__module__.rsplit(".", 1)[-1]
@@ -292,7 +292,12 @@ def _apply_group(
             f"internal error in {where} ({type(error).__name__}); the file is left unchanged: "
             f"please report this script{skip}"
         ) from error
-    return tree.code, [finding for context in contexts for finding in context.scratch.get(FINDINGS_KEY, [])]
+    # A traversal in which no codemod returned a new node, and no import was added, rebuilt the
+    # tree it was given: its code is the analysed code, which is generated once (the stability
+    # check's usual case: a stable output gives each group nothing to do).
+    unchanged = tree is rebuilt and not chain.edited
+    code = analysis.code if unchanged else tree.code
+    return code, [finding for context in contexts for finding in context.scratch.get(FINDINGS_KEY, [])]
 
 
 def _plan_only(analysis: Analysis, group: list[type[Codemod]], options: ConvertOptions) -> list[Finding]:
@@ -330,7 +335,11 @@ def _check_stable(
     """black's rule: the result compiles, and converting it again changes nothing.
 
     Converting a stable result changes nothing in any group, so every group
-    plans against the one analysis of the output.
+    plans against the one analysis of the output, and all the codemods, group
+    after group, make their edits in one traversal of it: the second group's
+    tree is the first group's output, which a stable first group returns
+    unchanged. Any edit, in either group, makes the traversal's code differ
+    from the output, and the check fails as it would group by group.
     """
     try:
         compile(output, "<converted>", "exec")
@@ -339,11 +348,9 @@ def _check_stable(
         _raise_if_python_refuses(source)
         raise ConversionError(f"internal error: the converted script does not compile: {error.msg}") from None
     analysis = Analysis(_parse_output(output), role)
-    added_imports: set[object] = set()
-    for group in codemod_groups:
-        again, _ = _apply_group(analysis, group, options, added_imports, quiet=True)
-        if again != output:
-            raise ConversionError("internal error: the conversion is not stable; please report this script")
+    again, _ = _apply_group(analysis, [codemod for group in codemod_groups for codemod in group], options, set(), quiet=True)
+    if again != output:
+        raise ConversionError("internal error: the conversion is not stable; please report this script")
 
 
 def _line_before(line: int, opcodes: list[tuple[str, int, int, int, int]]) -> int:

@@ -32,8 +32,26 @@ def string_literal(value: str) -> m.SimpleString:
     return m.SimpleString(m.MatchIfTrue(lambda raw: raw.strip("'\"") == value))
 
 
+_NO_MODULE = cst.Module([])
+
+
 def code_of(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
+    # Most nodes asked about are names and dotted names (`model`, `self.loader`), asked many
+    # times over: for those, spelled without parentheses or spaces, the code is their text,
+    # and generating it through LibCST would cost a code generator per call.
+    if isinstance(node, cst.Name) and not node.lpar:
+        return node.value
+    if isinstance(node, cst.Attribute) and not node.lpar and _plain_dot(node.dot):
+        value = node.value
+        if isinstance(value, (cst.Name, cst.Attribute)) and not node.attr.lpar:
+            return f"{code_of(value)}.{node.attr.value}"
+    return _NO_MODULE.code_for_node(node)
+
+
+def _plain_dot(dot: cst.Dot) -> bool:
+    return all(isinstance(w, cst.SimpleWhitespace) and not w.value for w in (dot.whitespace_before, dot.whitespace_after))
+
+
 
 
 MAIN_GUARD = m.If(

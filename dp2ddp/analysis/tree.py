@@ -3,8 +3,10 @@
 LibCST's metadata providers are the expensive part of a conversion: scope
 resolution alone costs about four bare parses, and every provider walks the
 whole tree again. A ``Tree`` resolves ``ScopeProvider`` once, without
-copying the tree, and walks the tree once more to record each node's parent
-and an index of nodes by type in document order. Qualified names are then
+copying the tree and in two walks instead of LibCST's four
+(``resolve_scopes``), and reads the tree once more, without a traversal's
+rebuilding (``_index``), to record each node's parent and an index of nodes
+by type in document order. Qualified names are then
 looked up in the scopes only for the nodes a codemod asks about, and
 positions are resolved only when something is reported.
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import TypeVar
 
@@ -24,6 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import (
     CodeRange,
+    ExpressionContextProvider,
     GlobalScope,
     MetadataWrapper,
     ParentNodeProvider,
@@ -81,6 +84,109 @@ class _Indexer(cst.CSTVisitor):
         self._stack.pop()
 
 
+def resolve_scopes(module: cst.Module, wrapper: MetadataWrapper) -> Mapping[cst.CSTNode, Scope | None]:
+    """``wrapper.resolve(ScopeProvider)``, in two walks of the tree instead of four.
+
+    ``ScopeProvider`` and the ``ExpressionContextProvider`` it depends on do
+    all their work in ``visit_Module``, each with a walk of its own; resolved
+    through the wrapper, each is then driven through a second, batched walk of
+    the whole tree that calls nothing, because a batched walk cannot stop at
+    the module. Each walk rebuilds every node, so those two cost as much as
+    the two that resolve. Here each provider's ``visit_Module`` runs once on
+    the module, the scope provider reading the expression contexts the first
+    one recorded, as the wrapper would hand them over. A LibCST whose
+    providers no longer work this way is resolved through the wrapper.
+    """
+    expressions = ExpressionContextProvider()
+    scopes = ScopeProvider()
+    if not (hasattr(expressions, "_computed") and hasattr(scopes, "_computed") and hasattr(scopes, "metadata")):
+        return wrapper.resolve(ScopeProvider)
+    expressions.visit_Module(module)
+    scopes.metadata = {ExpressionContextProvider: expressions._computed}
+    scopes.visit_Module(module)
+    return scopes._computed
+
+
+class _FieldRecorder(cst.CSTVisitor):
+    """The fields through which LibCST's traversal enters a node's children, in its order."""
+
+    def __init__(self) -> None:
+        self.fields: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return False
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        self.fields.append(attribute)
+
+
+# Node type -> the fields a traversal entered in the first node of that type, and the others.
+_CHILD_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _recorded_fields(node: cst.CSTNode) -> tuple[str, ...]:
+    recorder = _FieldRecorder()
+    node._visit_and_replace_children(recorder)
+    return tuple(dict.fromkeys(recorder.fields))
+
+
+def _child_fields(node: cst.CSTNode) -> tuple[str, ...]:
+    known = _CHILD_FIELDS.get(type(node))
+    if known is None:
+        entered = _recorded_fields(node)
+        others = tuple(f.name for f in fields(node) if f.name not in entered)  # type: ignore[arg-type]
+        known = _CHILD_FIELDS[type(node)] = (entered, others)
+    entered, others = known
+    for name in others:
+        # A few types enter a field only when it holds something (an f-string's format spec):
+        # a node that holds one there is asked afresh.
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode) or (isinstance(value, (tuple, list)) and any(isinstance(v, cst.CSTNode) for v in value)):
+            return _recorded_fields(node)
+    return entered
+
+
+def _index(module: cst.Module) -> _Indexer:
+    """What ``module.visit(_Indexer())`` records, without the visit's cost.
+
+    A LibCST traversal rebuilds every node it passes, whether or not anything
+    changes; this walk only reads each node's children, through the fields a
+    traversal enters for that type (learned once per type from LibCST itself),
+    in the order it enters them, so the pre-order is the traversal's.
+    """
+    indexer = _Indexer()
+    parents, order, index, last = indexer.parents, indexer.order, indexer.index, indexer.last
+    index[module] = 0
+    order.append(module)
+    # (node, its children left to enter, reversed) pairs: the walk needs no recursion.
+    stack: list[tuple[cst.CSTNode, list[cst.CSTNode]]] = [(module, _children(module))]
+    while stack:
+        node, pending = stack[-1]
+        if not pending:
+            last[node] = len(order) - 1
+            stack.pop()
+            continue
+        child = pending.pop()
+        parents[child] = node
+        index[child] = len(order)
+        order.append(child)
+        stack.append((child, _children(child)))
+    return indexer
+
+
+def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """``node``'s children in reverse traversal order."""
+    found: list[cst.CSTNode] = []
+    for field in _child_fields(node):
+        value = getattr(node, field)
+        if isinstance(value, cst.CSTNode):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            found.extend(item for item in value if isinstance(item, cst.CSTNode))
+    found.reverse()
+    return found
+
+
 class Tree:
     """One module and the metadata every fact, codemod and rule needs about it.
 
@@ -96,9 +202,8 @@ class Tree:
         self.role = role or ModuleRole()
         # The module was parsed for this analysis alone, so the wrapper need not copy it.
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        self.scopes: Mapping[cst.CSTNode, Scope | None] = self.wrapper.resolve(ScopeProvider)
-        indexer = _Indexer()
-        module.visit(indexer)
+        self.scopes: Mapping[cst.CSTNode, Scope | None] = resolve_scopes(module, self.wrapper)
+        indexer = _index(module)
         self.parents = indexer.parents
         self.order = indexer.order
         self.index = indexer.index
@@ -120,6 +225,11 @@ class Tree:
         self.summing_criteria: set[str] = set()
         # Loops over evaluation loaders every process iterates whole, so their metrics need no gathering:
         self.whole_loops: set[cst.For] = set()
+
+    @cached_property
+    def code(self) -> str:
+        """The module's code: generating it walks the whole tree, so it is generated once."""
+        return self.module.code
 
     @classmethod
     def of_source(cls, source: str) -> Tree:

@@ -35,7 +35,7 @@ from dp2ddp.analysis.effects import (
     LOGGER_NAME, is_rank_guard, opens_for_writing, process_group_collective, tests_device_index, under_rank_guard,
 )
 from dp2ddp.analysis.training_batches import RANDOM_DRAWS, TrainingBatches
-from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle
+from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle, one_sided_unwraps
 from dp2ddp.analysis.loaders import is_placeholder, is_training_loader, sampler_built_at, unsplit_sampler
 from dp2ddp.analysis.results import loop_results
 from dp2ddp.analysis.writers import imported_writer_calls, per_process_paths
@@ -172,6 +172,7 @@ class DistributedHazards:
         self._data_parallel_left()
         if self.wraps or self.helper_wraps:
             self._lifecycle()
+            self._one_sided_unwraps()
             self._batch_normalised_losses()
         if self.initialises and self._is_script:
             # Side effects and data splitting are a script's business; a library that starts a
@@ -1161,6 +1162,13 @@ class DistributedHazards:
         last = code_of(device).rsplit(".", 1)[-1]
         # A name the file binds to the process's GPU at least once: a fixed GPU beside it is DDP509's finding.
         return bool(PROCESS_WORDS.search(last)) or any(self._process_device(v) for v in self._values_of(code_of(device)))
+
+    # -- a DDP model treated as unwrapped on one side of a test ---------------------------------
+
+    def _one_sided_unwraps(self) -> None:
+        """Convert's DDP208, found in DDP code by the same detection."""
+        for branch, name in one_sided_unwraps(self.analysis, self.wraps + self.helper_wraps):
+            self._report(branch.test, "DDP533", condition=code_of(branch.test), model=name)
 
     # -- losses each process computes on its share ----------------------------------------------
 

@@ -2015,6 +2015,27 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP533",
+            "ddp-model-unwrapped-on-one-side",
+            "warning",
+            "this branch tests `{condition}`, but `{model}` is a DDP model either way: one side reads "
+            "`{model}.module`, the other `{model}` itself, which is the DDP wrapper (its state_dict keys start "
+            "with `module.`); use `{model}.module` on both sides",
+            doc=_doc(
+                "In a DDP script, finds an `if`/`else` or a conditional expression whose one side reads "
+                "`model.module` and whose other side reads `model`'s own attributes, where `model` is wrapped in "
+                "DDP whatever the test says (the wrap is not under the same test). A test that asks the model "
+                "itself (`hasattr(model, \"module\")`, `isinstance`) is not reported.",
+                "DataParallel scripts often wrap only when GPUs are there and unwrap on the same test. Under DDP "
+                "the model is wrapped on every path, so the side written for the unwrapped model gets the "
+                "wrapper: a checkpoint saved there has `module.`-prefixed keys that the unwrapped model cannot "
+                "load, and the run on CPU (gloo) differs from the run on GPUs.",
+                "model = DDP(net, device_ids=[local_rank])\nstate = model.module.state_dict() if use_gpu else model.state_dict()",
+                "model = DDP(net, device_ids=[local_rank])\nstate = model.module.state_dict()",
+                "No fix: the branch is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP535",
             "data-parallel-in-ddp-process",
             "warning",
@@ -2270,6 +2291,7 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP206": frozenset({"DDP510"}),
     "DDP209": frozenset({"DDP510"}),
     "DDP213": frozenset({"DDP539"}),
+    "DDP208": frozenset({"DDP533"}),
     "DDP216": frozenset({"DDP501", "DDP545"}),
     "DDP303": frozenset({"DDP504"}),
     "DDP319": frozenset({"DDP515"}),

@@ -127,9 +127,13 @@ class ModelLifecycle:
         self.model_names: set[str] = set().union(*(wrap.names for wrap in self.wraps + self.imported))
         if not self.wraps and not self.imported:
             if analysis.script_facts.helper_wraps:
-                # Converted already: the devices are still this script's own.
+                # Converted already: the devices are still this script's own, and so are branches that
+                # unwrap the model on one side only (DDP208, as the first conversion reported them).
                 self._gpu_parameters()
                 self._devices()
+                helper_wraps = [c for c in analysis.nodes(cst.Call) if m.matches(c.func, m.Name(names.WRAP_HELPER))]
+                for branch, _ in one_sided_unwraps(analysis, helper_wraps):
+                    self.findings.append(Hazard(branch.test, "DDP208", (("condition", code_of(branch.test)),)))
             return
         if around is None:
             self._gpu_parameters()
@@ -1138,6 +1142,8 @@ class ModelLifecycle:
         for call in self.analysis.nodes(cst.Call):
             if call in blocked or (isinstance(call.func, cst.Attribute) and call.func.value in wraps):
                 continue  # a hazard already, or the wrap's own move, which the conversion drops
+            if any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in self.analysis.ancestors(call)):
+                continue  # the helpers convert writes use the device setup_distributed() chose
             device = call.args[0].value if call.args else None
             if isinstance(device, cst.Name) and self._bound_to(device, self._decided_parameters):
                 continue  # a GPU parameter: made this process's own at its calls, or a blocker
@@ -1300,3 +1306,46 @@ def _combine(*parts: bool | None) -> bool | None:
     if any(part is None for part in parts):
         return None
     return any(parts)
+
+
+def one_sided_unwraps(analysis: Analysis, wraps: list[cst.Call]) -> list[tuple[cst.If | cst.IfExp, str]]:
+    """Branches that read ``model.module`` on one side and ``model``'s own attributes on the other, where
+    ``model`` is bound by one of the DDP ``wraps`` whatever the branch's test says.
+
+    ``model.module.state_dict() if use_gpu else model.state_dict()``: a DataParallel script wrapped only
+    on GPUs and unwrapped on the same test; under DDP the model is wrapped on both sides, so the side
+    without ``.module`` meets the wrapper. A wrap under the same test, or a test that asks the model
+    itself (``hasattr``, ``isinstance``), is consistent.
+    """
+    wrapped: dict[str, list[cst.Call]] = {}
+    for call in wraps:
+        parent = analysis.parents.get(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            wrapped.setdefault(code_of(parent.targets[0].target), []).append(call)
+    found: list[tuple[cst.If | cst.IfExp, str]] = []
+    branches: list[cst.If | cst.IfExp] = [*analysis.nodes(cst.If), *analysis.nodes(cst.IfExp)]
+    for branch in sorted(branches, key=lambda b: analysis.index[b]):
+        if isinstance(branch, cst.If) and not isinstance(branch.orelse, cst.Else):
+            continue
+        test = code_of(branch.test)
+        if re.search(r"\b(hasattr|isinstance|getattr)\(|module|DataParallel|DDP", test):
+            continue
+        sides = (branch.body, branch.orelse.body) if isinstance(branch, cst.If) else (branch.body, branch.orelse)
+        for name, calls in wrapped.items():
+            tests = {code_of(a.test) for call in calls for a in analysis.ancestors(call) if isinstance(a, (cst.If, cst.IfExp))}
+            if test in tests:
+                continue  # wrapped under the same test: each side has the model it expects
+            uses = [_model_uses(analysis, side, name) for side in sides]
+            if {frozenset(uses[0]), frozenset(uses[1])} == {frozenset({"module"}), frozenset({"direct"})}:
+                found.append((branch, name))  # type: ignore[arg-type]
+                break
+    return found
+
+
+def _model_uses(analysis: Analysis, side: cst.CSTNode, name: str) -> set[str]:
+    """``module`` where ``side`` reads ``name.module``, ``direct`` where it reads another attribute of ``name``."""
+    found: set[str] = set()
+    for attribute in analysis.within(side, cst.Attribute):
+        if code_of(attribute.value) == name:
+            found.add("module" if attribute.attr.value == "module" else "direct")
+    return found

@@ -337,7 +337,10 @@ class Tree:
         scope = self.scopes.get(name)
         if scope is None or name.value not in scope:
             return []
-        return [access.node for assignment in scope.assignments[name.value] for access in assignment.references]
+        found = {access.node for assignment in scope.assignments[name.value] for access in assignment.references}
+        # In source order: LibCST keeps accesses in sets, whose order changes from run to run, and callers
+        # report the first one.
+        return sorted(found, key=lambda node: self.index.get(node, -1))
 
     def reads(self, node: cst.CSTNode) -> set[str]:
         """The names and dotted attributes ``node`` reads: ``x``, ``self.tokens`` (and ``tokens``)."""

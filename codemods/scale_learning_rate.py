@@ -16,7 +16,6 @@ rate is left to the user, as DDP308 says.
 from __future__ import annotations
 
 import argparse
-import re
 
 import libcst as cst
 import libcst.matchers as m
@@ -27,10 +26,10 @@ from dp2ddp.analysis.module import Analysis
 from ._base import Dp2ddpCodemod
 from dp2ddp.analysis.syntax import argument, call_to, code_of
 from ._global_batch import PER_PROCESS, add_batch_args, asks_world_size, runs_after_setup, times_world_size
-from dp2ddp.analysis.loaders import BATCH_SAMPLER, BATCH_SIZE, SAMPLER, is_training_loader
+from dp2ddp.analysis.batches import steps_per_epoch
+from dp2ddp.analysis.loaders import is_training_loader
 
 # Counts of samples a script divides by its batch to count steps, when not written `len(dataset)`.
-SAMPLE_COUNT = re.compile(r"(num|n)_?(train|samples?|examples?|images?|data)|train_?(size|len|num)|dataset_?(size|len)", re.IGNORECASE)
 
 
 class ScaleLearningRateCommand(Dp2ddpCodemod):
@@ -137,45 +136,18 @@ class ScaleLearningRateCommand(Dp2ddpCodemod):
         """``len(train_set) // args.batch_size``: an epoch's steps, now world_size times fewer."""
         divisor = code_of(division.right)
         for loader, reference, kept in training:
-            batch = argument(loader, BATCH_SIZE, "batch_size")
-            if batch is None or code_of(batch) != divisor or asks_world_size(self.analysis, division.right):
+            counted = steps_per_epoch(self.analysis, division, loader, reference)
+            if counted is None:
                 continue
-            counted = division.left
-            datasets = {code_of(d) for d in (argument(loader, 0, "dataset"),) if d is not None}
-            if reference is not None:
-                datasets.add(f"{code_of(reference)}.dataset")
-            is_length = m.matches(counted, m.Call(func=m.Name("len"), args=[m.Arg()]))
-            of_dataset = is_length and code_of(counted.args[0].value) in datasets  # type: ignore[attr-defined]
-            counts_samples = of_dataset or self._sizes_the_data(counted, loader)
-            if counts_samples and runs_after_setup(self.analysis, division):
+            if counted == "samples" and runs_after_setup(self.analysis, division):
                 distributed = self.distributed_at(division)
                 self.scaled_steps[division] = distributed
                 after = code_of(self._divided(division, distributed))
                 self.report(division, "DDP333", before=code_of(division), after=after, kept=kept)
-            elif is_length or SAMPLE_COUNT.search(code_of(counted).rsplit(".", 1)[-1]):
-                why = "before the process group exists" if counts_samples else "but convert cannot tell that it counts the loader's samples"
+            else:
+                why = "before the process group exists" if counted == "samples" else "but convert cannot tell that it counts the loader's samples"
                 self.report(division, "DDP334", expression=code_of(division), batch=divisor, why=why, kept=kept)
             return
-
-    def _sizes_the_data(self, counted: cst.BaseExpression, loader: cst.Call) -> bool:
-        """``train_size`` named as a sample count, read where the loader's dataset or sampler is built.
-
-        ``dataset = TensorDataset(torch.randn(train_size, 4), ...)`` or
-        ``sampler = GroupSampler(train_size, args.batch_size)``: the count sizes what the loader
-        draws from, so dividing it by the batch counts the loader's steps.
-        """
-        if not isinstance(counted, (cst.Name, cst.Attribute)) or not SAMPLE_COUNT.search(code_of(counted).rsplit(".", 1)[-1]):
-            return False
-        built: list[cst.CSTNode] = []
-        for position, keyword in ((0, "dataset"), (SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
-            given = argument(loader, position, keyword)
-            if given is None:
-                continue
-            built.append(given)
-            bindings = self.analysis.bindings(given) if isinstance(given, cst.Name) else None
-            if bindings and len(bindings) == 1 and bindings[0] is not None:
-                built.append(bindings[0].value)
-        return any(code_of(counted) in self.analysis.reads(node) for node in built)
 
     @staticmethod
     def _divided(division: cst.BinaryOperation, distributed: str) -> cst.BinaryOperation:

@@ -27,7 +27,7 @@ from libcst.metadata import QualifiedNameSource
 from dp2ddp.analysis import names
 from dp2ddp.analysis.syntax import VISIBLE_DEVICES, argument, call_to, code_of, parameter_for, resolves_to
 from dp2ddp.analysis.script import entry_point
-from dp2ddp.analysis.batches import divided_batch, gpu_count_scalings
+from dp2ddp.analysis.batches import divided_batch, gpu_count_scalings, steps_per_epoch
 from dp2ddp.analysis.decisions import (
     per_process_stops, plateau_steps, schedule_counters, split_loader_names, ungathered_evaluations,
 )
@@ -723,12 +723,22 @@ class DistributedHazards:
                 continue
             self._unsplit_sampler(call, reference, sampler, batch_sampler, only_loader=len(loaders) == 1)
             distributed = self._distributed_sampler(sampler)
+            # Convert's ShardedSampler splits as a DistributedSampler does.
+            sharded = sampler is not None and m.matches(sampler, m.Call(func=m.Name(names.SHARDED_SAMPLER_HELPER)))
+            if (distributed is not None or sharded) and self._trains_on(call):
+                self._steps_per_epoch(call, reference)
             if distributed is not None:
                 if self._shuffles(sampler) and (self._trains_on(call) or call in self._fed_to_backward):  # type: ignore[arg-type]
                     self._set_epoch(call, distributed)
                 self._evaluation_metrics(call, reference, sampler)  # type: ignore[arg-type]
         if self._sharded_training and not self._reduces:
             self._plateau_steps()
+
+    def _steps_per_epoch(self, loader: cst.Call, reference: cst.BaseExpression | None) -> None:
+        """``len(train_set) // args.batch_size`` where each process loads ``args.batch_size`` from its share (DDP534)."""
+        for division in self.analysis.nodes(cst.BinaryOperation):
+            if isinstance(division.operator, (cst.FloorDivide, cst.Divide)) and steps_per_epoch(self.analysis, division, loader, reference):
+                self._report(division, "DDP534", expression=code_of(division), batch=code_of(division.right))
 
     @cached_property
     def _reduces(self) -> bool:

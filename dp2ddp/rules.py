@@ -2036,6 +2036,28 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP534",
+            "steps-per-epoch-of-the-whole-dataset",
+            "warning",
+            "`{expression}` counts the whole dataset in batches of `{batch}`, but each process loads `{batch}` "
+            "from its 1/world_size share, so an epoch has world_size times fewer steps than this says: if it "
+            "counts steps, divide by `({batch} * dist.get_world_size())`, or use `len(loader)`",
+            doc=_doc(
+                "In a DDP script, finds a count of the training data divided by the batch its loader loads on a "
+                "DistributedSampler: `len(train_set) // args.batch_size`, or a sample count (`num_train`) that "
+                "sizes the loader's dataset. It is what convert reports as DDP334 and leaves as it was.",
+                "With a DistributedSampler each process draws 1/world_size of the data, in batches of the "
+                "loader's size, so an epoch has `len(train_set) // (batch * world_size)` steps. A schedule or a "
+                "warm-up sized with the whole dataset's count never reaches its end, and a step-based stop "
+                "trains world_size times as many epochs.",
+                "loader = DataLoader(train_set, batch_size=args.batch_size, sampler=DistributedSampler(train_set))\n"
+                "total_steps = args.epochs * (len(train_set) // args.batch_size)",
+                "loader = DataLoader(train_set, batch_size=args.batch_size, sampler=DistributedSampler(train_set))\n"
+                "total_steps = args.epochs * len(loader)",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP535",
             "data-parallel-in-ddp-process",
             "warning",
@@ -2292,6 +2314,7 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP209": frozenset({"DDP510"}),
     "DDP213": frozenset({"DDP539"}),
     "DDP208": frozenset({"DDP533"}),
+    "DDP334": frozenset({"DDP534"}),
     "DDP216": frozenset({"DDP501", "DDP545"}),
     "DDP303": frozenset({"DDP504"}),
     "DDP319": frozenset({"DDP515"}),

@@ -20,10 +20,6 @@ from dp2ddp.rules import NOT_IN_OUTPUT, REPORTED_IN_OUTPUT, RULES, is_check_rule
 from tests.conftest import FIXTURES, fixture_cases
 
 PROJECTS = FIXTURES / "projects"
-# Convert warnings check does not find yet in converted code; each leaves this set as its check rule lands.
-GAPS = frozenset({
-    "DDP334",
-})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -95,7 +91,7 @@ def _after_lines(before: str, after: str, line: int) -> range:
 @pytest.mark.parametrize("converted", [c for c in CONVERTED if c.warnings], ids=lambda c: c.name)
 def test_check_finds_every_hazard_convert_warned_about_and_left(converted: Converted) -> None:
     for line, code in converted.warnings:
-        if code in NOT_IN_OUTPUT or code in GAPS:
+        if code in NOT_IN_OUTPUT:
             continue
         assert code in REPORTED_IN_OUTPUT, f"{code} is in neither REPORTED_IN_OUTPUT nor NOT_IN_OUTPUT"
         # A warning sits on an expression, check's finding on the statement around it: allow a few lines.
@@ -120,6 +116,5 @@ def test_every_convert_warning_is_either_reported_by_check_or_fixed() -> None:
     assert set(REPORTED_IN_OUTPUT) | set(NOT_IN_OUTPUT) <= warnings
     for code, check_codes in REPORTED_IN_OUTPUT.items():
         assert check_codes and all(is_check_rule(c) or c == "DDP002" for c in check_codes), code
-    assert not GAPS & (set(REPORTED_IN_OUTPUT) | set(NOT_IN_OUTPUT)), "a settled code leaves GAPS"
-    missing = warnings - set(REPORTED_IN_OUTPUT) - set(NOT_IN_OUTPUT) - GAPS
+    missing = warnings - set(REPORTED_IN_OUTPUT) - set(NOT_IN_OUTPUT)
     assert not missing, f"convert warnings neither reported by check nor settled: {sorted(missing)}"

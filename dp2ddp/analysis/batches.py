@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 import libcst.matchers as m
 
+from .loaders import BATCH_SAMPLER, BATCH_SIZE, SAMPLER
 from .options import integer_option_default
-from .syntax import call_to, code_of
+from .syntax import argument, call_to, code_of
 
 if TYPE_CHECKING:
     from .module import Analysis
@@ -172,3 +173,62 @@ def is_device_count(analysis: Analysis, value: cst.BaseExpression) -> bool:
         if not bindings or any(b is None for b in bindings):
             return False  # a parameter, an import or a loop target: any value
     return bool(assigned) and all(isinstance(a, cst.Assign) and analysis.matches(a.value, _DEVICE_COUNT) for a in assigned)
+
+
+# -- steps per epoch counted in the per-process batch ------------------------------------------
+
+# Names that count a data set's samples: `num_train`, `n_samples`, `train_size`, `dataset_len`.
+SAMPLE_COUNT = re.compile(r"(num|n)_?(train|samples?|examples?|images?|data)|train_?(size|len|num)|dataset_?(size|len)", re.IGNORECASE)
+_WORLD_SIZE_ASKED = m.Call(func=m.Attribute(attr=m.Name("get_world_size")) | m.Name("get_world_size"))
+
+
+def steps_per_epoch(
+    analysis: Analysis, division: cst.BinaryOperation, loader: cst.Call, reference: cst.BaseExpression | None
+) -> str | None:
+    """Whether ``division`` counts ``loader``'s steps per epoch in its batch: ``len(train_set) // args.batch_size``.
+
+    ``"samples"`` where the count is provably the loader's samples (the length of its
+    dataset, or a count that sizes its dataset or sampler), ``"unclear"`` where it only
+    may be (a length of something else, or a name that says it counts samples), ``None``
+    where it is no such division, or already asks the world size. Where each process
+    loads that batch from its share, such a count is world_size times the steps a
+    process takes: convert scales it (DDP333) or warns (DDP334), and check reports it (DDP534).
+    """
+    batch = argument(loader, BATCH_SIZE, "batch_size")
+    if batch is None or code_of(batch) != code_of(division.right) or analysis.findall_in(division.right, _WORLD_SIZE_ASKED):
+        return None
+    counted = division.left
+    datasets = {code_of(d) for d in (argument(loader, 0, "dataset"),) if d is not None}
+    if reference is not None:
+        datasets.add(f"{code_of(reference)}.dataset")
+    is_length = m.matches(counted, m.Call(func=m.Name("len"), args=[m.Arg()]))
+    if is_length and code_of(counted.args[0].value) in datasets:  # type: ignore[attr-defined]
+        return "samples"
+    if _sizes_the_data(analysis, counted, loader, ((0, "dataset"), (SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler"))):
+        return "samples"
+    if is_length or SAMPLE_COUNT.search(code_of(counted).rsplit(".", 1)[-1]):
+        return "unclear"
+    return None
+
+
+def _sizes_the_data(
+    analysis: Analysis, counted: cst.BaseExpression, loader: cst.Call, arguments: tuple[tuple[int, str], ...]
+) -> bool:
+    """``train_size`` named as a sample count, read where the loader's dataset or sampler is built.
+
+    ``dataset = TensorDataset(torch.randn(train_size, 4), ...)`` or
+    ``sampler = GroupSampler(train_size, args.batch_size)``: the count sizes what the loader
+    draws from, so dividing it by the batch counts the loader's steps.
+    """
+    if not isinstance(counted, (cst.Name, cst.Attribute)) or not SAMPLE_COUNT.search(code_of(counted).rsplit(".", 1)[-1]):
+        return False
+    built: list[cst.CSTNode] = []
+    for position, keyword in arguments:
+        given = argument(loader, position, keyword)
+        if given is None:
+            continue
+        built.append(given)
+        bindings = analysis.bindings(given) if isinstance(given, cst.Name) else None
+        if bindings and len(bindings) == 1 and bindings[0] is not None:
+            built.append(bindings[0].value)
+    return any(code_of(counted) in analysis.reads(node) for node in built)

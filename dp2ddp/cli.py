@@ -35,7 +35,7 @@ from dp2ddp.files import SourceError, SourceFile, discover, read_source, write_a
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.formats import FORMATS, FileDiagnostics, as_json, github, sarif, text
 from dp2ddp.report import EXIT_ERROR, EXIT_INTERRUPTED, Report
-from dp2ddp.rules import RULES
+from dp2ddp.rules import NOT_IN_OUTPUT, REPORTED_IN_OUTPUT, RULES
 
 if TYPE_CHECKING:
     from dp2ddp.verify.compare import Tolerance
@@ -430,6 +430,11 @@ def explain(code: str | None, list_all: bool) -> None:
     click.echo(f"# {rule.code} ({rule.name}, {rule.severity})\n")
     click.echo(f"Message: {rule.message}\n")
     click.echo(rule.doc.rstrip())
+    if rule.code in REPORTED_IN_OUTPUT:
+        found = ", ".join(sorted(REPORTED_IN_OUTPUT[rule.code]))
+        click.echo(f"\n## In the converted script\n`dp2ddp check` reports what is left of it as {found}.")
+    elif rule.code in NOT_IN_OUTPUT:
+        click.echo(f"\n## In the converted script\nNothing is left for `dp2ddp check` to find: {NOT_IN_OUTPUT[rule.code]}.")
 
 
 @main.command(

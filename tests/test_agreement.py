@@ -118,3 +118,13 @@ def test_every_convert_warning_is_either_reported_by_check_or_fixed() -> None:
         assert check_codes and all(is_check_rule(c) or c == "DDP002" for c in check_codes), code
     missing = warnings - set(REPORTED_IN_OUTPUT) - set(NOT_IN_OUTPUT)
     assert not missing, f"convert warnings neither reported by check nor settled: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("code, says", [("DDP422", "reports what is left of it as DDP537"), ("DDP312", "Nothing is left")])
+def test_explain_says_where_check_finds_a_convert_warning(code: str, says: str) -> None:
+    from click.testing import CliRunner
+
+    from dp2ddp.cli import main
+
+    result = CliRunner().invoke(main, ["explain", code])
+    assert result.exit_code == 0 and "## In the converted script" in result.stdout and says in result.stdout

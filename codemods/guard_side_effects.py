@@ -27,7 +27,7 @@ from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_
 from dp2ddp.analysis.syntax import call_to, code_of, parameter_for
 from dp2ddp.analysis.script import entry_point
 from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, under_rank_guard
-from dp2ddp.analysis.writers import imported_writer_calls, per_process_paths
+from dp2ddp.analysis.writers import attribute_read, imported_writer_calls, per_process_paths
 
 MAIN_PROCESS_HELPER_SOURCE = f'''
 def {names.MAIN_PROCESS_HELPER}() -> bool:
@@ -345,7 +345,9 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         if not opens_for_writing(self, original.value):
             self.report(escape, "DDP418", writer=name, how="each process creates its own")
             return statement
-        self.report(escape, "DDP418", writer=name, how="the others open os.devnull")
+        if attribute_read(self.analysis, escape) is not None:
+            # Writes, flushes and a function that writes into it are safe on os.devnull; what is read is not.
+            self.report(escape, "DDP418", writer=name, how="the others open os.devnull")
         call = assign.value
         assert isinstance(call, cst.Call)
         path = call.args[0]

@@ -38,7 +38,7 @@ from dp2ddp.analysis.training_batches import RANDOM_DRAWS, TrainingBatches
 from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle, one_sided_unwraps
 from dp2ddp.analysis.loaders import is_placeholder, is_training_loader, sampler_built_at, unsplit_sampler
 from dp2ddp.analysis.results import loop_results
-from dp2ddp.analysis.writers import imported_writer_calls, per_process_paths
+from dp2ddp.analysis.writers import attribute_read, imported_writer_calls, per_process_paths
 
 if TYPE_CHECKING:
     from dp2ddp.analysis.module import Analysis, Holder
@@ -1411,14 +1411,9 @@ class DistributedHazards:
             spelled = code_of(target)
             uses = [n for n in self.analysis.nodes(cst.Attribute) if n is not target and code_of(n) == spelled]
         for use in uses:
-            parent = self.analysis.parents.get(use)
-            if not isinstance(parent, cst.Attribute) or parent.value is not use:
-                continue
-            called = self.analysis.parents.get(parent)
-            if isinstance(called, cst.Call) and called.func is parent:
-                continue  # `writer.add_scalar(...)`, `log_file.write(...)`: a write
-            if not self._guarded(use, guarded_functions):
-                return parent
+            read = attribute_read(self.analysis, use)  # `writer.add_scalar(...)`, `log_file.write(...)` are writes
+            if read is not None and not self._guarded(use, guarded_functions):
+                return read
         return None
 
     # -- decisions each process takes on its own share of the data ---------------------------------

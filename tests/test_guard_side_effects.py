@@ -351,6 +351,26 @@ def test_a_writer_read_beyond_its_writes_exists_on_every_process() -> None:
     assert [f for f in findings if f.endswith("DDP418")] == ["10:DDP418", "20:DDP418"]
 
 
+def test_a_file_on_devnull_that_only_meets_writes_is_not_a_warning() -> None:
+    """Passed to a function that writes into it, or flushed: os.devnull takes it on the other processes."""
+    output, findings = _convert(
+        """
+        import os
+        import numpy as np
+        import torch
+
+        def main(args):
+            model = torch.nn.DataParallel(Net())
+            log = open(args.log, "wb")
+            np.zeros(4).tofile(log)
+            os.fsync(log.fileno())
+            log.write(b"done")
+        """
+    )
+    assert '    log = open(args.log if is_main_process() else os.devnull, "wb")\n' in output
+    assert not [f for f in findings if f.endswith("DDP418")]
+
+
 def test_writes_the_guard_list_did_not_know() -> None:
     output, _ = _convert(
         """

@@ -114,3 +114,17 @@ def _built_from_import(analysis: Analysis, receiver: cst.Name) -> list[str]:
             return []
         built += found
     return built
+
+
+def attribute_read(analysis: Analysis, use: cst.CSTNode) -> cst.Attribute | None:
+    """``log_file.name`` or ``writer.log_dir`` where ``use`` is the writer: an attribute read that is no call.
+
+    A file opened on ``os.devnull`` off the main process is safe to write to, flush or pass to a
+    function that writes; only what is read from it (its name, its directory) differs between
+    processes. Convert warns about such a read (DDP418) and check finds it (DDP538).
+    """
+    parent = analysis.parents.get(use)
+    if not isinstance(parent, cst.Attribute) or parent.value is not use:
+        return None
+    called = analysis.parents.get(parent)
+    return None if isinstance(called, cst.Call) and called.func is parent else parent

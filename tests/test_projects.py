@@ -258,6 +258,29 @@ def test_check_reports_a_helper_that_saves_on_every_process_at_its_call(tmp_path
     assert len(lines) == 1 and lines[0].startswith(f"{root}/main.py:") and "utils.py:31" in lines[0], completed.stdout
 
 
+def test_check_takes_a_helper_file_opened_on_devnull_off_the_main_process_as_guarded(tmp_path: Path) -> None:
+    """Convert's own shape for a file other code writes into: only the main process opens the real file."""
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "utils_save_and_log" / "after", root)
+    utils = (root / "utils.py").read_text(encoding="utf-8")
+    table = (
+        "\n\ndef write_table(path, rows):\n"
+        "    out = open(path if is_main_process() else os.devnull, 'wb')\n"
+        "    torch.tensor(rows).numpy().tofile(out)\n"
+        "    out.close()\n"
+    )
+    (root / "utils.py").write_text(utils + table, encoding="utf-8")
+    main = (root / "main.py").read_text(encoding="utf-8")
+    call = "    run_dir = utils.make_run_dir(args.out, args.name)\n"
+    (root / "main.py").write_text(main.replace(call, call + "    utils.write_table(os.path.join(run_dir, 't.bin'), [1.0])\n"), encoding="utf-8")
+    completed = _check(root)
+    assert completed.returncode == 0 and "0 findings" in completed.stderr, completed.stdout + completed.stderr
+    # Every process opening the real file is still every process's write.
+    (root / "utils.py").write_text(utils + table.replace("path if is_main_process() else os.devnull", "path"), encoding="utf-8")
+    completed = _check(root)
+    assert completed.returncode == 1 and " DDP501 `utils.write_table` writes" in completed.stdout, completed.stdout
+
+
 def test_the_migration_report_covers_the_project_codemod_by_codemod(tmp_path: Path) -> None:
     import json
 

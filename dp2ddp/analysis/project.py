@@ -32,9 +32,10 @@ from pathlib import Path
 import libcst as cst
 
 from . import names
-from .effects import opens_for_writing, under_rank_guard
+from .effects import is_rank_guard, opens_for_writing, under_rank_guard
 from .module import Analysis
 from .roles import ModuleRole, Site
+from .syntax import code_of
 
 # Spellings of a wrap: DataParallel itself, and the helper a conversion wraps with.
 _WRAP_NAMES = frozenset({"DataParallel", names.WRAP_HELPER})
@@ -379,8 +380,15 @@ class Project:
         )
         if definition is None:
             return None
+        # Files only the main process really opens: writing, flushing or closing them elsewhere touches os.devnull.
+        main_only = {
+            code_of(a.targets[0].target) for a in analysis.within(definition.body, cst.Assign)
+            if len(a.targets) == 1 and isinstance(a.value, cst.Call) and _devnull_off_main(analysis, a.value)
+        }  # fmt: skip
         for call in analysis.within(definition.body, cst.Call):
-            if unguarded and under_rank_guard(analysis, call):
+            if unguarded and (under_rank_guard(analysis, call) or _devnull_off_main(analysis, call)):
+                continue
+            if unguarded and isinstance(call.func, cst.Attribute) and code_of(call.func.value) in main_only:
                 continue
             helper = call.func.value if isinstance(call.func, cst.Name) else None
             if depth and helper in self.modules[target].functions and helper != function:
@@ -713,3 +721,11 @@ def _dotted(func: ast.expr) -> str | None:
     if not isinstance(func, ast.Name):
         return None
     return ".".join([func.id, *reversed(parts)])
+
+
+def _devnull_off_main(analysis: Analysis, call: cst.Call) -> bool:
+    """``open(path if is_main_process() else os.devnull, "w")``: the file only the main process writes."""
+    if not call.args or not isinstance(call.args[0].value, cst.IfExp) or not opens_for_writing(analysis, call):
+        return False
+    chosen = call.args[0].value
+    return is_rank_guard(analysis, chosen.test) and "devnull" in code_of(chosen.orelse)

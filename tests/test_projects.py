@@ -267,6 +267,7 @@ def test_check_takes_a_helper_file_opened_on_devnull_off_the_main_process_as_gua
         "\n\ndef write_table(path, rows):\n"
         "    out = open(path if is_main_process() else os.devnull, 'wb')\n"
         "    torch.tensor(rows).numpy().tofile(out)\n"
+        "    os.fsync(out.fileno())\n"
         "    out.close()\n"
     )
     (root / "utils.py").write_text(utils + table, encoding="utf-8")

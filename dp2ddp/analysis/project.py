@@ -380,7 +380,7 @@ class Project:
         )
         if definition is None:
             return None
-        # Files only the main process really opens: writing, flushing or closing them elsewhere touches os.devnull.
+        # Files only the main process really opens: whatever else writes into them elsewhere writes into os.devnull.
         main_only = {
             code_of(a.targets[0].target) for a in analysis.within(definition.body, cst.Assign)
             if len(a.targets) == 1 and isinstance(a.value, cst.Call) and _devnull_off_main(analysis, a.value)
@@ -388,8 +388,8 @@ class Project:
         for call in analysis.within(definition.body, cst.Call):
             if unguarded and (under_rank_guard(analysis, call) or _devnull_off_main(analysis, call)):
                 continue
-            if unguarded and isinstance(call.func, cst.Attribute) and code_of(call.func.value) in main_only:
-                continue
+            if unguarded and main_only and analysis.reads(call) & main_only:
+                continue  # `f.write(...)`, `os.fsync(f.fileno())`, `tofile(f)`: into os.devnull off the main process
             helper = call.func.value if isinstance(call.func, cst.Name) else None
             if depth and helper in self.modules[target].functions and helper != function:
                 # `save_debug_images` writes through `save_batch_heatmaps` of the same module.

@@ -1,13 +1,14 @@
 """Source text in, diagnostics and the safely fixed text out, for ``dp2ddp check``. No printing, no file I/O.
 
-``check`` reads the same analysis ``convert`` plans against, so a fix convert
-applies and a finding check reports cannot disagree:
+``check`` reads the same analysis ``convert`` plans against, and finds in a
+converted script every hazard convert warned about and left there
+(``rules.REPORTED_IN_OUTPUT``; tests/test_agreement.py holds the goldens to it):
 
 - a script that still wraps a model in ``nn.DataParallel`` gets ``DDP002``
   at each wrap, fixed by converting the file, and convert's own errors, the
   hazards that stop a conversion;
 - a script that starts a process group or builds DDP (converted or written
-  by hand) gets the hazards ``codemods/_hazards.py`` finds.
+  by hand) gets the hazards ``dp2ddp/hazards.py`` finds.
 """
 
 from __future__ import annotations

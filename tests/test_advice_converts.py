@@ -691,10 +691,12 @@ if __name__ == "__main__":
     others = [torch.zeros_like(weights) for _ in range(dist.get_world_size())]
     dist.all_gather(others, weights)
     assert all(torch.equal(weights, other) for other in others)
-    if dist.get_rank() == 0:
+    rank = dist.get_rank()
+    if rank == 0:
         print("replicas agree")
     dist.barrier()  # every process leaves together
     dist.destroy_process_group()
+    open(f"finished{rank}", "w").close()
 '''
 
 TRAINER = '''\
@@ -723,7 +725,7 @@ class Trainer:
 
 def test_no_entry_point_advice_trains_under_torchrun(tmp_path: Path) -> None:
     """DDP101: the converted trainer, driven by a run script written as `explain DDP101` says, trains in step."""
-    from tests.test_end_to_end import GLOO_EXIT_ABORT, run_bounded
+    from tests.test_end_to_end import GLOO_EXIT_ABORT, finished_despite_exit_abort, run_bounded
 
     trainer = convert_source(TRAINER)
     assert "DDP101" in {f.code for f in trainer.findings}
@@ -732,9 +734,12 @@ def test_no_entry_point_advice_trains_under_torchrun(tmp_path: Path) -> None:
     (tmp_path / "run.py").write_text(RUN_SCRIPT, encoding="utf-8")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--", "run.py"]
     for _ in range(3):
+        for rank in range(2):
+            (tmp_path / f"finished{rank}").unlink(missing_ok=True)
         done = run_bounded(command, tmp_path)
         # gloo now and then aborts a process at exit, after the script has finished (tests/test_end_to_end.py).
         if done.returncode == 0 or GLOO_EXIT_ABORT not in done.stdout + done.stderr:
             break
+    done = finished_despite_exit_abort(done, all((tmp_path / f"finished{rank}").exists() for rank in range(2)))
     assert done.returncode == 0, done.stderr
     assert "replicas agree" in done.stdout

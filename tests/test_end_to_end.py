@@ -74,7 +74,22 @@ def run_under_torchrun(
         if completed.returncode == 0 or GLOO_EXIT_ABORT not in completed.stdout + completed.stderr:
             break
     ranks = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
-    return completed, ranks
+    return finished_despite_exit_abort(completed, len(ranks) == nproc), ranks
+
+
+def finished_despite_exit_abort(
+    completed: subprocess.CompletedProcess[str], every_rank_finished: bool
+) -> subprocess.CompletedProcess[str]:
+    """``completed`` with exit status 0 when its only failure is gloo's abort after every rank finished.
+
+    Each rank records its result in an atexit hook that runs after the script's own, so a record from
+    every rank proves the script ran to its end, process group destroyed; "terminate called without
+    an active exception" after that is the interpreter's teardown, not the script.
+    """
+    aborted_at_exit = completed.returncode != 0 and GLOO_EXIT_ABORT in completed.stdout + completed.stderr
+    if aborted_at_exit and every_rank_finished:
+        return subprocess.CompletedProcess(completed.args, 0, completed.stdout, completed.stderr)
+    return completed
 
 
 @pytest.mark.parametrize("case", TRAINED)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
 import json
 import shutil
@@ -437,6 +438,23 @@ def explain(code: str | None, list_all: bool) -> None:
         click.echo(f"\n## In the converted script\nNothing is left for `dp2ddp check` to find: {NOT_IN_OUTPUT[rule.code]}.")
 
 
+def _stops_on_signals(command: Callable[..., None]) -> Callable[..., None]:
+    """Run ``command`` so that Ctrl-C, SIGTERM and SIGHUP stop every process it started and exit 128 + the signal."""
+
+    @functools.wraps(command)
+    def stoppable(*args: object, **kwargs: object) -> None:
+        from dp2ddp.verify.runner import Interrupted, stopping_on_signals
+
+        try:
+            with stopping_on_signals():
+                command(*args, **kwargs)
+        except Interrupted as stop:
+            click.echo(f"\nverify: stopped by {stop}; every process it started has been stopped", err=True)
+            sys.exit(128 + stop.signum)
+
+    return stoppable
+
+
 @main.command(
     epilog="""\b
 Examples:
@@ -490,6 +508,7 @@ Exit status: 0 equivalent, 1 not equivalent (losses, replicas, data split),
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the result as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a loss-curve plot (needs matplotlib: pip install 'dp2ddp[plot]').")  # fmt: skip
+@_stops_on_signals
 def verify(
     script: Path,
     script_args: tuple[str, ...],

@@ -536,7 +536,7 @@ def verify(
     The reference is SCRIPT in one process; the converted script runs under
     torchrun with --nproc processes. Arguments after -- go to both scripts.
     """
-    from dp2ddp.verify import checks, render
+    from dp2ddp.verify import checks, diagnose, render
     from dp2ddp.verify.compare import Tolerance, compare, compare_band
     from dp2ddp.verify.logs import compare_logs
     from dp2ddp.verify.runner import Plan, VerifyError, converted_seed, reference_seeds, run_all, run_noise_probe
@@ -577,6 +577,7 @@ def verify(
             *checks.switched_off(runs.references[0]),
             *checks.reference_wrapped(runs.references[0]),
         ]  # fmt: skip
+        evidence = diagnose.gather(runs)
         probe = None
         defective = any(finding.kind == "defect" for finding in findings)  # the verdict is settled already
         if not statistical and not defective and _diverges_by_a_gap(runs, Tolerance(absolute=atol, relative=rtol)):
@@ -623,11 +624,12 @@ def verify(
         click.echo(f"{finding.kind}: {finding.message}" if finding.kind != "note" else finding.message)
     defects = [finding for finding in findings if finding.kind == "defect"]
     equivalent = comparison.equivalent and not defects
-    message = render.verdict(comparison, defects, runs.written)
+    message = render.verdict(comparison, defects, evidence)
     if probe is not None:
         context["noise_probe"] = {"wall_s": round(probe.wall_s, 3), "losses": [list(pair) for pair in noise or ()]}
-    _finish(runs, comparison, "equivalent" if equivalent else "diverges", message, json_path,
-            0 if equivalent else 1, context, findings)  # fmt: skip
+    # A check that failed makes the pair not equivalent whatever the losses did; "diverges" is for the losses.
+    status = "equivalent" if equivalent else "not equivalent" if defects else "diverges"
+    _finish(runs, comparison, status, message, json_path, 0 if equivalent else 1, context, findings)
 
 
 def _diverges_by_a_gap(runs: Runs, tolerance: Tolerance) -> bool:

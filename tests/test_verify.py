@@ -133,37 +133,41 @@ def test_converted_fixture_is_equivalent(case: str, tmp_path: Path) -> None:
 
 DEFECTS = [
     pytest.param(
-        "mnist_argparse", [("        train_loader.sampler.set_epoch(epoch)\n", "")], (), "4",
+        "mnist_argparse", [("        train_loader.sampler.set_epoch(epoch)\n", "")], (), "4", "set_epoch",
         id="set_epoch removed: diverges at the second epoch's first step",
     ),
     pytest.param(
         "mnist_argparse",
         [("sampler=DistributedSampler(train_set, shuffle=True)", "shuffle=True"),
          ("        train_loader.sampler.set_epoch(epoch)\n", "")],
-        (), "0", id="DistributedSampler removed",
+        (), "0", "not split", id="DistributedSampler removed",
     ),
     pytest.param(
-        "mnist_argparse", [], ("--", "--batch-size", "15"), "0",
+        "mnist_argparse", [], ("--", "--batch-size", "15"), "0", "likely cause:",
         id="global batch 15 does not divide by 2 processes",
     ),
     pytest.param(
         "summed_loss", [("(loss * dist.get_world_size()).backward()", "loss.backward()")], (), "0",
-        id="reduction=sum loss not scaled by the world size",
+        "1/2 (one over the world size) times the reference's", id="reduction=sum loss not scaled by the world size",
     ),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("case", "edits", "script_args", "first"), DEFECTS)
+@pytest.mark.parametrize(("case", "edits", "script_args", "first", "named"), DEFECTS)
 def test_planted_defect_is_caught_at_the_right_step(
-    case: str, edits: list[tuple[str, str]], script_args: tuple[str, ...], first: str, tmp_path: Path
+    case: str, edits: list[tuple[str, str]], script_args: tuple[str, ...], first: str, named: str, tmp_path: Path
 ) -> None:
     converted = planted(case, tmp_path, "defect", *edits) if edits else None
     extra = ("--converted", str(converted)) if converted else ()
     code, output, document = run_verify(tmp_path, str(fixture(case, tmp_path)), *extra, *script_args)
     assert code == 1, output
-    assert document["verdict"] == "diverges"
     assert document["first_divergence"] == first
     assert re.search(rf"diverges? at step {re.escape(first)}\b", document["message"]), document["message"]
+    assert named in document["message"], document["message"]
+    # A deterministic defect is not blamed on randomness, nor sent to --statistical.
+    assert "--statistical" not in document["message"]
+    # "not equivalent" where a check failed (the data split), "diverges" where only the losses tell.
+    assert document["verdict"] == ("not equivalent" if document["message"].startswith("not equivalent") else "diverges")
 
 
 def _processes_running(path: Path) -> list[str]:
@@ -461,6 +465,7 @@ def test_a_sampler_seed_that_differs_per_rank_is_caught_although_the_losses_agre
     code, output, document = run_verify(tmp_path, str(fixture("mnist_argparse", tmp_path)), "--converted", str(per_rank))
     assert code == 1, output
     assert document["first_divergence"] is None  # verify aligns the samplers, so the losses agree
+    assert document["verdict"] == "not equivalent"  # the losses agree, a check failed: it does not "diverge"
     assert "different seed on each rank (0 on rank 0, 1 on rank 1)" in document["message"]
 
 

@@ -112,6 +112,7 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
         observer.redraw_inits_after_wrap(config.rank())
         alignment.sharded_sampler_passes()
         observer.watch_loaders()
+        capture.record_loads(observer.facts)
     capture.install(recorder)
     return noise
 

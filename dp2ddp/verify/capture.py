@@ -85,3 +85,19 @@ def install(recorder: LossRecorder) -> None:
     torch.autograd.grad = grad
     torch.amp.GradScaler.scale = remembering_scale  # type: ignore[method-assign]
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: recorder.step_taken(optimizer))
+
+
+def record_loads(facts: dict[str, Any], limit: int = 20) -> None:
+    """Note the files ``torch.load`` reads, as given, in ``facts["loaded"]``: a converted run that took fewer
+    steps than the reference may have resumed from a checkpoint the reference left behind."""
+    load = torch.load
+
+    def noted(f: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(f, (str, bytes)) or hasattr(f, "__fspath__"):
+            loaded = facts.setdefault("loaded", [])
+            name = str(f if not isinstance(f, bytes) else f.decode(errors="replace"))
+            if name not in loaded and len(loaded) < limit:
+                loaded.append(name)
+        return load(f, *args, **kwargs)
+
+    torch.load = noted

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from dp2ddp.verify import diagnose
 from dp2ddp.verify.compare import NOISE_FACTOR, Comparison, StepComparison
+from dp2ddp.verify.diagnose import Evidence
 from dp2ddp.verify.runner import SEMANTICS, RankOutcome, RunOutcome, Runs
 
 if TYPE_CHECKING:
@@ -84,7 +86,7 @@ def _why(step: StepComparison, comparison: Comparison) -> str:
             f"{allowed:.2e}{rounding}")
 
 
-def verdict(comparison: Comparison, defects: Sequence[Finding] = (), written: Sequence[str] = ()) -> str:
+def verdict(comparison: Comparison, defects: Sequence[Finding] = (), evidence: Evidence | None = None) -> str:
     first = comparison.first_divergence
     count = len({step.step for step in comparison.steps})
     if defects:
@@ -106,13 +108,8 @@ def verdict(comparison: Comparison, defects: Sequence[Finding] = (), written: Se
                 if comparison.statistical else "within tolerance")  # fmt: skip
         widened = " or of the rounding noise the reference shows" if comparison.probed else ""
         return f"equivalent: {count} steps, every loss {kind}{widened}"
-    hint = ""
-    if first.converted is None and first.reference is not None and written:
-        hint = "\n" + _resumed_hint(written)
-    elif not comparison.statistical:
-        hint = ("\n(randomness verify cannot line up, such as augmentation drawn in the dataset with numpy or "
-                "random, differs per process by design: if the script has any, compare with --statistical)")  # fmt: skip
-    return f"diverges at step {first.label}: {_why(first, comparison)}{hint}"
+    why = None if evidence is None else diagnose.cause(comparison, evidence)
+    return f"diverges at step {first.label}: {_why(first, comparison)}" + (f"\n{why}" if why else "")
 
 
 def _resumed_hint(written: Sequence[str]) -> str:
@@ -136,7 +133,9 @@ def no_converted_losses(runs: Runs) -> str:
     assert runs.converted is not None
     steps = len({step for step, _ in runs.references[0].ranks[0].losses})
     message = f"the converted run recorded no loss, where the reference recorded {steps} steps"
-    return message + ("\n" + _resumed_hint(runs.written) if runs.written else "")
+    loaded = {Path(name).name for rank in runs.converted.ranks for name in rank.facts.get("loaded", ())}
+    resumed = [name for name in runs.written if Path(name).name in loaded]  # only files it read back
+    return message + ("\n" + _resumed_hint(resumed) if resumed else "")
 
 
 def largest_gap(comparison: Comparison) -> tuple[float, float]:

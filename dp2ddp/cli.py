@@ -612,7 +612,7 @@ def verify(
     click.echo(f"semantics: {render.SEMANTICS}")
     click.echo(render.table(comparison))
     if plot_path is not None:
-        render.plot(comparison, plot_path, f"dp2ddp verify {script.name}")
+        render.plot(comparison, plot_path, f"dp2ddp verify {script.name}", runs.references[0].ranks[0].stepped)
         click.echo(f"wrote {plot_path}", err=True)
     max_abs, max_rel = render.largest_gap(comparison)
     click.echo(f"largest gap: {max_abs:.2e} absolute, {max_rel:.2e} relative")

@@ -751,3 +751,15 @@ def test_a_sampler_left_unsplit_fails_naming_the_data_split(sampler: str, named:
 
 def type_name(sampler: str) -> str:
     return sampler.split("(")[0].rsplit(".", 1)[-1]
+
+
+def test_a_gan_s_losses_are_keyed_by_the_optimizer_that_steps_after_them(tmp_path: Path) -> None:
+    """--plot draws D and G apart: each step is labelled with its optimizer in the JSON, which the plot groups by."""
+    plot = tmp_path / "gan.png"
+    code, output, document = run_verify(tmp_path, str(fixture("gan_two_models", tmp_path)), "--max-steps", "4",
+                                        "--plot", str(plot))  # fmt: skip
+    assert code == 0, output
+    # D: two backward calls (real, fake) before its step; G: one. Three losses, three panels.
+    keys = {(step["optimizer"], step["index"]) for step in document["steps"]}
+    assert keys == {("optimizer 1 (Adam)", 0), ("optimizer 1 (Adam)", 1), ("optimizer 2 (Adam)", 0)}, keys
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

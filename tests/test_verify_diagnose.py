@@ -69,3 +69,16 @@ def test_fewer_steps_names_a_checkpoint_only_when_the_converted_run_loaded_it() 
     assert unread is not None and "last.pt" not in unread and "drop_last" in unread
     read = cause(comparison, Evidence(world=2, written=("last.pt",), loaded=("last.pt",)))
     assert read is not None and "loaded last.pt" in read and "resumed" in read
+
+
+def test_a_gan_s_two_losses_get_a_panel_each() -> None:
+    """D and G each take one backward per optimizer step: told apart by the optimizer that steps after them."""
+    from dp2ddp.verify.render import loss_keys
+
+    reference = [(step, 1.0 if step % 2 == 0 else 5.0) for step in range(6)]
+    comparison = compare(reference, _ranks(reference), Tolerance())
+    stepped = ["optimizer 1 (Adam)", "optimizer 2 (Adam)"] * 3
+    groups = loss_keys(comparison, stepped)
+    assert list(groups) == [("optimizer 1 (Adam)", 0), ("optimizer 2 (Adam)", 0)]
+    assert [step.reference for step in groups[("optimizer 2 (Adam)", 0)]] == [5.0, 5.0, 5.0]
+    assert len(loss_keys(comparison)) == 1  # without the optimizers: one curve, as before

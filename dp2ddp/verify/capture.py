@@ -26,10 +26,14 @@ StepListener = Callable[[int, torch.optim.Optimizer], None]
 
 
 class LossRecorder:
-    """Appends one JSON line per loss, ``{"step": k, "loss": v}``, where k counts optimizer steps before it."""
+    """Appends one JSON line per loss, ``{"step": k, "loss": v}``, where k counts optimizer steps before it, and one
+    per optimizer step, ``{"step": k, "optimizer": n, "name": "Adam"}``, n numbering optimizers as first seen: a
+    GAN's discriminator and generator losses are told apart by the optimizer that steps after them."""
 
     def __init__(self, path: Path, max_steps: int | None, on_step: StepListener | None = None) -> None:
         self.steps = 0
+        self._optimizers: dict[int, int] = {}
+        self._keep: list[torch.optim.Optimizer] = []  # so their ids are not reused
         self.grad_calls = 0  # torch.autograd.grad: gradients DDP does not average
         self.max_steps = max_steps
         self.on_step = on_step
@@ -39,6 +43,11 @@ class LossRecorder:
         self._file.write(json.dumps({"step": self.steps, "loss": loss}) + "\n")
 
     def step_taken(self, optimizer: torch.optim.Optimizer) -> None:
+        if id(optimizer) not in self._optimizers:
+            self._optimizers[id(optimizer)] = len(self._optimizers)
+            self._keep.append(optimizer)
+        number = self._optimizers[id(optimizer)]
+        self._file.write(json.dumps({"step": self.steps, "optimizer": number, "name": type(optimizer).__name__}) + "\n")
         if self.on_step is not None:
             self.on_step(self.steps, optimizer)
         self.steps += 1

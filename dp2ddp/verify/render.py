@@ -278,6 +278,7 @@ def as_json(
     if comparison is not None:
         first = comparison.first_divergence
         max_abs, max_rel = largest_gap(comparison)
+        stepped = runs.references[0].ranks[0].stepped if runs.references and runs.references[0].ranks else ()
         document.update(
             tolerance={"absolute": comparison.tolerance.absolute, "relative": comparison.tolerance.relative},
             statistical=comparison.statistical,
@@ -286,27 +287,38 @@ def as_json(
             max_abs_gap=max_abs, max_rel_gap=max_rel,
             steps=[
                 {"step": s.step, "index": s.index, "reference": s.reference, "converted": s.converted,
-                 "per_rank": list(s.per_rank), "gap": s.gap, "low": s.low, "high": s.high, "ok": s.ok}
+                 "per_rank": list(s.per_rank), "gap": s.gap, "low": s.low, "high": s.high, "ok": s.ok,
+                 "optimizer": stepped[s.step] if s.step < len(stepped) else None}
                 for s in comparison.steps
             ],
         )  # fmt: skip
     return document
 
 
-def plot(comparison: Comparison, path: Path, title: str) -> None:
-    """One panel per loss of a step (a GAN's D and G apart), against the optimizer step."""
+def loss_keys(comparison: Comparison, stepped: Sequence[str] = ()) -> dict[tuple[str, int], list[StepComparison]]:
+    """The steps of each loss the script computes, in order: grouped by the optimizer that steps after the loss
+    (a GAN's discriminator and generator) and by which backward within that step (gradient accumulation's parts)."""
+    groups: dict[tuple[str, int], list[StepComparison]] = {}
+    for step in comparison.steps:
+        optimizer = stepped[step.step] if step.step < len(stepped) else ""
+        groups.setdefault((optimizer, step.index), []).append(step)
+    return groups
+
+
+def plot(comparison: Comparison, path: Path, title: str, stepped: Sequence[str] = ()) -> None:
+    """One panel per loss (``loss_keys``): a GAN's D and G losses apart, each against the optimizer step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    keys = sorted({step.index for step in comparison.steps})
-    figure, panels = plt.subplots(len(keys), 1, figsize=(8, 3.2 * len(keys)), squeeze=False, sharex=True)
+    groups = loss_keys(comparison, stepped if len(set(stepped)) > 1 else ())
+    figure, panels = plt.subplots(len(groups), 1, figsize=(8, 3.2 * len(groups)), squeeze=False, sharex=True)
     nan = float("nan")
     first = comparison.first_divergence
-    for index, axes in zip(keys, panels[:, 0]):
-        steps = [step for step in comparison.steps if step.index == index]
+    for (optimizer, index), axes in zip(groups, panels[:, 0]):
+        steps = groups[(optimizer, index)]
         x = [step.step for step in steps]
         if comparison.statistical:
             axes.fill_between(x, [nan if s.low is None else s.low for s in steps],
@@ -315,9 +327,12 @@ def plot(comparison: Comparison, path: Path, title: str) -> None:
         axes.plot(x, [nan if s.reference is None else s.reference for s in steps], marker=".", label="reference")
         axes.plot(x, [nan if s.converted is None else s.converted for s in steps], "--", marker=".",
                   label="converted (mean over ranks)")  # fmt: skip
-        if first is not None and first.index == index:
+        if first is not None and first in steps:
             axes.axvline(first.step, color="red", linewidth=0.8, label=f"diverges at step {first.label}")
-        axes.set_ylabel("loss" if len(keys) == 1 else f"loss {index + 1} of each step")
+        which = [optimizer] if optimizer else []
+        if any(key[1] for key in groups):
+            which.append(f"backward {index + 1} of each step")
+        axes.set_ylabel("loss" + (f": {', '.join(which)}" if which else ""), fontsize="small")
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.legend(fontsize="small")
     panels[-1, 0].set_xlabel("optimizer step")

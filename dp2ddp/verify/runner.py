@@ -84,6 +84,7 @@ class RankOutcome:
     facts: dict[str, Any] = field(default_factory=dict)  # process group, world size, DDP wraps (observe)
     stdout: str = ""
     exit_status: int | None = None  # the script's own sys.exit status, when it called sys.exit
+    stepped: tuple[str, ...] = ()  # the optimizer each optimizer step stepped, by step
 
     @property
     def ok(self) -> bool:
@@ -224,8 +225,22 @@ def _read_losses(path: Path) -> list[tuple[int, float]]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a half-written last line of a killed process
-        losses.append((int(record["step"]), float(record["loss"])))
+        if "loss" in record:
+            losses.append((int(record["step"]), float(record["loss"])))
     return losses
+
+
+def _read_optimizers(path: Path) -> tuple[str, ...]:
+    """The optimizer each step stepped, by step: "optimizer 2 (Adam)"."""
+    stepped = []
+    for line in _read(path).splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "optimizer" in record:
+            stepped.append(f"optimizer {int(record['optimizer']) + 1} ({record.get('name', '?')})")
+    return tuple(stepped)
 
 
 def _steps_so_far(out: Path, role: str, rank: int | None = None) -> int:
@@ -433,7 +448,7 @@ def _rank_outcome(name: Path, rank: int, signalled: set[str], stopped_by_us: boo
     facts = {key: ended[key] for key in keys if ended.get(key) is not None}
     return RankOutcome(
         rank, ended["outcome"], losses, ended.get("error"), log, ended["ended_at"], ended.get("steps"), facts, stdout,
-        ended.get("exit_status"),
+        ended.get("exit_status"), _read_optimizers(name.with_suffix(".jsonl")),
     )  # fmt: skip
 
 

@@ -379,6 +379,28 @@ def _merge(parts: list[Any], dim: int, sizes: list[int], inverse: torch.Tensor) 
     raise TypeError(f"cannot merge {type(first).__name__} outputs by rows")
 
 
+DATA_PARALLEL_DIM = "_dp2ddp_dim"  # the ``dim`` a script gave nn.DataParallel, kept where DataParallel keeps none
+
+
+def _record_data_parallel_dim() -> None:
+    """Keep the ``dim`` the script passed to ``nn.DataParallel``: without GPUs its ``__init__`` returns before
+    setting ``self.dim``, and a time-major model (``dim=1``, ``(T, B)`` inputs) would be split along time."""
+    from torch.nn import DataParallel
+
+    data_parallel_init = DataParallel.__init__  # perhaps already wrapped: its own signature is not DataParallel's
+
+    def dim_of(module: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0) -> int:
+        return dim
+
+    def recorded(self: DataParallel, *args: Any, **kwargs: Any) -> None:
+        data_parallel_init(self, *args, **kwargs)
+        dim = dim_of(*args, **kwargs)  # DataParallel accepted these arguments, so they bind
+        if isinstance(dim, int):
+            object.__setattr__(self, DATA_PARALLEL_DIM, dim)
+
+    DataParallel.__init__ = recorded  # type: ignore[method-assign]
+
+
 def per_rank_forward(world: int, noise: Any) -> None:
     """Reference only: ``nn.DataParallel`` runs each emulated rank's rows ``[r::world]`` through the model on
     their own and puts the outputs back in batch order.
@@ -391,11 +413,12 @@ def per_rank_forward(world: int, noise: Any) -> None:
     """
     from torch.nn import DataParallel
 
+    _record_data_parallel_dim()
     forward = DataParallel.forward
 
     def per_rank(self: DataParallel, *inputs: Any, **kwargs: Any) -> Any:
         first = first_tensor((inputs, kwargs))
-        dim = getattr(self, "dim", 0)  # DataParallel without GPUs sets none
+        dim = getattr(self, "dim", getattr(self, DATA_PARALLEL_DIM, 0))
         rows = first.shape[dim] if first is not None and first.dim() > dim else 0
         if rows < world or _inside_rank[0]:
             return forward(self, *inputs, **kwargs)

@@ -115,13 +115,33 @@ class Observer:
         broadcasts rank 0's weights only at the wrap: a layer re-initialised after it trains apart on every
         rank. Verify forces one seed everywhere, which would hide that, so here the draw is repeated from a
         seed of the rank's own (the script's random state moves on as on rank 0), and the replica check sees it.
+
+        Only while the script has not seeded torch itself: the seed verify forced at start-up is what a real
+        unseeded run lacks, but after the script's own ``torch.manual_seed`` (any value, also through
+        statistical mode's mixing) the state is the script's, and a real run draws the same weights on every
+        rank; a ``manual_seed(seed + rank)`` draws other ones here as there, and the replica check sees that.
         """
         if rank == 0:
             return
+        seeded_by_script = [False]
+
+        def noting(manual_seed: Any) -> Any:
+            def seeded(*args: Any, **kwargs: Any) -> Any:
+                seeded_by_script[0] = True
+                return manual_seed(*args, **kwargs)
+
+            return seeded
+
+        # One function under two names, or statistical mode's mixing under both: keep them one object.
+        same = torch.manual_seed is torch.random.manual_seed
+        torch.manual_seed = noting(torch.manual_seed)  # type: ignore[assignment]
+        torch.random.manual_seed = torch.manual_seed if same else noting(torch.random.manual_seed)  # type: ignore[assignment]
 
         def redrawing(original: Any) -> Any:
             def init(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
                 result = original(tensor, *args, **kwargs)
+                if seeded_by_script[0]:
+                    return result
                 if self._wrapped_storages and tensor.untyped_storage().data_ptr() in self._wrapped_storages:
                     redraws = self.facts["redrawn_after_wrap"] = self.facts.get("redrawn_after_wrap", 0) + 1
                     with torch.random.fork_rng(devices=[]):

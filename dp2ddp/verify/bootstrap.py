@@ -34,7 +34,7 @@ from typing import Any
 
 from dp2ddp.verify import alignment, capture
 from dp2ddp.verify.config import RunConfig
-from dp2ddp.verify.noise import GlobalNoise
+from dp2ddp.verify.noise import GlobalNoise, UnalignedDraws
 from dp2ddp.verify.noise import install as install_noise
 from dp2ddp.verify.observe import Observer
 
@@ -97,7 +97,11 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
     if config.perturb:
         alignment.rounding_noise(config.seed)
     rank, world = (config.rank(), config.world_size) if config.role == "converted" else (0, 1)
-    noise = GlobalNoise(config.seed, rank, world, dropout=config.dropout != "off")
+    emulated = config.world_size if config.role == "reference" else 1
+    noise = GlobalNoise(config.seed, rank, world, dropout=config.dropout != "off", emulated_world=emulated)
+    name = Path(config.out_dir) / f"{config.role}-rank{config.rank()}"
+    noise.unaligned = UnalignedDraws(sys.argv[1], config.script_file or sys.argv[1], config.import_dir,
+                                     name.with_suffix(".unaligned"))  # fmt: skip
     install_noise(noise)
     if config.role == "reference":
         observer.watch_data_parallel()
@@ -148,7 +152,7 @@ def main() -> None:
         recorder.close()
         observer.close()
         outcome.update(ended_at=time.time(), steps=recorder.steps, dropout_off=noise.switched_off,
-                       autograd_grad=recorder.grad_calls, **observer.facts)
+                       autograd_grad=recorder.grad_calls, unaligned_draws=noise.unaligned.sites(), **observer.facts)
         name.with_suffix(".json").write_text(json.dumps(outcome))
 
 

@@ -35,6 +35,12 @@ import torch.nn.functional as F
 from torch.utils.data import dataloader
 
 _rand = torch.rand  # before install() replaces it
+_fetches = [0]  # datasets fetching items in this process now
+
+
+def in_dataset_fetch() -> bool:
+    """Whether a dataset is fetching items: its seeds and draws are per sample, not the script's training state."""
+    return _fetches[0] > 0
 _randperm = torch.randperm
 
 
@@ -132,10 +138,12 @@ def install(noise: GlobalNoise) -> None:
         def fetching(self: Any, index: Any, _fetch: Any = fetcher.fetch) -> Any:
             saved, noise.fetching = noise.fetching, True
             noise.fetch_seeded.clear()
+            _fetches[0] += 1
             try:
                 return _fetch(self, index)
             finally:
                 noise.fetching = saved
+                _fetches[0] -= 1
 
         fetcher.fetch = fetching  # type: ignore[method-assign]
     _dropout(noise)

@@ -121,13 +121,16 @@ class Observer:
         statistical mode's mixing) the state is the script's, and a real run draws the same weights on every
         rank; a ``manual_seed(seed + rank)`` draws other ones here as there, and the replica check sees that.
         """
+        from dp2ddp.verify.noise import in_dataset_fetch
+
         if rank == 0:
             return
         seeded_by_script = [False]
 
         def noting(manual_seed: Any) -> Any:
             def seeded(*args: Any, **kwargs: Any) -> Any:
-                seeded_by_script[0] = True
+                # A dataset seeding each item (FakeData) puts the state back: it is not the script's seed.
+                seeded_by_script[0] = seeded_by_script[0] or not in_dataset_fetch()
                 return manual_seed(*args, **kwargs)
 
             return seeded

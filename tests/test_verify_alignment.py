@@ -3,7 +3,7 @@
 Each end-to-end case writes a small DataParallel script, lets verify convert it and
 runs both (a reference process and 2 gloo ranks on CPU, about 10-20 s each):
 
-- a time-major model wrapped ``nn.DataParallel(model, dim=1)``;
+- a time-major model wrapped ``nn.DataParallel(model, dim=1)``, with dropout;
 - a layer re-initialised after the wrap under the script's own ``torch.manual_seed``;
 - mixup's ``randperm``, drop-path's ``bernoulli_``, ``torch.bernoulli``, ``torch.normal`` and
   ``Normal(...).rsample()`` drawn per sample of the batch;
@@ -54,7 +54,8 @@ def test_a_draw_in_the_converted_copy_is_named_by_the_original_s_line(tmp_path: 
     original.write_text("import torch\nx = 1\nnoise = torch.randint(0, 3, (8,))\n")
     copy = tmp_path / "copy" / "train.py"
     copy.parent.mkdir()
-    copy.write_text("import torch\nimport os\n\n\ndef setup():\n    pass\n\n\nx = 1\nnoise = torch.randint(0, 3, (8,))\n")
+    helpers = "import os\n\n\ndef setup():\n    pass\n\n\n"
+    copy.write_text("import torch\n" + helpers + "x = 1\nnoise = torch.randint(0, 3, (8,))\n")
     draws = UnalignedDraws(str(copy), str(original), str(tmp_path))
     assert draws._shown(str(copy), 10) == "train.py:3"
     assert draws._shown(str(copy), 5) == "train.py:5 of the converted copy"  # a helper convert added
@@ -74,10 +75,11 @@ class LanguageModel(nn.Module):
         self.embed = nn.Embedding(vocabulary, width)
         self.rnn = nn.LSTM(width, width)  # not batch_first: (T, B, E)
         self.out = nn.Linear(width, vocabulary)
+        self.drop = nn.Dropout(0.3)
 
     def forward(self, tokens):
         hidden, _ = self.rnn(self.embed(tokens))
-        return self.out(hidden)
+        return self.out(self.drop(hidden))  # (T, B, E): the batch is dimension 1
 
 
 def time_major(items):
@@ -102,13 +104,15 @@ for epoch in range(2):
 
 def test_a_time_major_model_wrapped_with_dim_1_is_equivalent(tmp_path: Path) -> None:
     """Without GPUs nn.DataParallel keeps no ``dim``: the reference split (T, B) along time and diverged at
-    step 0 by 2.6e-3."""
+    step 0 by 2.6e-3. The dropout inside is drawn for the batch along dimension 1 in both runs, not switched
+    off in one (the converted ranks' loader yields (T, B/W), whose first dimension is time)."""
     script = tmp_path / "time_major.py"
     script.write_text(TIME_MAJOR_SCRIPT)
     assert "wrap_ddp(LanguageModel(), dim=1)" in convert_source(TIME_MAJOR_SCRIPT, ConvertOptions()).output
     code, output, document = run_verify(tmp_path, str(script))
     assert code == 0, output
     assert document["max_rel_gap"] < 1e-9
+    assert all(rank["dropout_off"] == 0 for run in document["runs"] for rank in run["ranks"])
 
 
 # --- a seeded re-initialisation after the wrap --------------------------------------------------------------

@@ -26,7 +26,8 @@ float32, and real defects show up at 1e-4 and above.
   each emulated rank's rows ``x[r::W]`` through the model separately, and
   BatchNorm outside it normalises them separately, as DDP's per-process
   BatchNorm does; rank 0's rows update the running statistics, as DDP
-  broadcasts rank 0's buffers.
+  broadcasts rank 0's buffers. The rows are taken along the ``dim`` the script
+  gave ``nn.DataParallel`` (``dim=1``: a time-major model's ``(T, B)`` input).
 - **float64** (CPU): see ``float64``.
 """
 

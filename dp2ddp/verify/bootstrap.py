@@ -34,7 +34,7 @@ from typing import Any
 
 from dp2ddp.verify import alignment, capture
 from dp2ddp.verify.config import RunConfig
-from dp2ddp.verify.noise import GlobalNoise, UnalignedDraws
+from dp2ddp.verify.noise import GlobalNoise, UnalignedDraws, rows_along_ddp_dim
 from dp2ddp.verify.noise import install as install_noise
 from dp2ddp.verify.observe import Observer
 
@@ -114,6 +114,7 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
         alignment.epochs_from_first_set_epoch(lambda sampler, own: observer.sampler_pass(sampler, recorder.steps, own))
         _watch_process_group(observer, config.backend)
         observer.redraw_inits_after_wrap(config.rank())
+        rows_along_ddp_dim(noise)
         alignment.sharded_sampler_passes()
         observer.watch_loaders()
         capture.record_loads(observer.facts)

@@ -17,6 +17,20 @@ a partial last batch sees the first rows of the full draw: the same rows in
 both runs. Dropout on a tensor with no batch dimension (a flattened
 ``(B*T, E)``), alpha dropout and the dropout inside ``nn.LSTM``/``GRU``/``RNN``
 layers is switched off in both runs alike and counted.
+
+The same holds for ``bernoulli_``/``torch.bernoulli`` (drop-path, sampled masks),
+``torch.normal`` and ``Tensor.normal_`` on a tensor that is not a parameter
+(``Normal(mu, std).sample()``/``.rsample()``): drawn from the global batch's uniform
+numbers. Mixup's ``randperm(B)`` cannot be a slice of one draw, since a rank can only
+mix its own rows: each rank draws a permutation of its rows from the call's number and
+its rank, and the reference composes the W of them, rank r's acting on rows ``r::W``.
+Inside a DDP model wrapped with ``dim=1`` the batch is the input's size along it.
+
+Whatever else draws random numbers whose size follows the batch (``torch.randint``,
+``multinomial``, ``Tensor.random_``...), and any draw while a dataset fetches its items
+(per-sample augmentation with ``random``, ``numpy.random`` or torch), differs between one
+process and W by design: ``UnalignedDraws`` names those calls by the script's lines, so
+that a divergence can name its cause.
 """
 
 from __future__ import annotations
@@ -398,7 +412,8 @@ class UnalignedDraws:
             frame = frame.f_back  # type: ignore[assignment]
         if frame is None:
             return
-        site = f"{name} at {self._shown(frame.f_code.co_filename, frame.f_lineno)}" + (" (in the dataset)" if in_dataset else "")
+        site = f"{name} at {self._shown(frame.f_code.co_filename, frame.f_lineno)}"
+        site += " (in the dataset)" if in_dataset else ""
         if site in self._sites:
             return
         self._sites.append(site)
@@ -510,10 +525,13 @@ def _watch_unaligned(noise: GlobalNoise) -> None:
         setattr(tensor, name, watched(f"Tensor.{name}", getattr(tensor, name), None, "torch"))
     same = torch.manual_seed is torch.random.manual_seed
     torch.manual_seed = seeding(torch.manual_seed, "torch")  # type: ignore[assignment]
-    torch.random.manual_seed = torch.manual_seed if same else seeding(torch.random.manual_seed, "torch")  # type: ignore[assignment]
+    torch.random.manual_seed = (  # type: ignore[assignment]
+        torch.manual_seed if same else seeding(torch.random.manual_seed, "torch")
+    )
 
     python = ("random", "uniform", "randint", "randrange", "choice", "choices", "shuffle", "sample", "gauss",
-              "normalvariate", "betavariate", "expovariate", "triangular", "lognormvariate", "gammavariate")  # fmt: skip
+              "normalvariate", "betavariate", "expovariate", "triangular", "lognormvariate",
+              "gammavariate")  # fmt: skip
     for name in python:
         setattr(random, name, watched(f"random.{name}", getattr(random, name), None, "random"))
     random.seed = seeding(random.seed, "random")  # type: ignore[assignment]
@@ -526,3 +544,24 @@ def _watch_unaligned(noise: GlobalNoise) -> None:
         if hasattr(numpy.random, name):
             setattr(numpy.random, name, watched(f"numpy.random.{name}", getattr(numpy.random, name), None, "numpy"))
     numpy.random.seed = seeding(numpy.random.seed, "numpy")
+
+
+def rows_along_ddp_dim(noise: GlobalNoise) -> None:
+    """Converted run only: inside a DDP model wrapped with ``dim=1`` (a time-major model fed ``(T, B)``), the
+    batch is the input's size along ``dim``, as in the reference's per-rank forward, not the first dimension
+    of what the DataLoader yielded (time, where a collate makes ``(T, B)``)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp_forward = DistributedDataParallel.forward
+
+    def forward(self: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
+        dim, first = getattr(self, "dim", 0), first_tensor((inputs, kwargs))
+        if dim == 0 or first is None or first.dim() <= dim:
+            return ddp_forward(self, *inputs, **kwargs)
+        saved, noise.rows = noise.rows, first.shape[dim]
+        try:
+            return ddp_forward(self, *inputs, **kwargs)
+        finally:
+            noise.rows = saved
+
+    DistributedDataParallel.forward = forward  # type: ignore[method-assign]

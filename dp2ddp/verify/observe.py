@@ -138,7 +138,9 @@ class Observer:
         # One function under two names, or statistical mode's mixing under both: keep them one object.
         same = torch.manual_seed is torch.random.manual_seed
         torch.manual_seed = noting(torch.manual_seed)  # type: ignore[assignment]
-        torch.random.manual_seed = torch.manual_seed if same else noting(torch.random.manual_seed)  # type: ignore[assignment]
+        torch.random.manual_seed = (  # type: ignore[assignment]
+            torch.manual_seed if same else noting(torch.random.manual_seed)
+        )
 
         def redrawing(original: Any) -> Any:
             def init(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:

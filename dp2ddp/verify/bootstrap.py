@@ -112,6 +112,12 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
         observer.redraw_inits_after_wrap(config.rank())
         alignment.sharded_sampler_passes()
         observer.watch_loaders()
+        script = sys.argv[1]  # the file run, whose frames are the script's own code
+        own_dir = config.import_dir or os.path.dirname(os.path.abspath(script))
+        observer.watch_buffers()
+        observer.watch_writes(script, own_dir, config.out_dir)
+        observer.watch_collectives(script, own_dir)
+    observer.count_samples()
     capture.install(recorder)
     return noise
 

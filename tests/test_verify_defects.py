@@ -117,12 +117,11 @@ def test_a_checkpoint_saved_by_every_process_is_named(batch_norm: tuple[Path, st
 def test_a_barrier_only_the_main_process_reaches_is_named_by_its_line(
     batch_norm: tuple[Path, str], tmp_path: Path
 ) -> None:
-    """The converted script's exit barrier on rank 1 pairs with it: the run ends, and only the records show it."""
+    """Rank 1's exit barrier pairs with it, so the run ends (with an abort at exit): only the records show it."""
     _, converted = batch_norm
-    guarded = SAVE.replace("    dist.barrier()\n", "        dist.barrier()\n")
-    text = converted.replace(SAVE, guarded)
-    line = text[: text.index(guarded)].count("\n") + 3  # the barrier is the block's third line
-    code, output, document = verify_planted(batch_norm, tmp_path, SAVE, guarded)
+    extra = SAVE + "    if is_main_process():\n        dist.barrier()\n"
+    line = converted[: converted.index(SAVE)].count("\n") + 5  # the planted barrier: two lines after SAVE's three
+    code, output, document = verify_planted(batch_norm, tmp_path, SAVE, extra)
     assert code == 1, output
     collectives = finding(document, "collectives")
     assert f"rank 0 called dist.barrier at broken.py:{line} " in collectives["message"], collectives["message"]

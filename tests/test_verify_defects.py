@@ -7,12 +7,15 @@ conversion as written, and a fixture whose ranks call barriers from different li
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from dp2ddp.api import ConvertOptions, convert_source
+from dp2ddp.verify import checks
 from tests.test_verify import fixture, run_verify
+from tests.test_verify_checks import converted_run, rank
 
 BATCH_NORM_SCRIPT = '''
 import torch
@@ -149,3 +152,68 @@ def test_download_once_barriers_from_different_lines_pass(tmp_path: Path) -> Non
     code, output, document = run_verify(tmp_path, str(script), "--", "--data", str(tmp_path / "data"))
     assert code == 0, output
     assert defects(document) == []
+
+
+# --- the same checks on recorded data, no process launched ----------------------------------------
+
+
+def write_records(path: Path, records: list[dict]) -> None:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+def barrier(line: int, call: str = "barrier") -> dict:
+    return {"call": call, "line": f"train.py:{line}"}
+
+
+@pytest.mark.parametrize(
+    ("rank0", "rank1", "named"),
+    [
+        pytest.param([barrier(57), barrier(41)], [barrier(60), barrier(41)], None,
+                     id="download-once barriers from two lines pair"),
+        pytest.param([barrier(9, "all_reduce"), barrier(93), barrier(41)], [barrier(9, "all_reduce"), barrier(41)],
+                     "rank 0 called dist.barrier at train.py:93 (its collective call #2)",
+                     id="a barrier under a rank condition is named, not the exit barrier it paired with"),
+        pytest.param([barrier(41)], [barrier(70, "all_reduce"), barrier(41)],
+                     "rank 1 called dist.all_reduce at train.py:70", id="a call only another rank made"),
+    ],
+)  # fmt: skip
+def test_collective_sequences(rank0: list[dict], rank1: list[dict], named: str | None, tmp_path: Path) -> None:
+    write_records(tmp_path / "converted-rank0.collectives.jsonl", rank0)
+    write_records(tmp_path / "converted-rank1.collectives.jsonl", rank1)
+    found = checks.collectives(converted_run(tmp_path, [rank(0), rank(1)]))
+    if named is None:
+        assert found == []
+    else:
+        [defect] = found
+        assert defect.kind == "defect" and named in defect.message, defect.message
+
+
+@pytest.mark.parametrize(
+    ("reference", "per_rank", "defect"),
+    [
+        pytest.param([16] * 8, [8] * 8, False, id="the global batch split"),
+        pytest.param([15] * 8, [7] * 8, False, id="a global batch that does not divide"),
+        pytest.param([16, 0] * 4, [16, 0] * 4, True, id="two optimizers a batch, the batch undivided"),
+        pytest.param([32, 16, 16, 0], [16, 8, 8, 0], False, id="prefetching workers count ahead in both runs"),
+    ],
+)  # fmt: skip
+def test_samples_per_step(reference: list[int], per_rank: list[int], defect: bool, tmp_path: Path) -> None:
+    run = converted_run(tmp_path, [rank(0, samples_per_step=per_rank), rank(1, samples_per_step=per_rank)])
+    reference_run = converted_run(tmp_path, [rank(0, samples_per_step=reference)])
+    found = checks.batch(reference_run, run)
+    assert bool(found) == defect, found
+
+
+def test_set_epoch_ignores_peeks_that_never_finish_a_pass(tmp_path: Path) -> None:
+    """`next(iter(loader))` each step begins a pass with the same epoch every time, as the reference does too."""
+    sampler = {"sampler": 0, "seed": 0, "epoch": 0, "shuffle": True}
+    write_records(tmp_path / "converted-rank0.samplers.jsonl",
+                  [{**sampler, "pass": number, "step": number} for number in range(3)])  # fmt: skip
+    loader = {"loader": 0, "training": True, "indices": []}
+    passes = [{**loader, "pass": number, "distributed_sampler": [0, number]} for number in range(3)]
+    write_records(tmp_path / "converted-rank0.loaders.jsonl", passes)
+    run = converted_run(tmp_path, [rank(0), rank(1)])
+    assert checks.set_epoch(run) == []
+    write_records(tmp_path / "converted-rank0.loaders.jsonl", [{**p, "ended": True} for p in passes])
+    [defect] = checks.set_epoch(run)
+    assert defect.step == 1 and "all 3 of its training passes with epoch 0" in defect.message

@@ -99,7 +99,8 @@ def test_the_conversion_as_written_passes_every_check(batch_norm: tuple[Path, st
 def test_batch_norm_statistics_left_apart_by_broadcast_buffers_false_are_named(
     batch_norm: tuple[Path, str], tmp_path: Path
 ) -> None:
-    code, output, document = verify_planted(batch_norm, tmp_path, WRAP, "    model = wrap_ddp(Net(), broadcast_buffers=False)\n")
+    apart = "    model = wrap_ddp(Net(), broadcast_buffers=False)\n"
+    code, output, document = verify_planted(batch_norm, tmp_path, WRAP, apart)
     assert code == 1, output
     assert document["first_divergence"] is None  # training forwards use batch statistics: the losses agree
     buffers = finding(document, "buffers")

@@ -206,6 +206,7 @@ class Observer:
         self._buffers: IO[str] | None = None
         self._buffer_records = 0
         self._ddp_numbers: dict[int, int] = {}
+        self._buffer_forwards: dict[int, int] = {}
         self._optimizer_steps = 0  # steps taken so far: the label of the losses recorded now
         self.facts: dict[str, Any] = {"process_group": False, "world_size": None, "ddp_modules": 0,
                                       "distributed_sampler_passes": 0, "data_parallel": 0}  # fmt: skip
@@ -404,63 +405,65 @@ class Observer:
         A training forward (grad enabled) broadcasts rank 0's buffers before the wrapped module runs, unless
         the forward before it ran without grad or under no_sync(); then the module's own forward updates
         running statistics from each rank's batch, so between steps they differ by design. The sums are taken
-        in the wrapped module's forward pre-hook, after that broadcast: at the forwards where DDP broadcast,
-        and, with ``broadcast_buffers=False``, at the forwards where it would have.
+        as DDP's ``_pre_forward`` returns, after that broadcast and before the module runs: at the forwards
+        where DDP broadcast, and, with ``broadcast_buffers=False``, at the forwards where it would have. DDP's
+        class is patched rather than hooks added to the module, so a script can still pickle its model whole.
         """
         from torch.nn.parallel import DistributedDataParallel
 
-        ddp_init = DistributedDataParallel.__init__
+        pre_forward = DistributedDataParallel._pre_forward
         observer = self
 
-        def watched(wrapper: DistributedDataParallel, *args: Any, **kwargs: Any) -> None:
-            ddp_init(wrapper, *args, **kwargs)
-            observer._watch_wrapper(wrapper)
+        def recorded(wrapper: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
+            point = observer._buffer_point(wrapper)
+            result = pre_forward(wrapper, *inputs, **kwargs)
+            if point:
+                observer._record_buffers(wrapper)
+            return result
 
-        DistributedDataParallel.__init__ = watched  # type: ignore[method-assign]
+        DistributedDataParallel._pre_forward = recorded  # type: ignore[method-assign]
 
-    def _watch_wrapper(self, wrapper: Any) -> None:
-        module = wrapper.module
-        ignored = set(getattr(wrapper, "parameters_to_ignore", ()) or ())
-        names = [name for name, _ in module.named_buffers() if name not in ignored]
-        if not names:
-            return
-        number = self._ddp_numbers.setdefault(id(wrapper), len(self._ddp_numbers))
-        self._keep.append(wrapper)
-        synced = getattr(wrapper, "forward_sync_buffers", getattr(wrapper, "broadcast_buffers", True))
-        state = {"point": False, "forwards": 0}
-
-        def before_ddp_forward(wrapper: Any, args: Any) -> None:
-            # DDP decides in its forward, before the module runs, whether it broadcasts buffers this time.
-            would = bool(getattr(wrapper, "require_forward_param_sync", False)) and torch.is_grad_enabled()
+    def _buffer_point(self, wrapper: Any) -> bool:
+        """Whether this forward is one where DDP broadcasts rank 0's buffers (or would, were it asked to)."""
+        if self._buffer_records >= MAX_BUFFER_RECORDS or not torch.is_grad_enabled():
+            return False
+        if not wrapper.module.training or getattr(wrapper, "_use_python_reducer", False):
+            return False
+        if getattr(wrapper, "_delay_all_reduce_all_params", False) or not getattr(wrapper, "modules_buffers", None):
+            return False
+        if self._synced(wrapper):
             check = getattr(wrapper, "_check_sync_bufs_pre_fwd", None)
-            state["point"] = (check() if synced and callable(check) else would) and wrapper.training
+            return bool(check()) if callable(check) else False
+        return bool(getattr(wrapper, "require_forward_param_sync", False))
 
-        def before_module_forward(module: torch.nn.Module, args: Any) -> None:
-            point, state["point"] = state["point"], False
-            if not point or not module.training or not torch.is_grad_enabled():
-                return
-            if self._buffer_records >= MAX_BUFFER_RECORDS:
-                return
-            self._buffer_records += 1
-            buffers = dict(module.named_buffers())
-            present = [buffers[name] for name in names if name in buffers]
-            with torch.no_grad():
-                sums = torch.stack([buffer.detach().sum(dtype=torch.float64) for buffer in present])
-            record: dict[str, Any] = {"module": number, "forward": state["forwards"], "step": self._steps_done(),
-                                      "sums": sums.cpu().tolist()}  # fmt: skip
-            if state["forwards"] == 0:
-                record.update(names=[name for name in names if name in buffers], broadcast_buffers=bool(synced),
-                              owners=_buffer_owners(module, names))  # fmt: skip
-            state["forwards"] += 1
-            if self._buffers is None:
-                self._buffers = self._name.with_suffix(".buffers.jsonl").open("w", buffering=1)
-            self._buffers.write(json.dumps(record) + "\n")
+    @staticmethod
+    def _synced(wrapper: Any) -> bool:
+        return bool(getattr(wrapper, "forward_sync_buffers", getattr(wrapper, "broadcast_buffers", True)))
 
-        wrapper.register_forward_pre_hook(before_ddp_forward)
-        module.register_forward_pre_hook(before_module_forward)
-
-    def _steps_done(self) -> int:
-        return self._optimizer_steps
+    def _record_buffers(self, wrapper: Any) -> None:
+        key = id(wrapper)
+        if key not in self._ddp_numbers:
+            self._ddp_numbers[key] = len(self._ddp_numbers)
+            self._keep.append(wrapper)  # so its id is not reused
+        number = self._ddp_numbers[key]
+        ignored = set(getattr(wrapper, "parameters_to_ignore", ()) or ())
+        named = [(name, buffer) for name, buffer in wrapper.module.named_buffers() if name not in ignored]
+        if not named:
+            return
+        forwards = self._buffer_forwards.get(key, 0)
+        self._buffer_forwards[key] = forwards + 1
+        self._buffer_records += 1
+        with torch.no_grad():
+            sums = torch.stack([buffer.detach().sum(dtype=torch.float64) for _, buffer in named])
+        record: dict[str, Any] = {"module": number, "forward": forwards, "step": self._optimizer_steps,
+                                  "sums": sums.cpu().tolist()}  # fmt: skip
+        if forwards == 0:
+            names = [name for name, _ in named]
+            record.update(names=names, broadcast_buffers=self._synced(wrapper),
+                          owners=_buffer_owners(wrapper.module, names))  # fmt: skip
+        if self._buffers is None:
+            self._buffers = self._name.with_suffix(".buffers.jsonl").open("w", buffering=1)
+        self._buffers.write(json.dumps(record) + "\n")
 
     # --- files written and collectives called ---------------------------------------------------
 

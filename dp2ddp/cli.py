@@ -574,6 +574,11 @@ def verify(
             *checks.replicas(runs.converted),
             *checks.samplers(runs.converted, max_steps),
             *checks.loaders(runs.converted),
+            *checks.buffers(runs.converted),
+            *checks.writes(runs.converted),
+            *checks.collectives(runs.converted),
+            *checks.set_epoch(runs.converted),
+            *checks.batch(runs.references[0], runs.converted),
             *checks.switched_off(runs.references[0]),
             *checks.reference_wrapped(runs.references[0]),
         ]  # fmt: skip

@@ -118,6 +118,12 @@ def _install(config: RunConfig, recorder: capture.LossRecorder, observer: Observ
         alignment.sharded_sampler_passes()
         observer.watch_loaders()
         capture.record_loads(observer.facts)
+        script = sys.argv[1]  # the file run, whose frames are the script's own code
+        own_dir = config.import_dir or os.path.dirname(os.path.abspath(script))
+        observer.watch_buffers()
+        observer.watch_writes(script, own_dir, config.out_dir)
+        observer.watch_collectives(script, own_dir)
+    observer.count_samples()
     capture.install(recorder)
     return noise
 

@@ -7,6 +7,7 @@ say; a "warning" is printed beside the verdict.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ _NAMES_SHOWN = 4
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # replicas | distributed | data | epochs | logs | noise | reference
+    check: str  # replicas | distributed | data | epochs | buffers | writes | collectives | batch | logs | noise
+    #             | reference
     kind: str  # defect | warning | note
     message: str
     step: int | None = None
@@ -253,3 +255,184 @@ def switched_off(reference: RunOutcome) -> list[Finding]:
     return [Finding("noise", "note", (
         f"note: dropout ran as the identity in both runs on {calls} calls (no batch dimension, alpha dropout, or "
         "inside nn.LSTM/GRU/RNN), so those masks were not compared"))]  # fmt: skip
+
+
+def buffers(run: RunOutcome) -> list[Finding]:
+    """The first training forward at which some rank's buffers of a DDP-wrapped module differ from rank 0's,
+    taken where DDP broadcasts rank 0's buffers (or would have, but for ``broadcast_buffers=False``)."""
+    out = Path(run.out_dir)
+    per_rank = {rank.rank: _records(out / f"converted-rank{rank.rank}.buffers.jsonl") for rank in run.ranks}
+    if len(per_rank) < 2 or not per_rank.get(0):
+        return []
+    first: dict[int, dict[str, Any]] = {}
+    for record in per_rank[0]:
+        first.setdefault(record["module"], record)
+    keyed_records = {rank: {(r["module"], r["forward"]): r for r in records} for rank, records in per_rank.items()}
+    for record in per_rank[0]:
+        key = (record["module"], record["forward"])
+        for rank in sorted(per_rank)[1:]:
+            other = keyed_records[rank].get(key)
+            if other is None or len(other["sums"]) != len(record["sums"]):
+                continue  # a rank that stopped early is reported by the run's outcome
+            differ = [i for i, (a, b) in enumerate(zip(record["sums"], other["sums"])) if a != b]
+            if differ:
+                return [_buffer_finding(record, rank, differ, first[record["module"]])]
+    return []
+
+
+def _buffer_finding(record: dict[str, Any], rank: int, differ: list[int], first: dict[str, Any]) -> Finding:
+    names = first.get("names", [])
+    owners = first.get("owners", [])
+    named = [names[i] if i < len(names) else f"buffer {i}" for i in differ]
+    more = f" and {len(named) - _NAMES_SHOWN} more" if len(named) > _NAMES_SHOWN else ""
+    shown = ", ".join(named[:_NAMES_SHOWN]) + more
+    batch_norm = any("BatchNorm" in owners[i] and "Sync" not in owners[i] for i in differ if i < len(owners))
+    step = record["step"]
+    if not first.get("broadcast_buffers", True) and batch_norm:
+        why = ("DistributedDataParallel(..., broadcast_buffers=False) leaves each rank's BatchNorm running statistics "
+               "to follow its own batches, so the ranks evaluate (and save) different models: convert the BatchNorm "
+               "layers with nn.SyncBatchNorm.convert_sync_batchnorm(model) before wrapping, or keep DDP's default "
+               "broadcast_buffers=True")  # fmt: skip
+    elif not first.get("broadcast_buffers", True):
+        why = ("with broadcast_buffers=False DDP never makes them agree, and a buffer was changed on some ranks "
+               "only (or from each rank's own data): keep DDP's default broadcast_buffers=True, or change the "
+               "buffer the same way on every rank")  # fmt: skip
+    else:
+        why = ("DDP broadcasts rank 0's buffers at the start of a training forward, so they were changed on some "
+               "ranks between that broadcast and the wrapped module's forward: change buffers the same way on every "
+               "rank, outside any rank condition")  # fmt: skip
+    return Finding("buffers", "defect", (
+        f"buffers differ between ranks at the training forward of step {step}: {len(differ)} of "
+        f"{len(record['sums'])} buffers of DDP module #{record['module'] + 1} on rank {rank} are not rank 0's "
+        f"({shown}); {why}"), step)  # fmt: skip
+
+
+def writes(run: RunOutcome) -> list[Finding]:
+    """Paths that more than one process opened for writing: each overwrites the others' file, and a process that
+    reads it back may read a half-written one."""
+    out = Path(run.out_dir)
+    writers: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for rank in run.ranks:
+        for record in _records(out / f"converted-rank{rank.rank}.writes.jsonl"):
+            writers[record["path"]].setdefault(rank.rank, record)
+    shared = [(path, ranks) for path, ranks in writers.items() if len(ranks) > 1]
+    if not shared:
+        return []
+    path, ranks = shared[0]
+    record = ranks[min(ranks)]
+    listed = ("both " if len(ranks) == 2 else "all of ") + " and ".join(f"rank {rank}" for rank in sorted(ranks))
+    more = f" ({len(shared) - 1} more such paths)" if len(shared) > 1 else ""
+    return [Finding("writes", "defect", (
+        f"{listed} write {path} ({record['call']} at {record['line']}){more}: the processes overwrite each "
+        "other's file, and one that reads it back may read another's half-written copy; write it on the main "
+        "process only (if dist.get_rank() == 0:, then dist.barrier() before others read it), or give each "
+        "process its own path (with its rank in the name)"))]  # fmt: skip
+
+
+def collectives(run: RunOutcome) -> list[Finding]:
+    """The first torch.distributed collective one rank called and another did not: each rank must reach every
+    collective, in the same order, or the ones that do wait for the others.
+
+    The ranks' sequences of collective names decide; lines may differ (a download-once guard calls barrier
+    from one line on rank 0 and another on the rest). To name the call, the sequences are lined up with their
+    lines: otherwise a barrier under a rank condition would pair with the other ranks' exit barrier, and the
+    exit barrier would be blamed.
+    """
+    out = Path(run.out_dir)
+    per_rank = {rank.rank: _records(out / f"converted-rank{rank.rank}.collectives.jsonl") for rank in run.ranks}
+    if len(per_rank) < 2 or 0 not in per_rank:
+        return []
+    names = {rank: [call["call"] for call in calls] for rank, calls in per_rank.items()}
+    other = next((rank for rank in sorted(names) if names[rank] != names[0]), None)
+    if other is None:
+        return []
+    what = _unpaired_call(per_rank[0], per_rank[other], 0, other)
+    return [Finding("collectives", "defect", (
+        f"{what}: a collective under a rank condition (such as `if dist.get_rank() == 0:`) waits for every "
+        "rank, and the others never reach it; here a later call of theirs, such as the exit barrier, happened "
+        "to pair with it, but a real run hangs there or aborts at exit ('Connection closed by peer'). Every "
+        "rank must make the same collective calls in the same order: move it out of the condition"))]  # fmt: skip
+
+
+def _unpaired_call(first: list[dict[str, Any]], second: list[dict[str, Any]], one: int, two: int) -> str:
+    """The first call of either rank that the other's sequence has no partner for, in words."""
+    matcher = difflib.SequenceMatcher(a=[(c["call"], c["line"]) for c in first],
+                                      b=[(c["call"], c["line"]) for c in second], autojunk=False)  # fmt: skip
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        # Within a block that differs, calls of the same name pair in order (the same collective from other
+        # lines on each side); the first left without a partner is the one to name.
+        paired = 0
+        while a0 + paired < a1 and b0 + paired < b1 and first[a0 + paired]["call"] == second[b0 + paired]["call"]:
+            paired += 1
+        a, b = a0 + paired, b0 + paired
+        if a < a1 and b == b1:
+            call, rank, number, missing = first[a], one, a, two
+        elif b < b1 and a == a1:
+            call, rank, number, missing = second[b], two, b, one
+        elif a < a1 and b < b1:
+            return (f"rank {one}'s collective call #{a + 1} is dist.{first[a]['call']} at {first[a]['line']} "
+                    f"where rank {two}'s is dist.{second[b]['call']} at {second[b]['line']}")  # fmt: skip
+        else:
+            continue
+        return (f"rank {rank} called dist.{call['call']} at {call['line']} (its collective call #{number + 1}) "
+                f"and rank {missing} made no such call")  # fmt: skip
+    return f"ranks {one} and {two} made different collective calls"
+
+
+def set_epoch(run: RunOutcome) -> list[Finding]:
+    """A shuffled DistributedSampler whose training passes all drew with the same epoch: every epoch repeats the
+    first one's order. Only passes that fed an optimizer step count, after a pass drawn to its end."""
+    if not run.ranks:
+        return []
+    out = Path(run.out_dir)
+    rank = run.ranks[0].rank
+    samplers = {(r["sampler"], r["pass"]): r for r in _records(out / f"converted-rank{rank}.samplers.jsonl")}
+    training: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = defaultdict(list)
+    for loader in _records(out / f"converted-rank{rank}.loaders.jsonl"):
+        drew = loader.get("distributed_sampler")
+        if not loader.get("training") or drew is None:
+            continue
+        sampler = samplers.get((drew[0], drew[1]))
+        if sampler is not None and sampler["shuffle"]:
+            training[drew[0]].append((loader, sampler))
+    for number, passes in sorted(training.items()):
+        if len(passes) < 2 or not passes[0][0].get("ended"):
+            continue  # one epoch, or `next(iter(loader))` draws that never finish a pass
+        epochs = {sampler["epoch"] for _, sampler in passes}
+        if len(epochs) == 1:
+            step = passes[1][1]["step"]
+            return [Finding("epochs", "defect", (
+                f"DistributedSampler #{number + 1} drew all {len(passes)} of its training passes with epoch "
+                f"{epochs.pop()}: set_epoch is never called (or always with the same value), so from step {step} "
+                "on every epoch repeats the first epoch's order; call loader.sampler.set_epoch(epoch) at the start "
+                "of each epoch"), step)]  # fmt: skip
+    return []
+
+
+def batch(reference: RunOutcome, run: RunOutcome) -> list[Finding]:
+    """The converted ranks together drawing the world size times the reference's samples per optimizer step:
+    each process trains on the whole global batch, so the effective batch is multiplied."""
+    reference_counts = reference.ranks[0].facts.get("samples_per_step") if reference.ranks else None
+    counts = [rank.facts.get("samples_per_step") for rank in run.ranks]
+    world = len(counts)
+    if not reference_counts or world < 2 or any(not c for c in counts):
+        return []
+    steps = min(len(reference_counts), *(len(c) for c in counts))
+    expected = sum(reference_counts[:steps])
+    drawn = sum(sum(c[:steps]) for c in counts)
+    if expected <= 0 or drawn <= expected * (world + 1) / 2:
+        return []
+    global_batch = _most_common([c for c in reference_counts[:steps] if c])
+    per_process = _most_common([c for c in counts[0][:steps] if c])
+    return [Finding("batch", "defect", (
+        f"each process trains on the global batch of {per_process}: the effective batch is {world} x {per_process} "
+        f"= {world * per_process} samples per optimizer step, where the reference trained on {global_batch}, so "
+        "the per-process batch was not divided by the world size; give the DataLoader batch_size=... // "
+        "dist.get_world_size() (or, if the larger batch is meant, scale the learning rate knowingly: the losses "
+        "cannot then be compared with the reference)"), 0)]  # fmt: skip
+
+
+def _most_common(values: list[int]) -> int:
+    return max(set(values), key=values.count) if values else 0

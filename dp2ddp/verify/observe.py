@@ -24,12 +24,27 @@ than equal losses, and these records check the promise directly:
   would yield under the script's own configuration (its ``seed``, ``epoch``,
   ``num_replicas`` and ``rank``), before verify's alignment replaces the seed,
   and the optimizer step at which the pass began (``<name>.samplers.jsonl``).
+  A DataLoader pass names the DistributedSampler pass it drew from, and whether
+  it was drawn to its end, so a missing ``set_epoch`` shows without the losses.
+- **Samples per step.** In both runs, how many samples the DataLoader pass that
+  fed each optimizer step yielded since the step before (``samples_per_step``
+  in the process's outcome, the first ``MAX_STEPS_COUNTED`` steps): the ranks
+  together must draw what the reference draws, not the world size times it.
+- **Buffers.** At every training forward of a DDP-wrapped module where DDP
+  broadcasts rank 0's buffers (or would, but for ``broadcast_buffers=False``),
+  one float64 sum per buffer (``<name>.buffers.jsonl``): there they must agree.
+- **Files written and collectives called** by the script's own code, with the
+  line that did it (``<name>.writes.jsonl``, ``<name>.collectives.jsonl``),
+  written as they happen, so what ``atexit`` hooks do counts too.
 """
 
 from __future__ import annotations
 
 import gc
+import io
 import json
+import os
+import sys
 import weakref
 from pathlib import Path
 from typing import IO, Any
@@ -40,6 +55,20 @@ import torch
 # epoch boundaries without writing an ImageNet permutation every epoch.
 MAX_PASSES = 3
 MAX_INDICES = 200_000
+# Optimizer steps whose sample counts are kept; buffer checkpoints and collective calls recorded per process.
+MAX_STEPS_COUNTED = 1000
+MAX_BUFFER_RECORDS = 1000
+MAX_COLLECTIVES = 20_000
+
+# The torch.distributed functions every rank of the group must call together, in the same order.
+COLLECTIVES = (
+    "barrier", "monitored_barrier", "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor",
+    "all_gather_object", "all_gather_coalesced", "broadcast", "broadcast_object_list", "reduce", "gather",
+    "gather_object", "scatter", "scatter_object_list", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+    "all_to_all_single", "new_group",
+)  # fmt: skip
+_WRITE_MODE = frozenset("wax+")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
 def _root_index(dataset: Any, index: Any) -> int:
@@ -76,6 +105,85 @@ def _drawn_by(index_sampler: Any) -> dict[str, Any]:
     return described
 
 
+def _distributed_pass(index_sampler: Any, latest: tuple[int, list[int]] | None) -> list[int] | None:
+    """The DistributedSampler pass a new DataLoader pass draws from: the latest begun, if its sampler is this
+    loader's (a BatchSampler begins it at the first draw, a bare sampler when the loader's iterator is made)."""
+    if latest is None:
+        return None
+    sampler = index_sampler
+    for _ in range(4):
+        if id(sampler) == latest[0]:
+            return latest[1]
+        sampler = getattr(sampler, "sampler", None)
+        if sampler is None:
+            break
+    return None
+
+
+def _buffer_owners(module: torch.nn.Module, names: list[str]) -> list[str]:
+    """The class of the module that holds each buffer: BatchNorm's running statistics differ for their own reason."""
+    owners = []
+    for name in names:
+        owner_name = name.rpartition(".")[0]
+        try:
+            owners.append(type(module.get_submodule(owner_name)).__name__)
+        except AttributeError:
+            owners.append("")
+    return owners
+
+
+def _uninteresting_prefixes(out_dir: str) -> tuple[str, ...]:
+    """Folders whose files no user means when checking for save races: verify's own, the interpreter's,
+    caches and configuration under the home folder."""
+    home = os.path.expanduser("~")
+    folders = [str(Path(out_dir).resolve().parent), sys.prefix, sys.base_prefix, sys.exec_prefix, "/dev", "/proc",
+               "/sys", os.path.join(home, ".cache"), os.path.join(home, ".config")]  # fmt: skip
+    for variable in ("MPLCONFIGDIR", "TORCH_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HF_HOME"):
+        if os.environ.get(variable):
+            folders.append(os.environ[variable])
+    return tuple(os.path.abspath(folder).rstrip(os.sep) + os.sep for folder in folders)
+
+
+def _uninteresting(path: str, prefixes: tuple[str, ...]) -> bool:
+    if "__pycache__" in path or "site-packages" in path or "dist-packages" in path:
+        return True
+    try:
+        resolved = os.path.realpath(path)
+    except (OSError, ValueError):
+        resolved = path
+    return any(p.startswith(prefixes) for p in (path, resolved))
+
+
+class _OwnCode:
+    """Frames of the script and of the modules beside it, not of the libraries it calls."""
+
+    def __init__(self, script: str, own_dir: str) -> None:
+        self.script = os.path.abspath(script)
+        self.folder = os.path.abspath(own_dir).rstrip(os.sep) + os.sep
+        self.libraries = tuple(os.path.abspath(p).rstrip(os.sep) + os.sep for p in {sys.prefix, sys.base_prefix})
+
+    def is_own(self, frame: Any) -> bool:
+        filename = frame.f_code.co_filename
+        if filename.startswith("<"):
+            return False
+        filename = os.path.abspath(filename)
+        if filename == self.script:
+            return True
+        return (filename.startswith(self.folder) and not filename.startswith(self.libraries)
+                and "site-packages" not in filename)  # fmt: skip
+
+    def label(self, frame: Any) -> str:
+        return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+    def first_line(self, frame: Any) -> str | None:
+        """The innermost frame of own code on the stack from ``frame`` out, as ``file.py:line``."""
+        while frame is not None:
+            if self.is_own(frame):
+                return self.label(frame)
+            frame = frame.f_back
+        return None
+
+
 class Observer:
     def __init__(self, name: Path, replicas: bool) -> None:
         self.replicas = replicas
@@ -91,6 +199,15 @@ class Observer:
         self._datasets: dict[int, int] = {}
         self._last_pass: dict[str, Any] | None = None
         self._sampler_passes: dict[int, int] = {}
+        self._sampler_pass_now: tuple[int, list[int]] | None = None  # (sampler id, [number, pass]) begun last
+        self._drawn: dict[int, int] = {}  # samples each DataLoader iterator yielded since the last optimizer step
+        self._last_drawn: int | None = None  # the iterator that yielded last
+        self._name = name
+        self._buffers: IO[str] | None = None
+        self._buffer_records = 0
+        self._ddp_numbers: dict[int, int] = {}
+        self._buffer_forwards: dict[int, int] = {}
+        self._optimizer_steps = 0  # steps taken so far: the label of the losses recorded now
         self.facts: dict[str, Any] = {"process_group": False, "world_size": None, "ddp_modules": 0,
                                       "distributed_sampler_passes": 0, "data_parallel": 0}  # fmt: skip
 
@@ -163,6 +280,8 @@ class Observer:
     # --- replicas ------------------------------------------------------------------------------
 
     def optimizer_stepped(self, step: int, optimizer: torch.optim.Optimizer) -> None:
+        self._count_step()
+        self._optimizer_steps = step + 1
         if self._last_pass is not None:
             self._last_pass["training"] = True  # the pass that yielded the batch this step trained on
         if self._params is None:
@@ -219,6 +338,7 @@ class Observer:
         }  # fmt: skip
         if number < MAX_PASSES:
             record["indices"] = indices[:MAX_INDICES]
+        self._sampler_pass_now = (key, [self._sampler_ids[key], number])
         self._samplers.write(json.dumps(record) + "\n")
 
     def watch_loaders(self) -> None:
@@ -233,7 +353,12 @@ class Observer:
             # persistent workers' iterator reset for the next epoch.
             new_pass = getattr(iterator, "_dp2ddp_observed", None) is not iterator._sampler_iter
             iterator._dp2ddp_observed = iterator._sampler_iter
-            index = next_index(iterator)
+            try:
+                index = next_index(iterator)
+            except StopIteration:
+                if not new_pass and getattr(iterator, "_dp2ddp_record", None) is not None:
+                    iterator._dp2ddp_record["ended"] = True  # drawn to its end: the next pass is a new epoch
+                raise
             if new_pass:
                 dataset = iterator._dataset
                 if id(dataset) not in self._datasets:
@@ -243,6 +368,9 @@ class Observer:
                 passes = sum(1 for other in self._loader_passes if other["loader"] == number)
                 iterator._dp2ddp_record = {"loader": number, "pass": passes, "training": False,
                                            **_drawn_by(iterator._index_sampler), "indices": []}  # fmt: skip
+                drew = _distributed_pass(iterator._index_sampler, self._sampler_pass_now)
+                if drew is not None:
+                    iterator._dp2ddp_record["distributed_sampler"] = drew
                 self._loader_passes.append(iterator._dp2ddp_record)
             record = iterator._dp2ddp_record
             if record.get("split_batches") and isinstance(index, list) and len(index) == 1:
@@ -267,10 +395,187 @@ class Observer:
 
         DataParallel.__init__ = counted  # type: ignore[method-assign]
 
+    # --- samples per optimizer step ------------------------------------------------------------
+
+    def count_samples(self) -> None:
+        """Count the samples each DataLoader iterator yields; at each optimizer step, the count of the one that
+        yielded last (the pass that fed the step, not an evaluation pass or a peek drawn before it)."""
+        from torch.utils.data import dataloader
+
+        next_index = dataloader._BaseDataLoaderIter._next_index
+
+        def counted(iterator: Any) -> Any:
+            index = next_index(iterator)
+            key = id(iterator)
+            self._drawn[key] = self._drawn.get(key, 0) + (len(index) if isinstance(index, list) else 1)
+            self._last_drawn = key
+            return index
+
+        dataloader._BaseDataLoaderIter._next_index = counted  # type: ignore[method-assign]
+        self.facts["samples_per_step"] = []
+
+    def _count_step(self) -> None:
+        counts = self.facts.get("samples_per_step")
+        if counts is None:
+            return
+        if len(counts) < MAX_STEPS_COUNTED:
+            counts.append(self._drawn.get(self._last_drawn, 0) if self._last_drawn is not None else 0)
+        self._drawn.clear()
+
+    # --- buffers -------------------------------------------------------------------------------
+
+    def watch_buffers(self) -> None:
+        """Record buffer sums of each DDP-wrapped module where DDP promises the ranks agree.
+
+        A training forward (grad enabled) broadcasts rank 0's buffers before the wrapped module runs, unless
+        the forward before it ran without grad or under no_sync(); then the module's own forward updates
+        running statistics from each rank's batch, so between steps they differ by design. The sums are taken
+        as DDP's ``_pre_forward`` returns, after that broadcast and before the module runs: at the forwards
+        where DDP broadcast, and, with ``broadcast_buffers=False``, at the forwards where it would have. DDP's
+        class is patched rather than hooks added to the module, so a script can still pickle its model whole.
+        """
+        from torch.nn.parallel import DistributedDataParallel
+
+        pre_forward = DistributedDataParallel._pre_forward
+        observer = self
+
+        def recorded(wrapper: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
+            point = observer._buffer_point(wrapper)
+            result = pre_forward(wrapper, *inputs, **kwargs)
+            if point:
+                observer._record_buffers(wrapper)
+            return result
+
+        DistributedDataParallel._pre_forward = recorded  # type: ignore[method-assign]
+
+    def _buffer_point(self, wrapper: Any) -> bool:
+        """Whether this forward is one where DDP broadcasts rank 0's buffers (or would, were it asked to)."""
+        if self._buffer_records >= MAX_BUFFER_RECORDS or not torch.is_grad_enabled():
+            return False
+        if not wrapper.module.training or getattr(wrapper, "_use_python_reducer", False):
+            return False
+        if getattr(wrapper, "_delay_all_reduce_all_params", False) or not getattr(wrapper, "modules_buffers", None):
+            return False
+        if self._synced(wrapper):
+            check = getattr(wrapper, "_check_sync_bufs_pre_fwd", None)
+            return bool(check()) if callable(check) else False
+        return bool(getattr(wrapper, "require_forward_param_sync", False))
+
+    @staticmethod
+    def _synced(wrapper: Any) -> bool:
+        return bool(getattr(wrapper, "forward_sync_buffers", getattr(wrapper, "broadcast_buffers", True)))
+
+    def _record_buffers(self, wrapper: Any) -> None:
+        key = id(wrapper)
+        if key not in self._ddp_numbers:
+            self._ddp_numbers[key] = len(self._ddp_numbers)
+            self._keep.append(wrapper)  # so its id is not reused
+        number = self._ddp_numbers[key]
+        ignored = set(getattr(wrapper, "parameters_to_ignore", ()) or ())
+        named = [(name, buffer) for name, buffer in wrapper.module.named_buffers() if name not in ignored]
+        if not named:
+            return
+        forwards = self._buffer_forwards.get(key, 0)
+        self._buffer_forwards[key] = forwards + 1
+        self._buffer_records += 1
+        with torch.no_grad():
+            sums = torch.stack([buffer.detach().sum(dtype=torch.float64) for _, buffer in named])
+        record: dict[str, Any] = {"module": number, "forward": forwards, "step": self._optimizer_steps,
+                                  "sums": sums.cpu().tolist()}  # fmt: skip
+        if forwards == 0:
+            names = [name for name, _ in named]
+            record.update(names=names, broadcast_buffers=self._synced(wrapper),
+                          owners=_buffer_owners(wrapper.module, names))  # fmt: skip
+        if self._buffers is None:
+            self._buffers = self._name.with_suffix(".buffers.jsonl").open("w", buffering=1)
+        self._buffers.write(json.dumps(record) + "\n")
+
+    # --- files written and collectives called ---------------------------------------------------
+
+    def watch_writes(self, script: str, own_dir: str, out_dir: str) -> None:
+        """Record each path the script's code opens for writing (open, os.open, torch.save to a path), once per
+        path, with the script's line that did it: two processes writing one path overwrite each other."""
+        own = _OwnCode(script, own_dir)
+        skipped = _uninteresting_prefixes(out_dir)
+        log = self._name.with_suffix(".writes.jsonl").open("w", buffering=1)
+        self._keep.append(log)  # left open: atexit hooks write after close()
+        seen: set[str] = set()
+
+        def note(target: Any, call: str) -> None:
+            if isinstance(target, int) or not isinstance(target, (str, bytes, os.PathLike)):
+                return  # a file descriptor or a buffer: no path
+            try:
+                path = os.path.abspath(os.fsdecode(target))
+            except (TypeError, ValueError):
+                return
+            if path in seen or _uninteresting(path, skipped):
+                return
+            line = own.first_line(sys._getframe(2))
+            if line is None:
+                return  # a library's own file, not one the script asked for
+            seen.add(path)
+            log.write(json.dumps({"path": path, "call": call, "line": line}) + "\n")
+
+        original_open = io.open
+
+        def watched_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            if isinstance(mode, str) and not _WRITE_MODE.isdisjoint(mode):
+                note(file, "open")
+            return original_open(file, mode, *args, **kwargs)
+
+        original_os_open = os.open
+
+        def watched_os_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> Any:
+            # O_EXCL creates a file no other process can also create (tempfile's way): it cannot be shared.
+            if flags & _WRITE_FLAGS and not flags & os.O_EXCL:
+                note(path, "os.open")
+            return original_os_open(path, flags, *args, **kwargs)
+
+        original_save = torch.save
+
+        def watched_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            note(f, "torch.save")
+            return original_save(obj, f, *args, **kwargs)
+
+        import builtins
+
+        builtins.open = io.open = watched_open  # type: ignore[assignment]
+        os.open = watched_os_open  # type: ignore[assignment]
+        torch.save = watched_save  # type: ignore[assignment]
+
+    def watch_collectives(self, script: str, own_dir: str) -> None:
+        """Record each torch.distributed collective the script's code calls, in order, with its line: every rank
+        must make the same calls, or the ones that do wait for the others (a hang, or an abort at exit)."""
+        import torch.distributed as dist
+
+        own = _OwnCode(script, own_dir)
+        log = self._name.with_suffix(".collectives.jsonl").open("w", buffering=1)
+        self._keep.append(log)  # left open: the exit barrier runs in an atexit hook, after close()
+        calls = [0]
+
+        def watching(name: str, function: Any) -> Any:
+            def watched(*args: Any, **kwargs: Any) -> Any:
+                caller = sys._getframe(1)
+                if calls[0] < MAX_COLLECTIVES and own.is_own(caller):
+                    calls[0] += 1
+                    log.write(json.dumps({"call": name, "line": own.label(caller)}) + "\n")
+                return function(*args, **kwargs)
+
+            watched.__wrapped__ = function  # type: ignore[attr-defined]
+            return watched
+
+        for name in COLLECTIVES:
+            function = getattr(dist, name, None)
+            if callable(function):
+                setattr(dist, name, watching(name, function))
+
     def close(self) -> None:
         if self._params is not None:
             self._params.close()
         self._samplers.close()
+        if self._buffers is not None:
+            self._buffers.close()
+            self._buffers = None
         with self._loaders_path.open("w") as loaders:
             for record in self._loader_passes:
                 loaders.write(json.dumps(record) + "\n")

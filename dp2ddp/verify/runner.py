@@ -444,7 +444,8 @@ def _rank_outcome(name: Path, rank: int, signalled: set[str], stopped_by_us: boo
             return RankOutcome(rank, "left", losses, None, log, None, steps, stdout=stdout)
         return RankOutcome(rank, "unfinished", losses, None, log, stdout=stdout)
     keys = ("process_group", "world_size", "ddp_modules", "backend", "redrawn_after_wrap", "dropout_off", "autograd_grad",
-            "distributed_sampler_passes", "data_parallel", "loaded", "unaligned_draws")  # fmt: skip
+            "distributed_sampler_passes", "data_parallel", "loaded", "unaligned_draws",
+            "samples_per_step")  # fmt: skip
     facts = {key: ended[key] for key in keys if ended.get(key) is not None}
     return RankOutcome(
         rank, ended["outcome"], losses, ended.get("error"), log, ended["ended_at"], ended.get("steps"), facts, stdout,

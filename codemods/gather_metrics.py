@@ -195,11 +195,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 continue  # Reduced already.
             read = {n.value for n in m.findall(line, m.Name()) if isinstance(n, cst.Name)}  # type: ignore[union-attr]
             wraps = {name: helper for name, helper in accumulators.items() if name in read}
-            for loss in losses:
-                if m.findall(line, m.Call(func=m.Attribute(value=m.Name(loss), attr=m.Name("item")))):
-                    wraps[f"{loss}.item()"] = names.MEAN_HELPER
-                if self._reads_tensor(line, loss):
-                    wraps[loss] = names.MEAN_HELPER  # `print(loss)`: the tensor, averaged as its value is
+            wraps.update(self._loss_reads(line, losses))
             shows_meter = any(meter in read for meter in meters)
             if training:
                 # A progress line reads a reduced copy; the meter is reduced in place once, after the loop.
@@ -219,7 +215,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 self.report(line, "DDP403", why="as evaluation shards may give processes different numbers of steps")
 
     def _plan_reports_after(self, loop: cst.For) -> None:
-        """Average the last step's loss that report lines right after the loop print: ``print(f"epoch loss {loss.item()}")``.
+        """Average the last step's loss that lines right after the loop print: ``print(f"loss {loss.item()}")``.
 
         Each process's last loss is its share's; their mean is the last global batch's, as the
         original printed it. Only lines that every process reaches together qualify: later
@@ -237,28 +233,39 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         bound = {n.value for n in self.analysis.within(loop, cst.Name) if is_bound_here(self.analysis, n)}
         statements = list(block.body)
         for statement in statements[statements.index(loop) + 1 :]:
-            lines = [statement] if isinstance(statement, cst.SimpleStatementLine) else []
-            if isinstance(statement, cst.If) and statement.orelse is None and not self.analysis.reads(statement.test) & bound:
+            lines, guarded = [statement] if isinstance(statement, cst.SimpleStatementLine) else [], False
+            steady = isinstance(statement, cst.If) and not self.analysis.reads(statement.test) & bound
+            if steady and statement.orelse is None:  # type: ignore[union-attr]
                 lines = [line for line in statement.body.body if isinstance(line, cst.SimpleStatementLine)]
+                # The processes that fail a rank condition would never join a reduction under it.
+                guarded = is_rank_guard(self.analysis, statement.test)
             for line in lines:
                 calls = [s.value for s in line.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
                 if not calls or not all(self.effects.is_side_effect(c) for c in calls) or m.findall(line, REDUCTION):
                     continue
-                wraps = {}
-                for loss in losses:
-                    if m.findall(line, m.Call(func=m.Attribute(value=m.Name(loss), attr=m.Name("item")))):
-                        wraps[f"{loss}.item()"] = names.MEAN_HELPER
-                    if self._reads_tensor(line, loss):
-                        wraps[loss] = names.MEAN_HELPER
-                if wraps:
+                wraps = self._loss_reads(line, losses)
+                if wraps and guarded:
+                    why = "as only some processes pass the rank condition around it"
+                    self.report(line, "DDP403", why=why)
+                elif wraps:
                     self.in_loop[line] = wraps
             rebinds = {n.value for n in self.analysis.within(statement, cst.Name) if is_bound_here(self.analysis, n)}
             losses -= rebinds
             if not losses:
                 return
 
+    def _loss_reads(self, line: cst.SimpleStatementLine, losses: set[str]) -> dict[str, str]:
+        """What ``line`` reads of the losses, ``loss.item()`` or the tensor itself, with the helper that averages it."""
+        wraps = {}
+        for loss in losses:
+            if m.findall(line, m.Call(func=m.Attribute(value=m.Name(loss), attr=m.Name("item")))):
+                wraps[f"{loss}.item()"] = names.MEAN_HELPER
+            if self._reads_tensor(line, loss):
+                wraps[loss] = names.MEAN_HELPER  # `print(loss)`: the tensor, averaged as its value is
+        return wraps
+
     def _reads_tensor(self, line: cst.SimpleStatementLine, loss: str) -> bool:
-        """Whether ``line`` reads the tensor ``loss`` itself, not one of its attributes (``loss.item()``) or a keyword."""
+        """Whether ``line`` reads the tensor ``loss`` itself, not an attribute of it (``loss.item()``) or a keyword."""
         for name in self.analysis.within(line, cst.Name):
             if name.value != loss:
                 continue
@@ -269,7 +276,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         return False
 
     def _plan_global_sizes(self, loop: cst.For, line: cst.SimpleStatementLine) -> None:
-        """Multiply each batch size ``line`` reports by the world size: ``batch_idx * len(data) * dist.get_world_size()``.
+        """Multiply each batch size ``line`` reports by the world size: ``i * len(data) * dist.get_world_size()``.
 
         Each process loads ``batch_size // world_size`` of the batch DataParallel saw, so its
         ``len(data)`` is its share, and a samples-seen count printed from it would be too. Every
@@ -279,7 +286,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         for size in batch_sizes(self.analysis, line, batch_names(self.analysis, loop)):
             dist = self.distributed_at(line)
             parent = self.analysis.parents.get(size)
-            if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Multiply) and parent.right is size:
+            product = isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Multiply)
+            if product and parent.right is size:  # type: ignore[union-attr]
                 self.scaled_products[parent] = dist
             else:
                 self.scaled_sizes[size] = dist

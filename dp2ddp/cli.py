@@ -493,7 +493,7 @@ Exit status: 0 equivalent, 1 not equivalent (losses, replicas, data split),
                    "written on GPUs; native: as written.")  # fmt: skip
 @click.option("--logs", type=click.Choice(["warn", "fail"]), default="fail", show_default=True,
               help="What a difference between the reference's printed report lines and rank 0's does: fail "
-                   "verify (a number rank 0 prints from its own shard only), or only warn beside the verdict.")  # fmt: skip
+                   "verify (rank 0 printed its own share of a number), or only warn beside the verdict.")  # fmt: skip
 @click.option("--atol", default=1e-5, show_default=True, help="Absolute tolerance per step.")
 @click.option("--rtol", default=1e-4, show_default=True, help="Tolerance relative to the reference loss.")
 @click.option("--statistical", is_flag=True,

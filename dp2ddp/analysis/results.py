@@ -263,7 +263,8 @@ def _is_progress_bar(analysis: Analysis, name: str, owner: cst.CSTNode) -> bool:
 
 
 # What moves or picks from a batch keeps its first dimension: `x = x.to(device)`, `x = batch[0]`, `x = x.float()`.
-_KEEPS_BATCH = m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda") | m.Name("cpu") | m.Name("float") | m.Name("half")))
+_MOVES = frozenset({"to", "cuda", "cpu", "float", "half"})
+_KEEPS_BATCH = m.Call(func=m.Attribute(attr=m.Name(m.MatchIfTrue(lambda name: name in _MOVES))))
 
 
 def batch_names(analysis: Analysis, loop: cst.For) -> set[str]:
@@ -303,7 +304,8 @@ def batch_sizes(analysis: Analysis, node: cst.CSTNode, batch: set[str]) -> list[
         m.Call(func=m.Name("len"), args=[m.Arg(held)])
         | m.Call(func=m.Attribute(value=held, attr=m.Name("size")), args=[m.Arg(zero)])
         | m.Subscript(
-            value=m.Attribute(value=held, attr=m.Name("shape")) | m.Call(func=m.Attribute(value=held, attr=m.Name("size")), args=[]),
+            value=m.Attribute(value=held, attr=m.Name("shape"))
+            | m.Call(func=m.Attribute(value=held, attr=m.Name("size")), args=[]),
             slice=[m.SubscriptElement(m.Index(zero))],
         )
     )

@@ -137,6 +137,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             loaders = self._loader_names(loop)
             if loaders and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
+        for loop in analysis.nodes(cst.While):
+            if self._trains(loop) and not under_rank_guard(self, loop):
+                # `while True: x, y = next(it)`: its losses are one process's, and are printed as in a for loop.
+                self._plan_reports(loop, True, {}, [])
         self._plan_plateau_steps(analysis)
         for test, value in per_process_stops(analysis, self.training_loaders):
             self.report(test, "DDP424", value=value)
@@ -158,6 +162,15 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             self.plateau_values.add(step.value)
             self.report(step.value, "DDP419", scheduler=step.scheduler, value=code_of(step.value))
 
+    def _trains(self, loop: cst.While) -> bool:
+        """Whether ``loop`` itself takes training steps: a ``backward()`` whose innermost loop it is."""
+        for call in self.analysis.within(loop.body, cst.Call):
+            if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
+                steps = (cst.For, cst.While, cst.FunctionDef)
+                if next(a for a in self.analysis.ancestors(call) if isinstance(a, steps)) is loop:
+                    return True
+        return False
+
     def _loader_names(self, loop: cst.For) -> list[str]:
         return loader_names(loop, self.training_loaders)
 
@@ -173,7 +186,9 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         if self._is_training_loop(loop):
             self._plan_reports_after(loop)
 
-    def _plan_reports(self, loop: cst.For, training: bool, accumulators: dict[str, str], meters: list[str]) -> None:
+    def _plan_reports(
+        self, loop: cst.For | cst.While, training: bool, accumulators: dict[str, str], meters: list[str]
+    ) -> None:
         # A backward whose loss gets scaled by the world size no longer names the loss.
         losses = {
             code_of(call.func.value)  # type: ignore[attr-defined]
@@ -189,7 +204,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             calls = [s.value for s in line.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
             if not calls or not all(self.effects.is_side_effect(c) for c in calls):
                 continue
-            if training:
+            if training and isinstance(loop, cst.For):  # a while loop names no batch
                 self._plan_global_sizes(loop, line)
             if m.findall(line, REDUCTION):
                 continue  # Reduced already.
@@ -292,7 +307,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             else:
                 self.scaled_sizes[size] = dist
 
-    def _rank_guard(self, loop: cst.For, line: cst.CSTNode) -> cst.If | None:
+    def _rank_guard(self, loop: cst.For | cst.While, line: cst.CSTNode) -> cst.If | None:
         """The outermost ``if`` between ``loop`` and ``line`` that only some processes pass: ``if i % 100 == 0 and gpu == 0:``."""
         found = None
         for ancestor in self.analysis.ancestors(line):
@@ -303,7 +318,12 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         return found
 
     def _reduce_before(
-        self, guard: cst.If, loop: cst.For, line: cst.SimpleStatementLine, wraps: dict[str, str], varying: set[str]
+        self,
+        guard: cst.If,
+        loop: cst.For | cst.While,
+        line: cst.SimpleStatementLine,
+        wraps: dict[str, str],
+        varying: set[str],
     ) -> bool:
         """Plan the reductions ``line`` reports right before ``guard``, where every process reaches them.
 
@@ -344,7 +364,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self.read_reduced[line] = reads
         return True
 
-    def _uniform_path(self, loop: cst.For, line: cst.CSTNode, varying: set[str]) -> bool:
+    def _uniform_path(self, loop: cst.For | cst.While, line: cst.CSTNode, varying: set[str]) -> bool:
         """Whether every process reaches ``line`` together: only ``if``s on step counters lead to it."""
         for ancestor in self.analysis.ancestors(line):
             if ancestor is loop:

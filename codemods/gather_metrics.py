@@ -13,7 +13,11 @@ reduces them once, after the loop, before anything reads them:
 - meters with ``.sum``/``.count``/``.avg`` get both fields summed and ``avg`` recomputed.
 
 A print or log inside a training loop reads the reduced value there, on
-every process, with the print itself guarded by guard_side_effects. A print
+every process, with the print itself guarded by guard_side_effects: the
+loss (``loss.item()`` or the tensor), accumulators, and a reduced copy of a
+meter. A batch's size it prints (``batch_idx * len(data)``) is multiplied by
+the world size, which needs no collective. The last step's loss printed
+right after a training loop is averaged over processes there. A print
 the script already runs on some processes only (``if step % 100 == 0 and
 gpu == 0:``) reads a value reduced just before that ``if``, since a
 collective inside it would hang. Progress inside an evaluation loop is left

@@ -13,7 +13,11 @@ reduces them once, after the loop, before anything reads them:
 - meters with ``.sum``/``.count``/``.avg`` get both fields summed and ``avg`` recomputed.
 
 A print or log inside a training loop reads the reduced value there, on
-every process, with the print itself guarded by guard_side_effects. A print
+every process, with the print itself guarded by guard_side_effects: the
+loss (``loss.item()`` or the tensor), accumulators, and a reduced copy of a
+meter. A batch's size it prints (``batch_idx * len(data)``) is multiplied by
+the world size, which needs no collective. The last step's loss printed
+right after a training loop is averaged over processes there. A print
 the script already runs on some processes only (``if step % 100 == 0 and
 gpu == 0:``) reads a value reduced just before that ``if``, since a
 collective inside it would hang. Progress inside an evaluation loop is left
@@ -42,7 +46,7 @@ from dp2ddp.analysis.lifecycle import per_process_names
 from dp2ddp.analysis.decisions import (
     is_training_loop, loader_names, per_process_stops, plateau_steps, schedule_counters, split_loader_names,
 )
-from dp2ddp.analysis.results import in_inner_data_loop, loop_results
+from dp2ddp.analysis.results import batch_names, batch_sizes, in_inner_data_loop, is_bound_here, loop_results
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values):
@@ -73,6 +77,21 @@ def {names.METER_HELPER}(*meters):
     for meter in meters:
         meter.sum, meter.count = {names.SUM_HELPER}(meter.sum, meter.count)
         meter.avg = meter.sum / max(meter.count, 1)
+'''
+METER_COPY_HELPER_SOURCE = f'''
+def {names.METER_COPY_HELPER}(meter):
+    """A copy of an AverageMeter-style meter that covers every process's samples so far, for a progress line."""
+    # The meter itself goes on counting this process's samples: reduced in place, the other
+    # processes' shares would be added into it again at every report.
+    reduced = object.__new__(type(meter))
+    reduced.__dict__.update(meter.__dict__)
+    reduced.sum, reduced.count, last = {names.SUM_HELPER}(meter.sum, meter.count, getattr(meter, "val", 0.0))
+    reduced.avg = reduced.sum / max(reduced.count, 1)
+    if hasattr(meter, "val"):
+        # The last batch's value: in training every process's share of it is equally large,
+        # so the mean over processes is the whole batch's.
+        reduced.val = last / dist.get_world_size()
+    return reduced
 '''
 
 @dataclass
@@ -105,6 +124,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self.helpers_used: set[str] = set()
         # `scheduler.step(val_loss)` of a ReduceLROnPlateau: the value to average over processes there.
         self.plateau_values: set[cst.BaseExpression] = set()
+        # A batch's size read in a training report (`batch_idx * len(data)`), to be multiplied by the world size:
+        # the size itself, or the product whose right-hand factor it is; and torch.distributed's spelling there.
+        self.scaled_sizes: dict[cst.BaseExpression, str] = {}
+        self.scaled_products: dict[cst.BinaryOperation, str] = {}
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -118,6 +141,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             loaders = self._loader_names(loop)
             if loaders and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
+        for loop in analysis.nodes(cst.While):
+            if self._trains(loop) and not under_rank_guard(self, loop):
+                # `while True: x, y = next(it)`: its losses are one process's, and are printed as in a for loop.
+                self._plan_reports(loop, True, {}, [])
         self._plan_plateau_steps(analysis)
         for test, value in per_process_stops(analysis, self.training_loaders):
             self.report(test, "DDP424", value=value)
@@ -139,6 +166,15 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             self.plateau_values.add(step.value)
             self.report(step.value, "DDP419", scheduler=step.scheduler, value=code_of(step.value))
 
+    def _trains(self, loop: cst.While) -> bool:
+        """Whether ``loop`` itself takes training steps: a ``backward()`` whose innermost loop it is."""
+        for call in self.analysis.within(loop.body, cst.Call):
+            if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
+                steps = (cst.For, cst.While, cst.FunctionDef)
+                if next(a for a in self.analysis.ancestors(call) if isinstance(a, steps)) is loop:
+                    return True
+        return False
+
     def _loader_names(self, loop: cst.For) -> list[str]:
         return loader_names(loop, self.training_loaders)
 
@@ -151,8 +187,12 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         if plan.sums or plan.means or plan.meters:
             self.after_loop[loop] = plan
         self._plan_reports(loop, self._is_training_loop(loop), results.running, plan.meters)
+        if self._is_training_loop(loop):
+            self._plan_reports_after(loop)
 
-    def _plan_reports(self, loop: cst.For, training: bool, accumulators: dict[str, str], meters: list[str]) -> None:
+    def _plan_reports(
+        self, loop: cst.For | cst.While, training: bool, accumulators: dict[str, str], meters: list[str]
+    ) -> None:
         # A backward whose loss gets scaled by the world size no longer names the loss.
         losses = {
             code_of(call.func.value)  # type: ignore[attr-defined]
@@ -168,14 +208,17 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             calls = [s.value for s in line.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
             if not calls or not all(self.effects.is_side_effect(c) for c in calls):
                 continue
+            if training and isinstance(loop, cst.For):  # a while loop names no batch
+                self._plan_global_sizes(loop, line)
             if m.findall(line, REDUCTION):
                 continue  # Reduced already.
             read = {n.value for n in m.findall(line, m.Name()) if isinstance(n, cst.Name)}  # type: ignore[union-attr]
             wraps = {name: helper for name, helper in accumulators.items() if name in read}
-            for loss in losses:
-                if m.findall(line, m.Call(func=m.Attribute(value=m.Name(loss), attr=m.Name("item")))):
-                    wraps[f"{loss}.item()"] = names.MEAN_HELPER
+            wraps.update(self._loss_reads(line, losses))
             shows_meter = any(meter in read for meter in meters)
+            if training:
+                # A progress line reads a reduced copy; the meter is reduced in place once, after the loop.
+                wraps.update({meter: names.METER_COPY_HELPER for meter in meters if meter in read})
             if not wraps and not shows_meter:
                 continue
             guard = self._rank_guard(loop, line)
@@ -190,7 +233,85 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             else:
                 self.report(line, "DDP403", why="as evaluation shards may give processes different numbers of steps")
 
-    def _rank_guard(self, loop: cst.For, line: cst.CSTNode) -> cst.If | None:
+    def _plan_reports_after(self, loop: cst.For) -> None:
+        """Average the last step's loss that lines right after the loop print: ``print(f"loss {loss.item()}")``.
+
+        Each process's last loss is its share's; their mean is the last global batch's, as the
+        original printed it. Only lines that every process reaches together qualify: later
+        statements of the loop's own block, or under an ``if`` there that tests nothing the loop
+        binds (``if epoch % 10 == 0:``). A statement that binds the loss again ends the search.
+        """
+        block = self.analysis.parents.get(loop)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return
+        losses = {
+            code_of(call.func.value)  # type: ignore[attr-defined]
+            for call in m.findall(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward"))))
+            if call not in self.analysis.scaled_backwards
+        }
+        bound = {n.value for n in self.analysis.within(loop, cst.Name) if is_bound_here(self.analysis, n)}
+        statements = list(block.body)
+        for statement in statements[statements.index(loop) + 1 :]:
+            lines, guarded = [statement] if isinstance(statement, cst.SimpleStatementLine) else [], False
+            steady = isinstance(statement, cst.If) and not self.analysis.reads(statement.test) & bound
+            if steady and statement.orelse is None:  # type: ignore[union-attr]
+                lines = [line for line in statement.body.body if isinstance(line, cst.SimpleStatementLine)]
+                # The processes that fail a rank condition would never join a reduction under it.
+                guarded = is_rank_guard(self.analysis, statement.test)
+            for line in lines:
+                calls = [s.value for s in line.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
+                if not calls or not all(self.effects.is_side_effect(c) for c in calls) or m.findall(line, REDUCTION):
+                    continue
+                wraps = self._loss_reads(line, losses)
+                if wraps and guarded:
+                    why = "as only some processes pass the rank condition around it"
+                    self.report(line, "DDP403", why=why)
+                elif wraps:
+                    self.in_loop[line] = wraps
+            rebinds = {n.value for n in self.analysis.within(statement, cst.Name) if is_bound_here(self.analysis, n)}
+            losses -= rebinds
+            if not losses:
+                return
+
+    def _loss_reads(self, line: cst.SimpleStatementLine, losses: set[str]) -> dict[str, str]:
+        """What ``line`` reads of the losses, ``loss.item()`` or the tensor itself, with the helper that averages it."""
+        wraps = {}
+        for loss in losses:
+            if m.findall(line, m.Call(func=m.Attribute(value=m.Name(loss), attr=m.Name("item")))):
+                wraps[f"{loss}.item()"] = names.MEAN_HELPER
+            if self._reads_tensor(line, loss):
+                wraps[loss] = names.MEAN_HELPER  # `print(loss)`: the tensor, averaged as its value is
+        return wraps
+
+    def _reads_tensor(self, line: cst.SimpleStatementLine, loss: str) -> bool:
+        """Whether ``line`` reads the tensor ``loss`` itself, not an attribute of it (``loss.item()``) or a keyword."""
+        for name in self.analysis.within(line, cst.Name):
+            if name.value != loss:
+                continue
+            parent = self.analysis.parents.get(name)
+            if isinstance(parent, cst.Attribute) or (isinstance(parent, cst.Arg) and parent.keyword is name):
+                continue
+            return True
+        return False
+
+    def _plan_global_sizes(self, loop: cst.For, line: cst.SimpleStatementLine) -> None:
+        """Multiply each batch size ``line`` reports by the world size: ``i * len(data) * dist.get_world_size()``.
+
+        Each process loads ``batch_size // world_size`` of the batch DataParallel saw, so its
+        ``len(data)`` is its share, and a samples-seen count printed from it would be too. Every
+        process's share is equally large under DistributedSampler, so the product is the global
+        batch's size exactly, with no collective: this line may run on rank 0 alone.
+        """
+        for size in batch_sizes(self.analysis, line, batch_names(self.analysis, loop)):
+            dist = self.distributed_at(line)
+            parent = self.analysis.parents.get(size)
+            product = isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Multiply)
+            if product and parent.right is size:  # type: ignore[union-attr]
+                self.scaled_products[parent] = dist
+            else:
+                self.scaled_sizes[size] = dist
+
+    def _rank_guard(self, loop: cst.For | cst.While, line: cst.CSTNode) -> cst.If | None:
         """The outermost ``if`` between ``loop`` and ``line`` that only some processes pass: ``if i % 100 == 0 and gpu == 0:``."""
         found = None
         for ancestor in self.analysis.ancestors(line):
@@ -201,7 +322,12 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         return found
 
     def _reduce_before(
-        self, guard: cst.If, loop: cst.For, line: cst.SimpleStatementLine, wraps: dict[str, str], varying: set[str]
+        self,
+        guard: cst.If,
+        loop: cst.For | cst.While,
+        line: cst.SimpleStatementLine,
+        wraps: dict[str, str],
+        varying: set[str],
     ) -> bool:
         """Plan the reductions ``line`` reports right before ``guard``, where every process reaches them.
 
@@ -242,7 +368,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self.read_reduced[line] = reads
         return True
 
-    def _uniform_path(self, loop: cst.For, line: cst.CSTNode, varying: set[str]) -> bool:
+    def _uniform_path(self, loop: cst.For | cst.While, line: cst.CSTNode, varying: set[str]) -> bool:
         """Whether every process reaches ``line`` together: only ``if``s on step counters lead to it."""
         for ancestor in self.analysis.ancestors(line):
             if ancestor is loop:
@@ -297,7 +423,33 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         return self._agreed(original_node, updated_node)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        return self._agreed(original_node, updated_node)
+        return self._global_size(original_node, self._agreed(original_node, updated_node))
+
+    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.BaseExpression:
+        return self._global_size(original_node, updated_node)
+
+    def leave_BinaryOperation(
+        self, original_node: cst.BinaryOperation, updated_node: cst.BinaryOperation
+    ) -> cst.BaseExpression:
+        dist = self.scaled_products.get(original_node)
+        if dist is None:
+            return updated_node
+        # `a * len(x)` -> `a * len(x) * W`: the same product, and no parentheses to add.
+        world = cst.parse_expression(f"{dist}.get_world_size()")
+        inner = updated_node.with_changes(lpar=[], rpar=[])
+        return cst.BinaryOperation(inner, cst.Multiply(), world, lpar=updated_node.lpar, rpar=updated_node.rpar)
+
+    def _global_size(self, original_node: cst.BaseExpression, updated_node: cst.BaseExpression) -> cst.BaseExpression:
+        dist = self.scaled_sizes.get(original_node)
+        if dist is None:
+            return updated_node
+        world = cst.parse_expression(f"{dist}.get_world_size()")
+        parent = self.analysis.parents.get(original_node)
+        # Inside an operator or as an attribute's value, `len(x) * W` needs parentheses to stay one value.
+        operand = isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison, cst.ComparisonTarget,
+                                      cst.Attribute, cst.Subscript, cst.BooleanOperation))
+        parens = {"lpar": [cst.LeftParen()], "rpar": [cst.RightParen()]} if operand else {}
+        return cst.BinaryOperation(updated_node, cst.Multiply(), world, **parens)
 
     def _agreed(self, original_node: cst.BaseExpression, updated_node: cst.BaseExpression) -> cst.BaseExpression:
         """``if loss.item() < eps: continue`` tests the loss averaged over processes (the life-cycle's plan)."""
@@ -324,6 +476,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         module = updated_node
         # Inserted in reverse, so the sum helper comes first.
         for name, source in (
+            (names.METER_COPY_HELPER, METER_COPY_HELPER_SOURCE),
             (names.METER_HELPER, METER_HELPER_SOURCE),
             (names.MEAN_HELPER, MEAN_HELPER_SOURCE),
             (names.SUM_HELPER, SUM_HELPER_SOURCE),

@@ -491,9 +491,9 @@ Exit status: 0 equivalent, 1 not equivalent (losses, replicas, data split),
 @click.option("--precision", type=click.Choice(["auto", "float64", "native"]), default="auto", show_default=True,
               help="auto: both runs compute in float64 on the CPU (float noise ~1e-16, autocast off) and as "
                    "written on GPUs; native: as written.")  # fmt: skip
-@click.option("--logs", type=click.Choice(["warn", "fail"]), default="warn", show_default=True,
-              help="What a difference between the reference's printed report lines and rank 0's does: warn "
-                   "beside the verdict, or fail verify.")  # fmt: skip
+@click.option("--logs", type=click.Choice(["warn", "fail"]), default="fail", show_default=True,
+              help="What a difference between the reference's printed report lines and rank 0's does: fail "
+                   "verify (rank 0 printed its own share of a number), or only warn beside the verdict.")  # fmt: skip
 @click.option("--atol", default=1e-5, show_default=True, help="Absolute tolerance per step.")
 @click.option("--rtol", default=1e-4, show_default=True, help="Tolerance relative to the reference loss.")
 @click.option("--statistical", is_flag=True,

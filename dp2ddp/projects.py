@@ -41,6 +41,7 @@ _ORDER = (
     names.SUM_HELPER,
     names.MEAN_HELPER,
     names.METER_HELPER,
+    names.METER_COPY_HELPER,
     names.EVALUATION_SHARD_HELPER,
     names.SHARDED_SAMPLER_HELPER,
 )

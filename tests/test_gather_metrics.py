@@ -294,3 +294,67 @@ def main(args, max_steps):
 """
     result = convert_source(source)
     assert any(f.code == "DDP424" for f in result.findings) is reported, result.findings
+
+
+PRINTS = """
+import torch
+from torch.utils.data import DataLoader
+
+
+def main(rank):
+    model = torch.nn.DataParallel(Net())
+    loader = DataLoader(ds, batch_size=32, shuffle=True)
+    for epoch in range(10):
+        for batch_idx, (data, target) in enumerate(loader):
+            data = data.cuda()
+            noise = torch.randn(data.size(0), 4)
+            loss = model(data, noise).sum()
+            loss.backward()
+            {inside}
+        {after}
+"""
+
+
+@pytest.mark.parametrize(
+    ("inside", "converted"),
+    [
+        pytest.param(
+            "print(batch_idx * len(data), len(loader.dataset))",
+            "print(batch_idx * len(data) * dist.get_world_size(), len(loader.dataset))",
+            id="a samples-seen count becomes the global batch's, the dataset's length stays",
+        ),
+        pytest.param(
+            "print(data.shape[0] / 2, target.size(0))",
+            "print((data.shape[0] * dist.get_world_size()) / 2, target.size(0) * dist.get_world_size())",
+            id="a batch size inside another operator keeps its own parentheses",
+        ),
+        pytest.param("print(noise.size(0))", "print(noise.size(0))", id="a tensor made in the loop is no batch"),
+    ],
+)
+def test_a_batch_size_a_training_report_prints_is_the_global_batch_s(inside: str, converted: str) -> None:
+    result = convert_source(dedent(PRINTS).replace("{inside}", inside).replace("{after}", "pass"))
+    assert converted in result.output
+    assert convert_source(result.output).output == result.output  # multiplied once only
+
+
+@pytest.mark.parametrize(
+    ("after", "converted", "reported"),
+    [
+        pytest.param(
+            "print(epoch, loss.item())", "global_loss = all_reduce_mean(loss.item())", False,
+            id="the last step's loss after the loop is averaged over processes",
+        ),
+        pytest.param(
+            "if epoch % 5 == 0:\n            print(epoch, loss)", "global_loss = all_reduce_mean(loss)", False,
+            id="the loss tensor under a test every process passes alike",
+        ),
+        pytest.param(
+            "if rank == 0:\n            print(epoch, loss.item())", "print(epoch, loss.item())", True,
+            id="under a rank condition it stays per process and is reported",
+        ),
+    ],
+)
+def test_the_loss_printed_after_the_training_loop(after: str, converted: str, reported: bool) -> None:
+    result = convert_source(dedent(PRINTS).replace("{inside}", "pass").replace("{after}", after))
+    assert converted in result.output
+    assert any(f.code == "DDP403" for f in result.findings) == reported

@@ -1,16 +1,19 @@
-"""``dp2ddp.verify.logs``: the reference's stdout against the converted ranks', from strings alone."""
+"""``dp2ddp.verify.logs``: the reference's stdout against the converted ranks', from strings alone; then, end to
+end, that converted rank 0 prints the original's numbers and that one process's share printed as the whole fails."""
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
-from dp2ddp.verify import logs
+from dp2ddp.verify import checks, logs
 from dp2ddp.verify.compare import Tolerance
 from dp2ddp.verify.logs import Duplicate, LogLine, NumberMismatch, compare_logs
+from tests.test_verify import fixture, planted, run_verify
 
 MNIST = """\
 Train Epoch: 1 [0/60000 (0%)]\tLoss: 2.301234
@@ -378,3 +381,58 @@ def test_the_module_imports_only_the_standard_library_and_dp2ddp() -> None:
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     roots = {name.split(".")[0] for name in imported}
     assert roots <= set(sys.stdlib_module_names) | {"__future__", "dp2ddp"}
+
+
+# --- end to end: converted rank 0 prints what the original printed --------------------------------
+
+
+def test_a_difference_fails_by_default_and_names_the_cause_and_the_fix() -> None:
+    comparison = _compare("test accuracy 95.3%\n", "test accuracy 47.6%\n", "")
+    finding = checks.logs(comparison, fail=True)
+    assert finding.kind == "defect"
+    assert "'test accuracy 95.3%' vs 'test accuracy 47.6%' (95.3 vs 47.6)" in finding.message
+    assert "all_reduce_sum" in finding.message and "--logs warn" in finding.message
+    assert checks.logs(comparison, fail=False).kind == "warning"
+    assert checks.logs(_compare(MNIST, MNIST), fail=True).kind == "note"
+
+
+def test_a_printed_tensor_is_compared_without_its_autograd_graph() -> None:
+    # convert averages `print(loss)`'s tensor over processes: the same value, without grad_fn.
+    reference = "step 0 loss tensor(0.6632, grad_fn=<NllLossBackward0>)\n"
+    assert _compare(reference, "step 0 loss tensor(0.6632)\n").agrees
+    comparison = _compare(reference, "step 0 loss tensor(0.5913)\n")
+    first = comparison.first_mismatch
+    assert first is not None and (first.reference_value, first.converted_value) == ("0.6632", "0.5913")
+    assert comparison.ignored == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("case", "lines"),
+    [
+        pytest.param("samples_seen_printed", 4, id="batch_idx * len(x), x.shape[0] and a summed count of samples seen"),
+        pytest.param("progress_meter_reduced", 6, id="an AverageMeter's val and avg every other step"),
+        pytest.param("loss_printed_after_loop", 6, id="print(loss) of the tensor, and the last loss after the loop"),
+    ],
+)
+def test_converted_rank_0_prints_the_original_numbers(case: str, lines: int, tmp_path: Path) -> None:
+    code, output, document = run_verify(tmp_path, str(fixture(case, tmp_path)))
+    assert code == 0, output
+    assert document["verdict"] == "equivalent"
+    assert f"logs: {lines} report lines agree with the reference" in output, output
+
+
+@pytest.mark.slow
+def test_an_evaluation_accuracy_of_rank_0_s_shard_fails_verify(tmp_path: Path) -> None:
+    """The converted script's sum over processes of the test counts removed: rank 0 prints its half as the whole."""
+    removed = ("        test_loss, correct = all_reduce_sum(test_loss, correct)\n", "")
+    converted = planted("mnist_argparse", tmp_path, "shard_only", removed)
+    original = fixture("mnist_argparse", tmp_path)
+    code, output, document = run_verify(tmp_path, str(original), "--converted", str(converted))
+    assert code == 1, output
+    assert document["verdict"] == "diverges"
+    message = document["message"]
+    assert message.startswith("not equivalent (the losses agree): logs differ at reference line 3 / converted line 3: ")
+    line = r"'Test set: Average loss: [\d.]+, Accuracy: \d+/50'"
+    assert re.search(f"{line} vs {line}", message), message
+    assert "all_reduce_sum" in message

@@ -61,6 +61,7 @@ MAIN_PROCESS_FIRST_HELPER = "main_process_first"
 SUM_HELPER = "all_reduce_sum"
 MEAN_HELPER = "all_reduce_mean"
 METER_HELPER = "all_reduce_meter"
+METER_COPY_HELPER = "all_reduce_meter_copy"
 EVALUATION_SHARD_HELPER = "evaluation_shard"
 LOCAL_DEVICE_HELPER = "local_device"
 LOAD_STATE_HELPER = "load_model_state"
@@ -74,6 +75,7 @@ HELPERS = frozenset(
         SUM_HELPER,
         MEAN_HELPER,
         METER_HELPER,
+        METER_COPY_HELPER,
         EVALUATION_SHARD_HELPER,
         LOCAL_DEVICE_HELPER,
         LOAD_STATE_HELPER,
@@ -81,7 +83,7 @@ HELPERS = frozenset(
     }
 )
 # Helpers that every process must call together.
-COLLECTIVE_HELPERS = frozenset({SUM_HELPER, MEAN_HELPER, METER_HELPER})
+COLLECTIVE_HELPERS = frozenset({SUM_HELPER, MEAN_HELPER, METER_HELPER, METER_COPY_HELPER})
 
 # torch.distributed functions that only ask about the process group; every
 # other torch.distributed call is treated as a collective.

@@ -31,7 +31,7 @@ SUM_INCREMENT = re.compile(
 )
 LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
 NUMBER = m.Integer() | m.Float() | m.UnaryOperation(expression=m.Integer() | m.Float())
-REDUCTION = m.Call(func=m.Name(names.SUM_HELPER) | m.Name(names.MEAN_HELPER) | m.Name(names.METER_HELPER))
+REDUCTION = m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))
 
 
 @dataclass
@@ -260,3 +260,69 @@ def _target_names(target: cst.BaseExpression) -> list[cst.BaseExpression]:
 def _is_progress_bar(analysis: Analysis, name: str, owner: cst.CSTNode) -> bool:
     bar = m.Assign(targets=[m.AssignTarget(m.Name(name))], value=call_to(names.TQDM))
     return bool(analysis.findall_in(owner, bar))
+
+
+# What moves or picks from a batch keeps its first dimension: `x = x.to(device)`, `x = batch[0]`, `x = x.float()`.
+_MOVES = frozenset({"to", "cuda", "cpu", "float", "half"})
+_KEEPS_BATCH = m.Call(func=m.Attribute(attr=m.Name(m.MatchIfTrue(lambda name: name in _MOVES))))
+
+
+def batch_names(analysis: Analysis, loop: cst.For) -> set[str]:
+    """Names holding this process's batch in ``loop``: its targets, less an ``enumerate`` index, and their moves."""
+    targets = [n.value for n in analysis.within(loop.target, cst.Name)]
+    if m.matches(loop.iter, m.Call(func=m.Name("enumerate"))) and isinstance(loop.target, cst.Tuple) and targets:
+        targets = targets[1:]
+    held = set(targets)
+    for assign in analysis.within(loop.body, cst.Assign):
+        values = assign.value.elements if isinstance(assign.value, cst.Tuple) else [assign.value]
+        for target in assign.targets:
+            names_bound = _target_names(target.target)
+            if len(names_bound) != len(values):
+                continue
+            for name, value in zip(names_bound, values):
+                value = value.value if isinstance(value, cst.Element) else value
+                source = value
+                while isinstance(source, cst.Call) and m.matches(source, _KEEPS_BATCH):
+                    source = source.func.value  # type: ignore[attr-defined]
+                if isinstance(source, cst.Subscript):
+                    source = source.value
+                if isinstance(name, cst.Name) and isinstance(source, cst.Name) and source.value in held:
+                    held.add(name.value)
+    return held
+
+
+def batch_sizes(analysis: Analysis, node: cst.CSTNode, batch: set[str]) -> list[cst.BaseExpression]:
+    """The reads of a batch's size in ``node``: ``len(x)``, ``x.size(0)``, ``x.size()[0]``, ``x.shape[0]``.
+
+    Under DDP each is this process's share of the batch DataParallel saw, so a count of samples
+    printed from one (``batch_idx * len(data)``) is one process's. A read already multiplied by
+    the world size (what convert writes) is not listed again.
+    """
+    held = m.Name(m.MatchIfTrue(lambda name: name in batch))
+    zero = m.Integer("0")
+    size = (
+        m.Call(func=m.Name("len"), args=[m.Arg(held)])
+        | m.Call(func=m.Attribute(value=held, attr=m.Name("size")), args=[m.Arg(zero)])
+        | m.Subscript(
+            value=m.Attribute(value=held, attr=m.Name("shape"))
+            | m.Call(func=m.Attribute(value=held, attr=m.Name("size")), args=[]),
+            slice=[m.SubscriptElement(m.Index(zero))],
+        )
+    )
+    found = []
+    for candidate in [*analysis.within(node, cst.Call), *analysis.within(node, cst.Subscript)]:
+        if not m.matches(candidate, size):
+            continue
+        if not _times_world_size(analysis, candidate):
+            found.append(candidate)
+    return sorted(found, key=lambda n: analysis.index[n])
+
+
+def _times_world_size(analysis: Analysis, node: cst.CSTNode) -> bool:
+    """Whether a product that ``node`` is a factor of multiplies by ``get_world_size()``: ``a * len(x) * W``."""
+    parent = analysis.parents.get(node)
+    while isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Multiply):
+        if m.matches(parent.right, m.Call(func=m.Attribute(attr=m.Name("get_world_size")))):
+            return True
+        parent = analysis.parents.get(parent)
+    return False

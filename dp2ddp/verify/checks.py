@@ -228,11 +228,18 @@ def _overlap(ranks: dict[int, dict[str, Any]]) -> int | None:
 
 
 def logs(comparison: LogComparison, fail: bool) -> Finding:
-    """What the runs printed. By default a difference is a warning: the verdict certifies training, and a
-    printed number can differ for reasons that do not touch it (a per-process progress counter)."""
+    """What the runs printed. By default a difference fails verify: convert makes rank 0 print the numbers
+    the original printed (losses averaged, counts summed over processes), so a number that still differs
+    is one process's share printed as the whole's, such as an accuracy over rank 0's evaluation shard.
+    ``--logs warn`` makes it a warning, for a script that prints a per-process number on purpose."""
     message = "\n".join(comparison.summary())
     if comparison.agrees:
         return Finding("logs", "note", message)
+    if comparison.first_mismatch is not None:
+        message += (
+            "\n(a number rank 0 prints from its own share of the data: reduce it over processes before the print, "
+            "all_reduce_sum for sums and counts, all_reduce_mean for a mean; --logs warn if it is meant per process)"
+        )
     return Finding("logs", "defect" if fail else "warning", message)
 
 

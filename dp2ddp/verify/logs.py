@@ -83,6 +83,11 @@ IGNORED: tuple[re.Pattern[str], ...] = (
 )
 
 
+# What a printed tensor says about its autograd graph: a loss averaged over processes before it is printed
+# (`print(loss)` under DDP) is a new tensor without one, whose value is the same. Removed from both logs.
+TENSOR_GRAPH = re.compile(r",\s*(?:grad_fn=<\w+>|requires_grad=True)(?=[,)])")
+
+
 @dataclass(frozen=True)
 class LogLine:
     number: int  # 1-based line number in the original text
@@ -206,8 +211,9 @@ def _parse(log: str) -> tuple[list[_ReportLine], int]:
             after_warning = False
             continue
         after_warning = PYTHON_WARNING.search(visible) is not None
-        masked = _mask(visible)
-        if masked != visible:
+        compared = TENSOR_GRAPH.sub("", visible)  # not noise, so not counted as ignored
+        masked = _mask(compared)
+        if masked != compared:
             ignored += 1
         if not masked.replace(_NOISE, "").strip():
             continue

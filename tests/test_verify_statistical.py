@@ -1,0 +1,100 @@
+"""Statistical mode's decision on synthetic curves: converted run k against reference seed k.
+
+A pair shares what verify lines up (here: the seed's own curve, standing for initial weights and
+aligned noise) and differs by what it cannot (fresh noise per run). End-to-end runs of
+``verify --statistical`` live in test_verify.py; false-alarm rate and power are measured by
+bench/statistical_power.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dp2ddp.verify.compare import Tolerance, compare_band, t_critical
+
+STEPS = 12
+
+
+def seed_curve(seed: int, spread: float = 0.2) -> list[float]:
+    """What seed ``seed`` fixes: a decaying loss with its own offset and wiggle."""
+    generator = torch.Generator().manual_seed(1000 + seed)
+    draws = torch.randn(STEPS + 1, generator=generator).tolist()
+    return [2.0 - 0.05 * step + spread * draws[0] + 0.5 * spread * draws[step + 1] for step in range(STEPS)]
+
+
+def run(seed: int, draw: int, noise: float = 0.05, shift: float = 0.0, scale: float = 1.0) -> list[tuple[int, float]]:
+    """One run of seed ``seed``: its curve plus ``noise`` drawn afresh by ``draw`` (what verify cannot line up)."""
+    generator = torch.Generator().manual_seed(draw)
+    fresh = torch.randn(STEPS, generator=generator).tolist()
+    return [(step, scale * loss + shift + noise * fresh[step]) for step, loss in enumerate(seed_curve(seed))]
+
+
+def pairs(group: int, **converted: float) -> tuple[list, list]:
+    """Five references and five converted runs (two ranks each, the same loss) of one group of seeds."""
+    seeds = range(5 * group, 5 * group + 5)
+    references = [run(seed, draw=10_000 + seed) for seed in seeds]
+    conversions = [[run(seed, draw=20_000 + seed, **converted)] * 2 for seed in seeds]
+    return references, conversions
+
+
+def test_the_threshold_is_the_two_sided_one_percent_t_quantile() -> None:
+    assert t_critical(4) == pytest.approx(4.604)
+    assert t_critical(11) == t_critical(10)  # between tabulated degrees: the stricter one
+
+
+def test_paired_noise_passes_for_every_group_of_seeds() -> None:
+    """Should pass: the converted runs differ from their references only by fresh noise."""
+    for group in range(20):
+        comparison = compare_band(*pairs(group), Tolerance())
+        assert comparison.paired is not None
+        assert comparison.equivalent, (group, comparison.paired)
+
+
+def test_a_paired_shift_smaller_than_the_seeds_spread_is_caught() -> None:
+    """Should fail: a shift of half the seeds' spread, the same in every pair, is far from the pairs' noise."""
+    for group in range(20):
+        comparison = compare_band(*pairs(group, shift=0.1), Tolerance())
+        assert not comparison.equivalent and comparison.shifted, (group, comparison.paired)
+        assert comparison.first_divergence is None  # no single step is to blame
+        assert comparison.paired is not None and comparison.paired.t > comparison.paired.t_limit
+
+
+def test_gaps_larger_than_independent_seeds_fail_whatever_their_sign() -> None:
+    """Should fail: converted runs that train on other batches (a missing set_epoch) give gaps of either sign."""
+    references, _ = pairs(0)
+    conversions = [[run(seed + 50, draw=seed)] * 2 for seed in range(5)]  # not paired with anything
+    conversions = [[[(step, loss + 0.8 * math.sin(3 * step + seed)) for step, loss in ranks[0]]] * 2
+                   for seed, ranks in enumerate(conversions)]  # fmt: skip
+    comparison = compare_band(references, conversions, Tolerance())
+    assert comparison.paired is not None and comparison.paired.spread_ratio > comparison.paired.spread_limit
+    assert not comparison.equivalent
+
+
+def test_identical_pairs_fall_back_to_exact_agreement() -> None:
+    """Nothing unaligned was drawn: every pair agrees to the tolerance, and a tiny shift still fails."""
+    references = [run(seed, draw=0, noise=0.0) for seed in range(5)]
+    same = [[curve] * 2 for curve in references]
+    comparison = compare_band(references, same, Tolerance())
+    assert comparison.equivalent and comparison.paired is not None and comparison.paired.exact
+    shifted = [[[(step, loss + 1e-3) for step, loss in curve]] * 2 for curve in references]
+    assert not compare_band(references, shifted, Tolerance()).equivalent
+
+
+def test_a_missing_step_and_a_nan_fail_at_their_step() -> None:
+    references, conversions = pairs(0)
+    conversions[2] = [ranks[:-1] for ranks in conversions[2]]  # one converted run stopped a step early
+    comparison = compare_band(references, conversions, Tolerance())
+    assert comparison.first_divergence is not None and comparison.first_divergence.step == STEPS - 1
+    references, conversions = pairs(0)
+    conversions[1] = [[(step, math.nan if step == 4 else loss) for step, loss in conversions[1][0]]] * 2
+    comparison = compare_band(references, conversions, Tolerance())
+    assert comparison.first_divergence is not None and comparison.first_divergence.step == 4
+
+
+def test_pairs_must_match() -> None:
+    references, conversions = pairs(0)
+    with pytest.raises(ValueError, match="at least 2 pairs"):
+        compare_band(references, conversions[:4], Tolerance())

@@ -66,6 +66,12 @@ for epoch in range(2):
         optimizer.step()
 '''
 
+# The same with a target it can learn (flips do not change it): the loss falls within the 12 steps, so a
+# doubled learning rate changes the curve; DROPOUT_MLP's random targets leave it little to change.
+LEARNABLE_MLP = DROPOUT_MLP.replace(
+    "torch.randn(96, 1, generator=generator)", "torch.zeros(96, 1)").replace(
+    "    def __len__(self):", "        self.y = self.x.abs().sum(dim=1, keepdim=True) - 4.0\n\n    def __len__(self):", 1)
+
 BATCH_NOISE = '''
 import torch
 import torch.nn as nn
@@ -120,7 +126,9 @@ SCENARIOS: dict[str, tuple[str, tuple[tuple[str, str], ...] | None]] = {
     "correct dropout MLP, random flips": (DROPOUT_MLP, None),
     "correct MLP, torch.randint batch noise": (BATCH_NOISE, None),
     "correct conv net, numpy crops": (CROPPED_CONV, None),
+    "correct dropout MLP, learnable target, random flips": (LEARNABLE_MLP, None),
     "defect: learning rate x2": (DROPOUT_MLP, (("lr=0.05", "lr=0.1"),)),
+    "defect: learning rate x2, learnable target": (LEARNABLE_MLP, (("lr=0.05", "lr=0.1"),)),
     "defect: set_epoch removed": (DROPOUT_MLP, (("    loader.sampler.set_epoch(epoch)\n", ""),)),
     "defect: per-process batch undivided": (DROPOUT_MLP, (("batch_size=16 // dist.get_world_size()", "batch_size=16"),)),
     "defect: loss x world size": (DROPOUT_MLP, (("loss.backward()", "(loss * dist.get_world_size()).backward()"),)),

@@ -67,7 +67,7 @@ class Plan:
     dropout: str = "mask"
     synthetic_data: bool = False
     synthetic_size: int = 256
-    statistical_seeds: int = 0  # 0: exact comparison; k >= 2: k reference seeds
+    statistical_seeds: int = 0  # 0: exact comparison; k >= 2: k seed pairs (a reference and a converted run each)
     precision: str = "auto"  # auto: float64 on the CPU, as written on GPUs | float64 | native
 
 

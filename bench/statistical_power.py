@@ -72,6 +72,11 @@ LEARNABLE_MLP = DROPOUT_MLP.replace(
     "torch.randn(96, 1, generator=generator)", "torch.zeros(96, 1)").replace(
     "    def __len__(self):", "        self.y = self.x.abs().sum(dim=1, keepdim=True) - 4.0\n\n    def __len__(self):", 1)
 
+# Mild jitter instead of flips: the unaligned noise moves the loss less than a doubled learning rate does.
+JITTERED_MLP = LEARNABLE_MLP.replace(
+    "x = self.x[i] * (-1.0 if random.random() < 0.5 else 1.0)  # a random flip, drawn in the dataset",
+    "x = self.x[i] * random.uniform(0.95, 1.05)  # a random scale, drawn in the dataset")
+
 BATCH_NOISE = '''
 import torch
 import torch.nn as nn
@@ -127,7 +132,9 @@ SCENARIOS: dict[str, tuple[str, tuple[tuple[str, str], ...] | None]] = {
     "correct MLP, torch.randint batch noise": (BATCH_NOISE, None),
     "correct conv net, numpy crops": (CROPPED_CONV, None),
     "correct dropout MLP, learnable target, random flips": (LEARNABLE_MLP, None),
+    "correct dropout MLP, learnable target, mild jitter": (JITTERED_MLP, None),
     "defect: learning rate x2": (DROPOUT_MLP, (("lr=0.05", "lr=0.1"),)),
+    "defect: learning rate x2, learnable target, mild jitter": (JITTERED_MLP, (("lr=0.05", "lr=0.1"),)),
     "defect: learning rate x2, learnable target": (LEARNABLE_MLP, (("lr=0.05", "lr=0.1"),)),
     "defect: set_epoch removed": (DROPOUT_MLP, (("    loader.sampler.set_epoch(epoch)\n", ""),)),
     "defect: per-process batch undivided": (DROPOUT_MLP, (("batch_size=16 // dist.get_world_size()", "batch_size=16"),)),
@@ -213,7 +220,7 @@ def main() -> None:
             if args.save:
                 args.save.write_text(json.dumps(saved))
         result = evaluate(saved[name])
-        line = (f"{name:40s} passes {result['passed']:2.0f}/{GROUPS} (t test alone {result['t passed']:2.0f}, spread "
+        line = (f"{name:56s} passes {result['passed']:2.0f}/{GROUPS} (t test alone {result['t passed']:2.0f}, spread "
                 f"test alone {result['spread passed']:2.0f})  median |t| {result['median t']:7.3g}  median spread "
                 f"ratio {result['median spread']:7.3g}")  # fmt: skip
         if edits is not None:

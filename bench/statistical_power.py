@@ -70,7 +70,8 @@ for epoch in range(2):
 # doubled learning rate changes the curve; DROPOUT_MLP's random targets leave it little to change.
 LEARNABLE_MLP = DROPOUT_MLP.replace(
     "torch.randn(96, 1, generator=generator)", "torch.zeros(96, 1)").replace(
-    "    def __len__(self):", "        self.y = self.x.abs().sum(dim=1, keepdim=True) - 4.0\n\n    def __len__(self):", 1)
+    "    def __len__(self):",
+    "        self.y = self.x.abs().sum(dim=1, keepdim=True) - 4.0\n\n    def __len__(self):", 1)
 
 # Mild jitter instead of flips: the unaligned noise moves the loss less than a doubled learning rate does.
 JITTERED_MLP = LEARNABLE_MLP.replace(
@@ -82,7 +83,8 @@ import torch
 import torch.nn as nn
 
 generator = torch.Generator().manual_seed(5)
-data = torch.utils.data.TensorDataset(torch.randn(96, 8, generator=generator), torch.randint(0, 3, (96,), generator=generator))
+x, y = torch.randn(96, 8, generator=generator), torch.randint(0, 3, (96,), generator=generator)
+data = torch.utils.data.TensorDataset(x, y)
 loader = torch.utils.data.DataLoader(data, batch_size=16, shuffle=True)
 model = nn.DataParallel(nn.Sequential(nn.Linear(8, 24), nn.ReLU(), nn.Linear(24, 3)))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -137,7 +139,8 @@ SCENARIOS: dict[str, tuple[str, tuple[tuple[str, str], ...] | None]] = {
     "defect: learning rate x2, learnable target, mild jitter": (JITTERED_MLP, (("lr=0.05", "lr=0.1"),)),
     "defect: learning rate x2, learnable target": (LEARNABLE_MLP, (("lr=0.05", "lr=0.1"),)),
     "defect: set_epoch removed": (DROPOUT_MLP, (("    loader.sampler.set_epoch(epoch)\n", ""),)),
-    "defect: per-process batch undivided": (DROPOUT_MLP, (("batch_size=16 // dist.get_world_size()", "batch_size=16"),)),
+    "defect: per-process batch undivided": (
+        DROPOUT_MLP, (("batch_size=16 // dist.get_world_size()", "batch_size=16"),)),
     "defect: loss x world size": (DROPOUT_MLP, (("loss.backward()", "(loss * dist.get_world_size()).backward()"),)),
 }
 

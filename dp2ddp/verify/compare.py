@@ -149,7 +149,7 @@ _T_CRITICAL_1_PERCENT = {1: 63.657, 2: 9.925, 3: 5.841, 4: 4.604, 5: 4.032, 6: 3
 # shares initial weights, data order and aligned noise, so a correct conversion gives at most about 1 (about
 # 1 when the unaligned randomness is all there is); gaps larger than independent seeds' mean the converted
 # runs train on something else: another data order (a missing set_epoch), other batches. 2 leaves room for
-# what 5 seeds estimate: bench/statistical_power.py measured at most 1.29 over correct pairs and at least 2.72
+# what 5 seeds estimate: bench/statistical_power.py measured at most 1.36 over correct pairs and at least 2.72
 # for a missing set_epoch (README, "Statistical mode").
 SPREAD_LIMIT = 2.0
 

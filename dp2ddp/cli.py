@@ -498,7 +498,8 @@ Exit status: 0 equivalent, 1 not equivalent (losses, replicas, data split),
 @click.option("--rtol", default=1e-4, show_default=True, help="Tolerance relative to the reference loss.")
 @click.option("--statistical", is_flag=True,
               help="For scripts with randomness verify cannot line up (augmentation in the dataset): run the "
-                   f"reference with {STATISTICAL_SEEDS} seeds and accept a converted curve that looks like one more.")  # fmt: skip
+                   f"reference and the converted run with the same {STATISTICAL_SEEDS} seeds and test the paired "
+                   "gaps (a t test of their mean, and their size against independent seeds').")  # fmt: skip
 @click.option("--synthetic-data", is_flag=True, help="Replace torchvision datasets with FakeData of the same shape.")
 @click.option("--synthetic-size", default=256, show_default=True, type=click.IntRange(min=1),
               help="Samples in each synthetic dataset.")  # fmt: skip
@@ -554,6 +555,7 @@ def verify(
             "script": str(script.resolve()), "converted": str(converted.resolve()) if converted else None,
             "arguments": list(script_args), "seed": seed, "nproc": nproc, "max_steps": max_steps,
             "reference_seeds": list(reference_seeds(plan)), "converted_seed": converted_seed(plan),
+            "converted_seeds": list(reference_seeds(plan)) if statistical else [converted_seed(plan)],
         }  # fmt: skip
         progress = render.ProgressLine()
         try:
@@ -603,7 +605,8 @@ def verify(
         _finish(runs, None, "error", render.no_losses(runs.references[0]), json_path, 2, context)
     assert runs.converted is not None
     ranks = [rank.losses for rank in runs.converted.ranks]
-    if not any(ranks):
+    conversions = [[rank.losses for rank in run.ranks] for run in runs.conversions]
+    if not any(ranks) or not all(any(run) for run in conversions):
         _finish(runs, None, "error", render.no_converted_losses(runs), json_path, 2, context)
     tolerance = Tolerance(absolute=atol, relative=rtol)
     noise = probe.ranks[0].losses if probe is not None and probe.ok else None
@@ -611,7 +614,7 @@ def verify(
         click.echo(f"note: the noise probe did not finish, so the tolerance was not widened:\n{render.failure(probe)}",
                    err=True)  # fmt: skip
     if statistical:
-        comparison = compare_band(references, ranks, tolerance)
+        comparison = compare_band(references, conversions, tolerance)
     else:
         comparison = compare(references[0], ranks, tolerance, noise)
     click.echo(f"semantics: {render.SEMANTICS}")

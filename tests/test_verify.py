@@ -309,8 +309,11 @@ def test_statistical_mode_accepts_a_self_seeding_augmentation_script(augmented: 
     plot = augmented.parent / "loss.png"
     code, output, document = run_verify(augmented.parent, "--statistical", "--plot", str(plot), str(augmented))
     assert code == 0, output
-    assert document["statistical"] is True and document["rms_z"] < 2.0
-    assert len(document["runs"]) == 6  # 5 reference seeds and the converted run
+    assert document["statistical"] is True and not document["paired"]["rejects"]
+    assert abs(document["paired"]["t"]) <= document["paired"]["t_limit"] == pytest.approx(4.604)
+    assert len(document["runs"]) == 10  # 5 reference seeds and a converted run with each
+    assert document["converted_seeds"] == document["reference_seeds"]
+    assert "paired test of 5 seed pairs" in document["message"]
     curves = list(document["reference_losses"].values())
     assert len(curves) == 5 and curves[0] != curves[1]  # the script's own manual_seed(0) did not make them equal
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -13,7 +13,6 @@ import torch
 
 from dp2ddp.verify import checks, render
 from dp2ddp.verify.alignment import _to_float64
-from dp2ddp.verify.compare import Tolerance, compare_band
 from dp2ddp.verify.noise import GlobalNoise
 from dp2ddp.verify.runner import RankOutcome, RunOutcome
 
@@ -231,39 +230,6 @@ def test_a_reference_that_never_built_data_parallel_is_warned_about(tmp_path: Pa
     [finding] = checks.reference_wrapped(without)
     assert finding.kind == "warning" and "never built nn.DataParallel" in finding.message
     assert checks.reference_wrapped(RunOutcome("reference", (), 0, 1.0, False, (rank(0, data_parallel=1),), "")) == []
-
-
-# --- statistical mode ---------------------------------------------------------------------------
-
-
-def curves(seed: int, steps: int = 30, shift: float = 0.0, noise: float = 0.05) -> list[tuple[int, float]]:
-    generator = torch.Generator().manual_seed(seed)
-    draws = torch.randn(steps, generator=generator).tolist()
-    return [(k, 2.0 - 0.03 * k + noise * draws[k] + (shift if k >= steps // 2 else 0.0)) for k in range(steps)]
-
-
-def test_statistical_mode_accepts_another_draw_of_the_same_process_for_any_seed() -> None:
-    references = [curves(seed) for seed in range(5)]
-    for converted_seed in range(5, 25):
-        comparison = compare_band(references, [curves(converted_seed)], Tolerance())
-        assert comparison.equivalent, (converted_seed, comparison.rms_z)
-
-
-def test_statistical_mode_rejects_a_lasting_shift_and_an_outlier() -> None:
-    references = [curves(seed) for seed in range(5)]
-    shifted = compare_band(references, [curves(5, shift=0.15)], Tolerance())
-    assert not shifted.equivalent and shifted.shifted
-    outlier = curves(6)
-    outlier[3] = (3, outlier[3][1] + 2.0)
-    rejected = compare_band(references, [outlier], Tolerance())
-    assert rejected.first_divergence is not None and rejected.first_divergence.step == 3
-
-
-def test_statistical_mode_falls_back_to_the_tolerance_when_seeds_agree() -> None:
-    """A script with no randomness left: every seed gives the same curve, and the band is the tolerance."""
-    references = [curves(0, noise=0.0)] * 5
-    assert compare_band(references, [curves(0, noise=0.0)], Tolerance()).equivalent
-    assert not compare_band(references, [curves(0, noise=0.0, shift=1e-3)], Tolerance()).equivalent
 
 
 # --- noise drawn for the global batch --------------------------------------------------------------

@@ -41,6 +41,8 @@ def _rows_shown(comparison: Comparison) -> list[int | None]:
 
 
 def table(comparison: Comparison) -> str:
+    if comparison.statistical:
+        return paired_table(comparison)
     ranks = max((len(step.per_rank) for step in comparison.steps), default=0)
     header = ["step", "reference", "converted", *[f"rank {r}" for r in range(ranks)], "gap"]
     if comparison.probed:
@@ -67,6 +69,38 @@ def table(comparison: Comparison) -> str:
     return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 
+def paired_table(comparison: Comparison) -> str:
+    """Statistical mode: per step the seeds' mean reference and converted loss, the mean paired gap
+    (converted seed k minus reference seed k) and its standard deviation over the pairs."""
+    header = ["step", "reference (seed mean)", "converted (seed mean)", "mean paired gap", "gap spread", ""]
+    rows = [header]
+    for index in _rows_shown(comparison):
+        if index is None:
+            rows.append(["..."] + [""] * (len(header) - 1))
+            continue
+        step = comparison.steps[index]
+        rows.append([
+            step.label, _number(step.reference), _number(step.converted),
+            "-" if step.gap is None else f"{step.gap:+.2e}",
+            "-" if step.gap_spread is None else f"{step.gap_spread:.2e}", "ok" if step.ok else "DIVERGES",
+        ])  # fmt: skip
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def paired_summary(comparison: Comparison) -> str:
+    """One line: what statistical mode tested, its statistics and their limits."""
+    test = comparison.paired
+    assert test is not None
+    if test.exact:
+        return (f"all {test.pairs} seed pairs agree within the exact tolerance at all {test.steps} steps "
+                "(nothing verify cannot line up was drawn)")  # fmt: skip
+    return (f"paired test of {test.pairs} seed pairs over {test.steps} steps (converted run k against reference "
+            f"seed k): mean standardised gap t = {test.t:+.2f} (fails beyond +-{test.t_limit:g}, two-sided 1% "
+            f"with {test.pairs - 1} degrees of freedom); paired gaps' mean square {test.spread_ratio:.2f}x two "
+            f"independent seeds' (fails beyond {test.spread_limit:g}; a correct conversion gives at most about 1)")
+
+
 def _why(step: StepComparison, comparison: Comparison) -> str:
     if step.reference is None:
         return "the reference run has no such step"
@@ -74,8 +108,8 @@ def _why(step: StepComparison, comparison: Comparison) -> str:
         missing = [str(rank) for rank, loss in enumerate(step.per_rank) if loss is None]
         return f"rank {', '.join(missing)} of the converted run has no such step"
     if comparison.statistical:
-        return (f"converted {step.converted:.6g} is outside the seeds' band [{step.low:.6g}, {step.high:.6g}] "
-                "(their mean +- 6 standard deviations)")  # fmt: skip
+        return (f"a converted run's loss is not a finite number (seed mean {step.converted:.6g}) where every "
+                f"reference seed's is (seed mean {step.reference:.6g})")  # fmt: skip
     allowed = comparison.tolerance.absolute + comparison.tolerance.relative * abs(step.reference)
     if step.noise is not None:
         allowed = max(allowed, NOISE_FACTOR * step.noise)
@@ -93,9 +127,7 @@ def verdict(comparison: Comparison, defects: Sequence[Finding] = (), evidence: E
         losses = "the losses agree" if first is None else f"the losses diverge at step {first.label}"
         return f"not equivalent ({losses}): {defects[0].message}"
     if first is None and comparison.shifted:
-        return (f"diverges: no single step lies outside the seeds' band, but the converted curve as a whole lies "
-                f"off theirs (root mean square of the standardised gaps {comparison.rms_z:.2f} > "
-                f"{comparison.rms_limit:g}; one more seed gives about 1)")  # fmt: skip
+        return f"diverges: {paired_summary(comparison)}"
     chaotic = comparison.chaotic_from
     if first is None and chaotic is not None:
         compared = len({step.step for step in comparison.steps if step.compared})
@@ -104,8 +136,9 @@ def verdict(comparison: Comparison, defects: Sequence[Finding] = (), evidence: E
                 "place added before every step), more than a tenth of the loss, so the remaining "
                 f"{count - compared} steps say nothing either way and were not compared")  # fmt: skip
     if first is None:
-        kind = (f"within the seeds' band (root mean square of the standardised gaps {comparison.rms_z:.2f})"
-                if comparison.statistical else "within tolerance")  # fmt: skip
+        if comparison.statistical:
+            return f"equivalent: {paired_summary(comparison)}"
+        kind = "within tolerance"
         widened = " or of the rounding noise the reference shows" if comparison.probed else ""
         return f"equivalent: {count} steps, every loss {kind}{widened}"
     why = None if evidence is None else diagnose.cause(comparison, evidence)
@@ -282,13 +315,14 @@ def as_json(
         document.update(
             tolerance={"absolute": comparison.tolerance.absolute, "relative": comparison.tolerance.relative},
             statistical=comparison.statistical,
-            rms_z=comparison.rms_z if comparison.statistical else None,
+            paired=comparison.paired.as_json() if comparison.paired is not None else None,
             first_divergence=None if first is None else first.label,
             max_abs_gap=max_abs, max_rel_gap=max_rel,
             steps=[
                 {"step": s.step, "index": s.index, "reference": s.reference, "converted": s.converted,
                  "per_rank": list(s.per_rank), "gap": s.gap, "low": s.low, "high": s.high, "ok": s.ok,
-                 "optimizer": stepped[s.step] if s.step < len(stepped) else None}
+                 "optimizer": stepped[s.step] if s.step < len(stepped) else None,
+                 **({"gap_spread": s.gap_spread} if comparison.statistical else {})}
                 for s in comparison.steps
             ],
         )  # fmt: skip
@@ -323,10 +357,12 @@ def plot(comparison: Comparison, path: Path, title: str, stepped: Sequence[str] 
         if comparison.statistical:
             axes.fill_between(x, [nan if s.low is None else s.low for s in steps],
                               [nan if s.high is None else s.high for s in steps], alpha=0.25,
-                              label="reference seeds' band")  # fmt: skip
-        axes.plot(x, [nan if s.reference is None else s.reference for s in steps], marker=".", label="reference")
+                              label="reference seeds' range")  # fmt: skip
+        seeds = " (mean over seeds)" if comparison.statistical else ""
+        axes.plot(x, [nan if s.reference is None else s.reference for s in steps], marker=".",
+                  label=f"reference{seeds}")  # fmt: skip
         axes.plot(x, [nan if s.converted is None else s.converted for s in steps], "--", marker=".",
-                  label="converted (mean over ranks)")  # fmt: skip
+                  label=f"converted (mean over ranks){seeds}")  # fmt: skip
         if first is not None and first in steps:
             axes.axvline(first.step, color="red", linewidth=0.8, label=f"diverges at step {first.label}")
         which = [optimizer] if optimizer else []

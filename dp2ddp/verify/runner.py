@@ -68,7 +68,7 @@ class Plan:
     dropout: str = "mask"
     synthetic_data: bool = False
     synthetic_size: int = 256
-    statistical_seeds: int = 0  # 0: exact comparison; k >= 2: k reference seeds
+    statistical_seeds: int = 0  # 0: exact comparison; k >= 2: k seed pairs (a reference and a converted run each)
     precision: str = "auto"  # auto: float64 on the CPU, as written on GPUs | float64 | native
 
 
@@ -457,13 +457,15 @@ def _rank_outcome(name: Path, rank: int, signalled: set[str], stopped_by_us: boo
 class Runs:
     backend: str
     device: str
-    converted: RunOutcome | None  # None when a reference run failed first
+    converted: RunOutcome | None  # None when a reference run failed first; statistical mode: the first seed's
     references: tuple[RunOutcome, ...]  # one, or one per seed in statistical mode
     written: tuple[str, ...] = ()  # files the reference runs created or changed in the working directory
+    # Statistical mode: converted run k has reference k's seed (pairs); ``converted`` is the first of them.
+    conversions: tuple[RunOutcome, ...] = ()
 
     @property
     def all(self) -> tuple[RunOutcome, ...]:
-        return (*self.references, *([self.converted] if self.converted else []))
+        return (*self.references, *(self.conversions or ([self.converted] if self.converted else [])))
 
 
 def _snapshot(folder: Path) -> dict[str, float]:
@@ -534,8 +536,30 @@ def run_all(plan: Plan, work: Path, progress: Progress, convert: Callable[[], Pa
         script_file=str(original) if convert is not None else None,  # our copy lives in a temporary folder
     )  # fmt: skip
     name = f"converted ({plan.nproc} processes, {backend}, {device})"
+    if plan.statistical_seeds:
+        out.rmdir()
+        conversions = _paired_conversions(plan, config, torchrun, converted_timeout(plan, references), work, progress)
+        return Runs(backend, device, conversions[0], tuple(references), written, conversions)
     converted = launch(name, config, torchrun, converted_timeout(plan, references), "" if cpu else None, progress)
     return Runs(backend, device, converted, tuple(references), written)
+
+
+def _paired_conversions(
+    plan: Plan, config: RunConfig, command: Sequence[str], timeout_s: float, work: Path, progress: Progress
+) -> tuple[RunOutcome, ...]:
+    """Statistical mode: one converted run per reference seed, with that seed, so pair k shares everything
+    verify lines up (initial weights, data order, aligned noise) and differs only in what it cannot."""
+    conversions: list[RunOutcome] = []
+    for seed in reference_seeds(plan):
+        out = work / f"converted-seed{seed}"
+        out.mkdir()
+        name = f"converted ({plan.nproc} processes, {config.backend}, seed {seed})"
+        visible = "" if config.cpu else None
+        conversions.append(launch(name, replace(config, out_dir=str(out), seed=seed), command, timeout_s, visible,
+                                  progress))  # fmt: skip
+        if not conversions[-1].ok:
+            break
+    return tuple(conversions)
 
 
 def _reference_config(plan: Plan, device: str) -> RunConfig:
@@ -568,9 +592,9 @@ def reference_seeds(plan: Plan) -> range:
 
 
 def converted_seed(plan: Plan) -> int:
-    """Exact mode: the reference's seed. Statistical mode: a seed none of the references used, so the
-    converted run is one more independent draw, not a copy of the first reference."""
-    return plan.seed + plan.statistical_seeds if plan.statistical_seeds else plan.seed
+    """The first converted run's seed: the reference's. Statistical mode pairs converted run k with reference
+    seed k (``reference_seeds``), so the pair differs only in the randomness verify cannot line up."""
+    return plan.seed
 
 
 def _first_gpu() -> str:

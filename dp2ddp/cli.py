@@ -581,6 +581,7 @@ def verify(
             *checks.collectives(runs.converted),
             *checks.set_epoch(runs.converted),
             *checks.batch(runs.references[0], runs.converted),
+            *checks.learning_rates(runs.references[0], runs.converted),
             *checks.switched_off(runs.references[0]),
             *checks.reference_wrapped(runs.references[0]),
         ]  # fmt: skip

@@ -147,6 +147,14 @@ def test_a_per_process_batch_left_undivided_is_named(batch_norm: tuple[Path, str
     assert "each process trains on the global batch of 16: the effective batch is 2 x 16" in batch["message"]
 
 
+def test_a_doubled_learning_rate_is_named_by_its_rate(batch_norm: tuple[Path, str], tmp_path: Path) -> None:
+    code, output, document = verify_planted(batch_norm, tmp_path, "lr=0.1)", "lr=0.2)")
+    assert code == 1, output
+    rate = finding(document, "learning rate")
+    assert rate["step"] == 0 and "learning rate 0.2 in the converted run and 0.1 in the reference, 2 times" in rate["message"]
+    assert document["verdict"] == "not equivalent"
+
+
 def test_download_once_barriers_from_different_lines_pass(tmp_path: Path) -> None:
     """Rank 1 waits before the download and rank 0 after it: two lines, one barrier each; only rank 0 writes."""
     script = fixture("dataset_downloads_once", tmp_path)
@@ -218,3 +226,21 @@ def test_set_epoch_ignores_peeks_that_never_finish_a_pass(tmp_path: Path) -> Non
     write_records(tmp_path / "converted-rank0.loaders.jsonl", [{**p, "ended": True} for p in passes])
     [defect] = checks.set_epoch(run)
     assert defect.step == 1 and "all 3 of its training passes with epoch 0" in defect.message
+
+
+def test_a_learning_rate_that_differs_from_the_reference_s_is_named_at_its_step() -> None:
+    """Read from the optimizer itself: a doubled rate fails at once, however noisy the losses are."""
+    from dp2ddp.verify.checks import learning_rates
+    from dp2ddp.verify.runner import RankOutcome, RunOutcome
+
+    def run(rates: list[tuple[float, ...]]) -> RunOutcome:
+        rank = RankOutcome(0, "finished", (), None, "", stepped=("optimizer 1 (SGD)",) * len(rates),
+                           learning_rates=tuple(rates))  # fmt: skip
+        return RunOutcome("run", (), 0, 1.0, False, (rank,), "")
+
+    schedule = [(0.1,), (0.1,), (0.05,), (0.05,)]
+    assert learning_rates(run(schedule), run(schedule)) == []
+    [finding] = learning_rates(run(schedule), run([(0.1,), (0.1,), (0.1,), (0.05,)]))  # a scheduler a step late
+    assert finding.kind == "defect" and finding.step == 2
+    assert "learning rate 0.1 in the converted run and 0.05 in the reference, 2 times" in finding.message
+    assert learning_rates(run([(0.1, 0.01)]), run([(0.1, 0.01 + 1e-15)])) == []  # rounding is not a change

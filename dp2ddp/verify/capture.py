@@ -27,8 +27,9 @@ StepListener = Callable[[int, torch.optim.Optimizer], None]
 
 class LossRecorder:
     """Appends one JSON line per loss, ``{"step": k, "loss": v}``, where k counts optimizer steps before it, and one
-    per optimizer step, ``{"step": k, "optimizer": n, "name": "Adam"}``, n numbering optimizers as first seen: a
-    GAN's discriminator and generator losses are told apart by the optimizer that steps after them."""
+    per optimizer step, ``{"step": k, "optimizer": n, "name": "Adam", "lr": [0.1]}``, n numbering optimizers as
+    first seen (a GAN's discriminator and generator losses are told apart by the optimizer that steps after them),
+    with each parameter group's learning rate at that step."""
 
     def __init__(self, path: Path, max_steps: int | None, on_step: StepListener | None = None) -> None:
         self.steps = 0
@@ -47,7 +48,9 @@ class LossRecorder:
             self._optimizers[id(optimizer)] = len(self._optimizers)
             self._keep.append(optimizer)
         number = self._optimizers[id(optimizer)]
-        self._file.write(json.dumps({"step": self.steps, "optimizer": number, "name": type(optimizer).__name__}) + "\n")
+        rates = [_number(group.get("lr")) for group in optimizer.param_groups]
+        self._file.write(json.dumps({"step": self.steps, "optimizer": number, "name": type(optimizer).__name__,
+                                     "lr": rates}) + "\n")  # fmt: skip
         if self.on_step is not None:
             self.on_step(self.steps, optimizer)
         self.steps += 1
@@ -56,6 +59,14 @@ class LossRecorder:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _number(value: Any) -> float | None:
+    """A learning rate as a float: a tensor learning rate too; None for anything else."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 def _scalar_loss(outputs: Any) -> torch.Tensor | None:

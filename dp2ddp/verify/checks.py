@@ -23,7 +23,7 @@ _NAMES_SHOWN = 4
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # replicas | distributed | data | epochs | buffers | writes | collectives | batch | logs | noise
+    check: str  # replicas | distributed | data | epochs | buffers | writes | collectives | batch | learning rate | logs | noise
     #             | reference
     kind: str  # defect | warning | note
     message: str
@@ -415,6 +415,32 @@ def set_epoch(run: RunOutcome) -> list[Finding]:
                 f"{epochs.pop()}: set_epoch is never called (or always with the same value), so from step {step} "
                 "on every epoch repeats the first epoch's order; call loader.sampler.set_epoch(epoch) at the start "
                 "of each epoch"), step)]  # fmt: skip
+    return []
+
+
+def learning_rates(reference: RunOutcome, run: RunOutcome) -> list[Finding]:
+    """The first optimizer step at which converted rank 0 steps with another learning rate than the reference.
+
+    A conversion keeps the global batch, so it keeps the learning rate and its schedule: DDP averages
+    gradients over processes as DataParallel averaged them over its batch. A rate scaled by the world size,
+    or a scheduler stepped per process or per sample, changes training slowly enough that noisy losses may
+    not show it in a short run; the rate itself shows it at once.
+    """
+    if not reference.ranks or not run.ranks:
+        return []
+    expected, stepped = reference.ranks[0].learning_rates, reference.ranks[0].stepped
+    for step, (wanted, got) in enumerate(zip(expected, run.ranks[0].learning_rates)):
+        for group, (a, b) in enumerate(zip(wanted, got)):
+            if a is None or b is None or abs(a - b) <= 1e-9 * max(abs(a), abs(b)):
+                continue
+            ratio = f", {b / a:g} times the reference's" if a else ""
+            which = stepped[step] if step < len(stepped) else "an optimizer"
+            return [Finding("learning rate", "defect", (
+                f"at optimizer step {step} {which} steps parameter group {group} with learning rate {b:g} in the "
+                f"converted run and {a:g} in the reference{ratio}: the converted script changes the rate (scaled by "
+                "the world size, or by hand) or steps its scheduler a different number of times; keep the original's "
+                "rate and schedule, since DDP averages gradients over processes as DataParallel did over its batch"),
+                step)]  # fmt: skip
     return []
 
 

@@ -85,6 +85,7 @@ class RankOutcome:
     stdout: str = ""
     exit_status: int | None = None  # the script's own sys.exit status, when it called sys.exit
     stepped: tuple[str, ...] = ()  # the optimizer each optimizer step stepped, by step
+    learning_rates: tuple[tuple[float | None, ...], ...] = ()  # its parameter groups' learning rates, by step
 
     @property
     def ok(self) -> bool:
@@ -230,9 +231,9 @@ def _read_losses(path: Path) -> list[tuple[int, float]]:
     return losses
 
 
-def _read_optimizers(path: Path) -> tuple[str, ...]:
-    """The optimizer each step stepped, by step: "optimizer 2 (Adam)"."""
-    stepped = []
+def _read_optimizers(path: Path) -> tuple[tuple[str, ...], tuple[tuple[float | None, ...], ...]]:
+    """By step: the optimizer it stepped ("optimizer 2 (Adam)") and its parameter groups' learning rates."""
+    stepped, rates = [], []
     for line in _read(path).splitlines():
         try:
             record = json.loads(line)
@@ -240,7 +241,8 @@ def _read_optimizers(path: Path) -> tuple[str, ...]:
             continue
         if "optimizer" in record:
             stepped.append(f"optimizer {int(record['optimizer']) + 1} ({record.get('name', '?')})")
-    return tuple(stepped)
+            rates.append(tuple(record.get("lr") or ()))
+    return tuple(stepped), tuple(rates)
 
 
 def _steps_so_far(out: Path, role: str, rank: int | None = None) -> int:
@@ -449,7 +451,7 @@ def _rank_outcome(name: Path, rank: int, signalled: set[str], stopped_by_us: boo
     facts = {key: ended[key] for key in keys if ended.get(key) is not None}
     return RankOutcome(
         rank, ended["outcome"], losses, ended.get("error"), log, ended["ended_at"], ended.get("steps"), facts, stdout,
-        ended.get("exit_status"), _read_optimizers(name.with_suffix(".jsonl")),
+        ended.get("exit_status"), *_read_optimizers(name.with_suffix(".jsonl")),
     )  # fmt: skip
 
 

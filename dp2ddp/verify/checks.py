@@ -33,7 +33,7 @@ class Finding:
         return {"check": self.check, "kind": self.kind, "message": self.message, "step": self.step}
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
+def read_records(path: Path) -> list[dict[str, Any]]:
     try:
         lines = path.read_text().splitlines()
     except OSError:
@@ -50,7 +50,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 def replicas(run: RunOutcome) -> list[Finding]:
     """The first optimizer step after which some rank's parameters differ from rank 0's."""
     out = Path(run.out_dir)
-    per_rank = [_records(out / f"converted-rank{rank.rank}.params.jsonl") for rank in run.ranks]
+    per_rank = [read_records(out / f"converted-rank{rank.rank}.params.jsonl") for rank in run.ranks]
     if len(per_rank) < 2 or not per_rank[0]:
         return []
     names: dict[int, list[str]] = {}
@@ -130,7 +130,7 @@ def samplers(run: RunOutcome, max_steps: int | None) -> list[Finding]:
     out = Path(run.out_dir)
     passes: dict[tuple[int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
     for rank in run.ranks:
-        for record in _records(out / f"converted-rank{rank.rank}.samplers.jsonl"):
+        for record in read_records(out / f"converted-rank{rank.rank}.samplers.jsonl"):
             passes[(record["sampler"], record["pass"])][rank.rank] = record
     findings: list[Finding] = []
     for (sampler, number), ranks in sorted(passes.items()):
@@ -167,7 +167,7 @@ def loaders(run: RunOutcome) -> list[Finding]:
     out = Path(run.out_dir)
     passes: dict[tuple[int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
     for rank in run.ranks:
-        for record in _records(out / f"converted-rank{rank.rank}.loaders.jsonl"):
+        for record in read_records(out / f"converted-rank{rank.rank}.loaders.jsonl"):
             passes[(record["loader"], record["pass"])][rank.rank] = record
     world = len(run.ranks)
     for (loader, number), ranks in sorted(passes.items()):
@@ -268,7 +268,7 @@ def buffers(run: RunOutcome) -> list[Finding]:
     """The first training forward at which some rank's buffers of a DDP-wrapped module differ from rank 0's,
     taken where DDP broadcasts rank 0's buffers (or would have, but for ``broadcast_buffers=False``)."""
     out = Path(run.out_dir)
-    per_rank = {rank.rank: _records(out / f"converted-rank{rank.rank}.buffers.jsonl") for rank in run.ranks}
+    per_rank = {rank.rank: read_records(out / f"converted-rank{rank.rank}.buffers.jsonl") for rank in run.ranks}
     if len(per_rank) < 2 or not per_rank.get(0):
         return []
     first: dict[int, dict[str, Any]] = {}
@@ -320,7 +320,7 @@ def writes(run: RunOutcome) -> list[Finding]:
     out = Path(run.out_dir)
     writers: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
     for rank in run.ranks:
-        for record in _records(out / f"converted-rank{rank.rank}.writes.jsonl"):
+        for record in read_records(out / f"converted-rank{rank.rank}.writes.jsonl"):
             writers[record["path"]].setdefault(rank.rank, record)
     shared = [(path, ranks) for path, ranks in writers.items() if len(ranks) > 1]
     if not shared:
@@ -346,7 +346,7 @@ def collectives(run: RunOutcome) -> list[Finding]:
     exit barrier would be blamed.
     """
     out = Path(run.out_dir)
-    per_rank = {rank.rank: _records(out / f"converted-rank{rank.rank}.collectives.jsonl") for rank in run.ranks}
+    per_rank = {rank.rank: read_records(out / f"converted-rank{rank.rank}.collectives.jsonl") for rank in run.ranks}
     if len(per_rank) < 2 or 0 not in per_rank:
         return []
     names = {rank: [call["call"] for call in calls] for rank, calls in per_rank.items()}
@@ -395,9 +395,9 @@ def set_epoch(run: RunOutcome) -> list[Finding]:
         return []
     out = Path(run.out_dir)
     rank = run.ranks[0].rank
-    samplers = {(r["sampler"], r["pass"]): r for r in _records(out / f"converted-rank{rank}.samplers.jsonl")}
+    samplers = {(r["sampler"], r["pass"]): r for r in read_records(out / f"converted-rank{rank}.samplers.jsonl")}
     training: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = defaultdict(list)
-    for loader in _records(out / f"converted-rank{rank}.loaders.jsonl"):
+    for loader in read_records(out / f"converted-rank{rank}.loaders.jsonl"):
         drew = loader.get("distributed_sampler")
         if not loader.get("training") or drew is None:
             continue

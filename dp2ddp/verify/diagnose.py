@@ -16,11 +16,11 @@ Each rests on evidence read from the runs' records (``Evidence``); nothing here 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dp2ddp.verify.checks import read_records
 from dp2ddp.verify.compare import Comparison, StepComparison
 from dp2ddp.verify.runner import Runs
 
@@ -42,20 +42,6 @@ class Evidence:
     written: tuple[str, ...] = ()  # files the reference run left in the working directory
 
 
-def _records(path: Path) -> list[dict]:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # the half-written last line of a stopped process
-    return records
-
-
 def gather(runs: Runs) -> Evidence:
     """Read the evidence while the runs' folders still exist."""
     converted = runs.converted
@@ -71,7 +57,7 @@ def gather(runs: Runs) -> Evidence:
     summed: list[int] = []
     loaded: list[str] = []
     if converted is not None and converted.ranks:
-        for record in _records(Path(converted.out_dir) / "converted-rank0.samplers.jsonl"):
+        for record in read_records(Path(converted.out_dir) / "converted-rank0.samplers.jsonl"):
             if record.get("pass", 0) >= 1 and isinstance(record.get("step"), int):
                 starts.add(record["step"])
         per_rank = [rank.facts.get("samples_per_step") for rank in converted.ranks]

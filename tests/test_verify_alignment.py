@@ -283,3 +283,33 @@ def test_draws_verify_cannot_line_up_are_named_with_their_lines(workers: str, tm
     assert len(ranks) == 3  # the reference and both converted ranks, named by the original's lines
     assert all(set(rank["unaligned_draws"]) == expected for rank in ranks), ranks
     assert "torch.randint at unaligned.py:27" in document["message"]
+
+
+FLIPPED_FAKE_DATA = '''
+import torch
+import torch.nn as nn
+import torchvision
+import torchvision.transforms as T
+
+data = torchvision.datasets.FakeData(size=32, image_size=(3, 8, 8), num_classes=4,
+                                     transform=T.Compose([T.RandomHorizontalFlip(), T.ToTensor()]))
+loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+model = nn.DataParallel(nn.Sequential(nn.Flatten(), nn.Linear(192, 4)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def test_a_transform_after_fake_data_s_own_seed_is_named_as_the_dataset_s_randomness(tmp_path: Path) -> None:
+    """FakeData seeds torch per item and then restores the shared state: the flip after that is augmentation
+    (what --synthetic-data gives a CIFAR script), not "no randomness"."""
+    script = tmp_path / "flipped.py"
+    script.write_text(FLIPPED_FAKE_DATA)
+    code, output, document = run_verify(tmp_path, str(script))
+    assert code == 1, output
+    assert "could not line up" in document["message"] and "(in the dataset)" in document["message"], output
+    assert "deterministic" not in document["message"]

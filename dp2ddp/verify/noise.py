@@ -503,6 +503,16 @@ def _watch_unaligned(noise: GlobalNoise) -> None:
 
         return seed
 
+    def restoring(original: Callable[..., Any], library: str) -> Any:
+        def restore(*args: Any, **kwargs: Any) -> Any:
+            if noise.fetching:
+                # FakeData seeds per index, draws the image, then puts the shared state back: the transform's
+                # draws after that (a random crop, a flip) are the per-sample augmentation again.
+                noise.fetch_seeded.discard(library)
+            return original(*args, **kwargs)
+
+        return restore
+
     tensor = torch.Tensor
     # A parameter (re-)initialised as wide as the batch is not the batch's noise.
     own_shape = lambda self, *args, **kwargs: () if isinstance(self, torch.nn.Parameter) else self.shape  # noqa: E731
@@ -534,7 +544,13 @@ def _watch_unaligned(noise: GlobalNoise) -> None:
               "gammavariate")  # fmt: skip
     for name in python:
         setattr(random, name, watched(f"random.{name}", getattr(random, name), None, "random"))
+    same = torch.set_rng_state is torch.random.set_rng_state
+    torch.set_rng_state = restoring(torch.set_rng_state, "torch")  # type: ignore[assignment]
+    torch.random.set_rng_state = (  # type: ignore[assignment]
+        torch.set_rng_state if same else restoring(torch.random.set_rng_state, "torch")
+    )
     random.seed = seeding(random.seed, "random")  # type: ignore[assignment]
+    random.setstate = restoring(random.setstate, "random")  # type: ignore[assignment]
     numpy = sys.modules.get("numpy")
     if numpy is None:
         return
@@ -544,6 +560,7 @@ def _watch_unaligned(noise: GlobalNoise) -> None:
         if hasattr(numpy.random, name):
             setattr(numpy.random, name, watched(f"numpy.random.{name}", getattr(numpy.random, name), None, "numpy"))
     numpy.random.seed = seeding(numpy.random.seed, "numpy")
+    numpy.random.set_state = restoring(numpy.random.set_state, "numpy")
 
 
 def rows_along_ddp_dim(noise: GlobalNoise) -> None:

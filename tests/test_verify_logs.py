@@ -430,9 +430,27 @@ def test_an_evaluation_accuracy_of_rank_0_s_shard_fails_verify(tmp_path: Path) -
     original = fixture("mnist_argparse", tmp_path)
     code, output, document = run_verify(tmp_path, str(original), "--converted", str(converted))
     assert code == 1, output
-    assert document["verdict"] == "diverges"
+    assert document["verdict"] == "not equivalent"  # the losses agree; a check failed
     message = document["message"]
     assert message.startswith("not equivalent (the losses agree): logs differ at reference line 3 / converted line 3: ")
     line = r"'Test set: Average loss: [\d.]+, Accuracy: \d+/50'"
     assert re.search(f"{line} vs {line}", message), message
     assert "all_reduce_sum" in message
+
+
+def test_a_meter_s_time_and_data_columns_and_their_averages_are_masked_but_its_loss_is_not() -> None:
+    """The ImageNet example's progress line: 'Time  val ( avg)' and 'Data  val ( avg)' are clocks on every run."""
+    reference = "Epoch: [0][ 1/10]\tTime  0.667 ( 0.667)\tData  0.020 ( 0.020)\tLoss 2.3026e+00 (2.3026e+00)\n"
+    converted = "Epoch: [0][ 1/10]\tTime  0.412 ( 0.530)\tData  0.011 ( 0.015)\tLoss 2.3026e+00 (2.3026e+00)\n"
+    assert compare_logs(reference, [converted, ""], Tolerance()).agrees
+    wrong = converted.replace("Loss 2.3026e+00 (2.3026e+00)", "Loss 2.5026e+00 (2.3026e+00)")
+    compared = compare_logs(reference, [wrong, ""], Tolerance())
+    assert not compared.agrees and compared.first_mismatch is not None
+    assert compared.first_mismatch.converted_value == "2.5026e+00"
+
+
+def test_a_printed_model_reads_the_same_wrapped_in_ddp() -> None:
+    reference = "DataParallel(\n  (module): Linear(in_features=4, out_features=1, bias=True)\n)\nloss 0.5\n"
+    converted = reference.replace("DataParallel(", "DistributedDataParallel(")
+    compared = compare_logs(reference, [converted, ""], Tolerance())
+    assert compared.agrees and not compared.only_converted and not compared.only_reference

@@ -74,8 +74,12 @@ IGNORED: tuple[re.Pattern[str], ...] = (
     re.compile(rf"(?:[A-Za-z]+/s(?:ec)?|(?<![A-Za-z])s/{_PER})\b\s*[:=]?\s*(?P<noise>{_N})"),
     # a number with a time unit: 12.3s, 0.5 sec, 40 ms, 3 seconds, 2 min; a bare 's' must touch the number
     re.compile(rf"{_N}(?:\s*(?:ms|us|µs|ns|secs?|seconds?|mins?|minutes?|hrs?|hours?)|s)\b"),
-    # the number after a time keyword: 'time 12.3', 'Time per batch: 0.12', 'elapsed=4', 'ETA 37', 'duration 3'
-    re.compile(rf"(?i:time|(?<![A-Za-z])(?:elapsed|eta|duration))\b[^\d\n{_NOISE},;|]{{0,20}}?(?P<noise>{_N})"),
+    # the number after a time keyword: 'time 12.3', 'Time per batch: 0.12', 'elapsed=4', 'ETA 37', 'duration 3';
+    # with the running average a meter prints after it: 'Time  0.667 ( 0.701)'
+    re.compile(rf"(?i:time|(?<![A-Za-z])(?:elapsed|eta|duration))\b[^\d\n{_NOISE},;|]{{0,20}}?"
+               rf"(?P<noise>{_N}(?:\s*\(\s*{_N}\s*\))?)"),
+    # a data-loading time meter, value and running average: 'Data  0.020 ( 0.031)'
+    re.compile(rf"(?<![A-Za-z])Data\s+(?P<noise>{_N}\s*\(\s*{_N}\s*\))"),
     # memory addresses: <object at 0x7f3a2c1b0d60>
     re.compile(r"\b0x[0-9a-fA-F]+\b"),
     # temporary paths, the verifier's own working folders included: /tmp/dp2ddp-verify-x1y2/ckpt.pt
@@ -86,6 +90,8 @@ IGNORED: tuple[re.Pattern[str], ...] = (
 # What a printed tensor says about its autograd graph: a loss averaged over processes before it is printed
 # (`print(loss)` under DDP) is a new tensor without one, whose value is the same. Removed from both logs.
 TENSOR_GRAPH = re.compile(r",\s*(?:grad_fn=<\w+>|requires_grad=True)(?=[,)])")
+# A printed model: the conversion's wrapper is the point of it, not a difference. Read as the original's.
+DDP_WRAPPER = re.compile(r"\bDistributedDataParallel\(")
 
 
 @dataclass(frozen=True)
@@ -211,7 +217,7 @@ def _parse(log: str) -> tuple[list[_ReportLine], int]:
             after_warning = False
             continue
         after_warning = PYTHON_WARNING.search(visible) is not None
-        compared = TENSOR_GRAPH.sub("", visible)  # not noise, so not counted as ignored
+        compared = DDP_WRAPPER.sub("DataParallel(", TENSOR_GRAPH.sub("", visible))  # not noise: not counted
         masked = _mask(compared)
         if masked != compared:
             ignored += 1

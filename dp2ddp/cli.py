@@ -564,24 +564,29 @@ def verify(
         except VerifyError as error:
             raise click.UsageError(str(error)) from None
         except (SourceError, ConversionError) as error:
-            click.echo(f"error: cannot convert {script}: {error}", err=True)
+            message = f"cannot convert {script}: {error}"
+            if json_path is not None:
+                json_path.write_text(json.dumps({**context, "verdict": "error", "message": message}, indent=2) + "\n")
+            click.echo(f"error: {message}", err=True)
             sys.exit(2)
         finally:
             progress.close()
             if keep_logs is not None:
                 shutil.copytree(work, keep_logs, dirs_exist_ok=True)
         # Read what the converted processes recorded before their folder goes.
+        # The first defect heads the verdict: what changes training itself (the run, the batch, the rate,
+        # the data) comes before what only a real run would suffer from (buffers, collectives, shared files).
         findings = [] if runs.converted is None or not runs.converted.ok else [
             *checks.distributed(runs.converted, nproc),
-            *checks.replicas(runs.converted),
-            *checks.samplers(runs.converted, max_steps),
-            *checks.loaders(runs.converted),
-            *checks.buffers(runs.converted),
-            *checks.writes(runs.converted),
-            *checks.collectives(runs.converted),
-            *checks.set_epoch(runs.converted),
             *checks.batch(runs.references[0], runs.converted),
             *checks.learning_rates(runs.references[0], runs.converted),
+            *checks.set_epoch(runs.converted),
+            *checks.samplers(runs.converted, max_steps),
+            *checks.loaders(runs.converted),
+            *checks.replicas(runs.converted),
+            *checks.buffers(runs.converted),
+            *checks.collectives(runs.converted),
+            *checks.writes(runs.converted),
             *checks.switched_off(runs.references[0]),
             *checks.reference_wrapped(runs.references[0]),
         ]  # fmt: skip
@@ -663,7 +668,14 @@ def _convert_for_verify(script: Path, work: Path) -> Path:
         if any(finding.code == "DDP001" for finding in result.findings):
             raise ConversionError("it already uses torch.distributed (DDP001), so convert leaves it alone; "
                                   "verify a DDP script against its DataParallel original with --converted")  # fmt: skip
-        raise ConversionError("it has nothing to convert (no nn.DataParallel); give the DDP script with --converted")
+        errors = [finding for finding in result.findings if finding.severity == "error"]
+        if errors:
+            listed = "\n".join(f"  {script}:{finding}" for finding in errors)
+            raise ConversionError(f"convert refused it and left it as it was:\n{listed}\nfollow each finding's "
+                                  "advice (`dp2ddp explain CODE`) and verify again, or give a DDP script you "
+                                  "converted yourself with --converted")  # fmt: skip
+        why = result.reason or "it has nothing to convert (no nn.DataParallel)"
+        raise ConversionError(f"{why}; give the DDP script with --converted")
     for finding in result.findings:
         click.echo(f"{script}:{finding}", err=True)
     folder = work / "script"

@@ -353,7 +353,19 @@ def test_bad_arguments_exit_2_without_a_traceback(args: list[str], message: str,
 def test_script_without_data_parallel_is_an_error(tmp_path: Path) -> None:
     code, output, _ = run_verify(tmp_path, str(fixture("no_data_parallel", tmp_path)))
     assert code == 2
-    assert "has nothing to convert" in output
+    assert "nothing to convert" in output and "--converted" in output
+
+
+def test_a_script_convert_refuses_is_named_with_the_findings_that_refused_it(tmp_path: Path) -> None:
+    """Not "nothing to convert": the script has a DataParallel wrap that convert would not touch, and why."""
+    script = tmp_path / "skips_backward.py"
+    script.write_text(SMALL_SCRIPT.replace("            loss.backward()\n", (
+        "            try:\n                loss.backward()\n            except RuntimeError:\n                continue\n"
+    )))  # fmt: skip
+    code, output, document = run_verify(tmp_path, str(script))
+    assert code == 2, output
+    assert "convert refused it" in output and "DDP220" in output and "no nn.DataParallel" not in output
+    assert document["verdict"] == "error" and "DDP220" in document["message"]  # --json is written on this path too
 
 
 @pytest.mark.skipif(visible_gpus() < 1, reason="needs a GPU")

@@ -22,7 +22,7 @@ from dp2ddp.verify.compare import Tolerance, compare
 from dp2ddp.verify.runner import Plan, VerifyError, resolve_device, visible_gpus
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-TIMEOUT_S = 300
+TIMEOUT_S = 900  # statistical mode runs 10 processes one after the other
 
 
 # --- comparing numbers -------------------------------------------------------------------------

@@ -326,7 +326,9 @@ def test_statistical_mode_still_catches_a_missing_set_epoch(augmented: Path, tmp
     broken.write_text("\n".join(line for line in converted.splitlines() if "set_epoch(epoch)" not in line))
     code, output, document = run_verify(tmp_path, "--statistical", str(augmented), "--converted", str(broken))
     assert code == 1, output
-    assert document["verdict"] == "diverges"
+    # Both see it: the direct set_epoch check, which heads the verdict, and the paired test's spread.
+    assert document["verdict"] == "not equivalent" and "set_epoch" in document["message"]
+    assert document["paired"]["rejects"], output
 
 
 def test_max_steps_stops_both_runs(tmp_path: Path) -> None:

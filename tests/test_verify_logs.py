@@ -396,6 +396,15 @@ def test_a_difference_fails_by_default_and_names_the_cause_and_the_fix() -> None
     assert checks.logs(_compare(MNIST, MNIST), fail=True).kind == "note"
 
 
+def test_a_line_printed_twice_with_the_right_numbers_is_only_a_warning() -> None:
+    """A banner or a list of model names that rank 1 prints too: seen twice, nothing printed is wrong."""
+    banner = "['resnet20', 'resnet32']\nepoch 1 loss 0.241\n"
+    comparison = _compare(banner, banner, "['resnet20', 'resnet32']\n")
+    assert comparison.duplicates and comparison.first_mismatch is None
+    finding = checks.logs(comparison, fail=True)
+    assert finding.kind == "warning" and "printed by rank 1 too" in finding.message
+
+
 def test_a_printed_tensor_is_compared_without_its_autograd_graph() -> None:
     # convert averages `print(loss)`'s tensor over processes: the same value, without grad_fn.
     reference = "step 0 loss tensor(0.6632, grad_fn=<NllLossBackward0>)\n"

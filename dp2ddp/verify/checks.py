@@ -231,15 +231,18 @@ def logs(comparison: LogComparison, fail: bool) -> Finding:
     """What the runs printed. By default a difference fails verify: convert makes rank 0 print the numbers
     the original printed (losses averaged, counts summed over processes), so a number that still differs
     is one process's share printed as the whole's, such as an accuracy over rank 0's evaluation shard.
-    ``--logs warn`` makes it a warning, for a script that prints a per-process number on purpose."""
+    ``--logs warn`` makes it a warning, for a script that prints a per-process number on purpose. A line
+    printed twice (by rank 1 too, or twice by rank 0) with the right numbers is a warning: the user sees it
+    twice, but nothing printed is wrong."""
     message = "\n".join(comparison.summary())
     if comparison.agrees:
         return Finding("logs", "note", message)
-    if comparison.first_mismatch is not None:
-        message += (
-            "\n(a number rank 0 prints from its own share of the data: reduce it over processes before the print, "
-            "all_reduce_sum for sums and counts, all_reduce_mean for a mean; --logs warn if it is meant per process)"
-        )
+    if comparison.first_mismatch is None:
+        return Finding("logs", "warning", message)
+    message += (
+        "\n(a number rank 0 prints from its own share of the data: reduce it over processes before the print, "
+        "all_reduce_sum for sums and counts, all_reduce_mean for a mean; --logs warn if it is meant per process)"
+    )
     return Finding("logs", "defect" if fail else "warning", message)
 
 

@@ -668,12 +668,14 @@ def _convert_for_verify(script: Path, work: Path) -> Path:
         if any(finding.code == "DDP001" for finding in result.findings):
             raise ConversionError("it already uses torch.distributed (DDP001), so convert leaves it alone; "
                                   "verify a DDP script against its DataParallel original with --converted")  # fmt: skip
-        errors = [finding for finding in result.findings if finding.severity == "error"]
-        if errors:
-            listed = "\n".join(f"  {script}:{finding}" for finding in errors)
-            raise ConversionError(f"convert refused it and left it as it was:\n{listed}\nfollow each finding's "
-                                  "advice (`dp2ddp explain CODE`) and verify again, or give a DDP script you "
-                                  "converted yourself with --converted")  # fmt: skip
+        # A wrap convert would not touch (refused on an error, or a sub-module's wrap left as it was) is named.
+        found = [finding for finding in result.findings if finding.severity in ("error", "warning")]
+        if found:
+            listed = "\n".join(f"  {script}:{finding}" for finding in found)
+            how = "refused it and left it" if any(finding.severity == "error" for finding in found) else "left it"
+            raise ConversionError(f"convert {how} as it was:\n{listed}\nfollow each finding's advice (`dp2ddp "
+                                  "explain CODE`) and verify again, or give a DDP script you converted yourself with "
+                                  "--converted")  # fmt: skip
         why = result.reason or "it has nothing to convert (no nn.DataParallel)"
         raise ConversionError(f"{why}; give the DDP script with --converted")
     for finding in result.findings:

@@ -151,7 +151,8 @@ def verify_statistical(folder: Path, *args: str) -> tuple[int, str, dict]:
 
 @pytest.mark.slow
 def test_a_correct_noisy_conversion_passes_and_a_loss_scaled_by_the_world_size_fails(tmp_path: Path) -> None:
-    """A doubled learning rate is not here: with 5 pairs of 12 steps it passes (README, "Statistical mode")."""
+    """A doubled learning rate is not here: 5 pairs of 12 steps pass the paired test (README, "Statistical mode");
+    verify fails it through its learning-rate check instead (tests/test_verify_defects.py)."""
     original = tmp_path / "jittered.py"
     original.write_text(JITTERED_SCRIPT)
     code, output, document = verify_statistical(tmp_path, str(original))

@@ -171,21 +171,26 @@ def hook_repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
 
 @pytest.fixture
 def project(tmp_path: Path, hook_repository: tuple[Path, str]) -> Path:
-    """A user's repository whose committed .pre-commit-config.yaml uses both hooks, as the README shows."""
+    """A user's repository whose committed .pre-commit-config.yaml is the README's, pointed at this checkout."""
     repository, commit = hook_repository
     path = tmp_path / "project"
     _new_repository(path)
-    (path / ".pre-commit-config.yaml").write_text(textwrap.dedent(f"""\
-        repos:
-          - repo: {repository}
-            rev: {commit}
-            hooks:
-              - id: dp2ddp-check
-              - id: dp2ddp-convert
-        """), encoding="utf-8")
+    (path / ".pre-commit-config.yaml").write_text(readme_configuration(repository, commit), encoding="utf-8")
     _git(path, "add", ".pre-commit-config.yaml")
     _git(path, "commit", "-q", "-m", "initial commit")
     return path
+
+
+def readme_configuration(repository: Path, commit: str) -> str:
+    """The README's `.pre-commit-config.yaml`, with this checkout's snapshot and commit put in for its placeholders."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## pre-commit\n"):]
+    snippet = section[section.index("```yaml\n") + len("```yaml\n"):section.index("\n```\n")] + "\n"
+    for placeholder in ("/path/to/dp2ddp ", "0123456789abcdef0123456789abcdef01234567 "):
+        assert placeholder in snippet, f"the README's pre-commit snippet no longer has the placeholder {placeholder!r}"
+    return snippet.replace("/path/to/dp2ddp ", f"{repository} ").replace(
+        "0123456789abcdef0123456789abcdef01234567 ", f"{commit} "
+    )
 
 
 def stage(project: Path, name: str, source: str) -> Path:

@@ -5,12 +5,13 @@ so the parent always knows which item a worker was on. That gives what a run ove
 
 - Ctrl-C, SIGTERM, or anything else that ends the run early kills every worker at once (SIGKILL:
   workers only read and compute, never write, so nothing is lost), however long the chunk each was
-  on; a second signal while that happens finds nothing left to interrupt.
+  on, and waits for them: none outlives the run.
 - A worker that dies (killed, or a crash in native code) costs one item: the parent reports it with
   the cause, gives the rest of that worker's chunk to a new worker, and carries on.
-- Workers ignore the stop signals, which the terminal sends to the whole process group: the parent
-  alone decides, and kills them. Should the parent itself be killed, each worker finds its pipe
-  closed once it has answered its chunk, and exits.
+- Workers ignore Ctrl-C, which a terminal sends to the whole process group: the parent alone
+  decides, and kills them; a traceback from each worker would bury its message. SIGTERM or SIGHUP
+  end a worker at once, as they would any process. Should the parent be killed, each worker finds
+  its pipe closed once it has answered its chunk, and exits.
 
 A pool from the standard library gives one or the other, not both: one waits for the chunks under
 way before it stops, another loses a dead worker's task and waits for it forever.
@@ -30,7 +31,7 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 W = TypeVar("W")
 
-# What the parent handles itself; a worker ignores them (see the module docstring).
+# What the parent handles itself, and a worker must not handle as the parent does.
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 class WorkerCrashed(Exception):
     """The worker process working on an item died before it answered: ``why`` says how it ended."""
@@ -62,7 +63,7 @@ def pooled(work: Callable[[W], T], items: Sequence[W], processes: int, chunk: in
     try:
         while following < len(items):
             while waiting and len(workers) < processes:
-                workers.append(_start(context, work))
+                _start(context, work, workers)
             for worker in workers:
                 # A chunk only to a worker that has none: it is reading, so a large chunk cannot block
                 # the parent while the worker waits for the parent to read its answers.
@@ -85,18 +86,19 @@ def pooled(work: Callable[[W], T], items: Sequence[W], processes: int, chunk: in
         _stop(workers)
 
 
-def _start(context: Any, work: Callable[[W], T]) -> _Worker[W]:
+def _start(context: Any, work: Callable[[W], T], workers: list[_Worker[W]]) -> None:
     mine, theirs = context.Pipe()
     process = context.Process(target=_serve, args=(work, theirs), daemon=True, name="dp2ddp worker")
-    # Blocked while the worker starts, so that a signal cannot reach it before it ignores them; the
-    # parent gets any that came meanwhile once they are unblocked.
+    # Blocked until the worker is on the list the parent kills, and the worker has its own handlers:
+    # a signal that came meanwhile reaches the parent once unblocked, and never a worker's copy of
+    # the parent's handler.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
         process.start()
+        workers.append(_Worker(process, mine))
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         theirs.close()
-    return _Worker(process, mine)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _send(worker: _Worker[W]) -> None:
@@ -156,8 +158,9 @@ def _stop(workers: list[_Worker[W]]) -> None:
 
 def _serve(work: Callable[[W], T], connection: Connection) -> None:
     """A worker's life: take a chunk, answer item by item, until the parent has no more or is gone."""
-    for signum in _STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     while True:
         try:

@@ -173,14 +173,16 @@ def test_a_second_and_third_ctrl_c_print_no_traceback(tmp_path: Path) -> None:
     _assert_untouched_or_converted(tmp_path / "tree", None)
 
 
-def test_sigterm_stops_a_run_as_ctrl_c_does_with_exit_143(tmp_path: Path) -> None:
-    """A CI cancel or ``timeout`` sends SIGTERM to the parent alone; without a handler the workers would outlive it."""
+@pytest.mark.parametrize("group", [False, True], ids=["to the parent", "to the group"])
+def test_sigterm_stops_a_run_as_ctrl_c_does_with_exit_143(tmp_path: Path, group: bool) -> None:
+    """A CI cancel or ``timeout`` sends SIGTERM to the parent alone: without a handler the workers would outlive it."""
     paths = _tree(tmp_path / "tree")
     original = SCRIPT.read_bytes()
     process = _start("convert", "-j", "2", *map(str, paths))
     _wait_until(lambda: _converted(paths, original) >= 1)
-    elapsed, err = _stop(process, (0, signal.SIGTERM, False))
+    elapsed, err = _stop(process, (0, signal.SIGTERM, group))
     _assert_stopped_cleanly(process, elapsed, err, 143)
+    assert ", 0 files failed;" in err, "a worker the signal ended is not a file that failed"
     _assert_untouched_or_converted(tmp_path / "tree", None)
 
 
@@ -194,6 +196,29 @@ def test_ctrl_c_stops_check_at_once(tmp_path: Path) -> None:
     _assert_stopped_cleanly(process, elapsed, err, 130)
     assert "interrupted after checking" in err and f"of {COPIES} files" in err
     assert [path.read_bytes() for path in folder.iterdir()] == [SCRIPT.read_bytes()] * COPIES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("as_project", [False, True], ids=["files", "a folder"])
+def test_a_worker_killed_mid_run_costs_one_file_and_the_run_goes_on(tmp_path: Path, as_project: bool) -> None:
+    paths = _tree(tmp_path / "tree", copies=12)
+    original, converted = SCRIPT.read_bytes(), None if as_project else CONVERTED.read_bytes()
+    process = _start("convert", "-j", "2", *([str(tmp_path / "tree")] if as_project else map(str, paths)))
+    _wait_until(lambda: _workers_running(process))
+    time.sleep(0.5)
+    worker = next(pid for pid in _in_session(process.pid) if pid != process.pid)
+    os.kill(worker, signal.SIGKILL)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 2, err
+    (error,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "the worker process was killed by SIGKILL while converting it" in error, err
+    lost = Path(error.removeprefix("error: ").split(":")[0])
+    assert lost.read_bytes() == original
+    assert "11 files converted, 0 files unchanged, 1 file failed" in err
+    for path in paths:
+        if path != lost:
+            assert path.read_bytes() != original
+            assert converted is None or path.read_bytes() == converted
 
 
 # -- the pool itself ---------------------------------------------------------------------

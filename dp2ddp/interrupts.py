@@ -3,8 +3,8 @@
 The first signal raises ``Interrupted`` in the main thread, wherever the command is; the code it
 unwinds through stops what the command started (verify's launched runs, the worker processes of a
 multi-file run) and the command says what was done and exits 128 + the signal number. Later signals
-are ignored from then on: a second Ctrl-C while that cleanup runs, or while the process exits, must
-not print a traceback or leave a process behind. Imports nothing but the standard library, so a
+have no effect from then on: a second Ctrl-C while that cleanup runs, or while the process exits,
+must not print a traceback or leave a process behind. Imports nothing but the standard library, so a
 pre-commit hook pays nothing for it.
 """
 
@@ -33,26 +33,26 @@ def stopping_on_signals() -> Iterator[None]:
     Without this a SIGTERM would end the process at once, and leave running whatever it started in
     processes of its own (verify's runs, which are process groups of their own; the workers of a
     multi-file run, which a SIGTERM to the parent alone does not reach).
+
+    After the first signal the others are blocked, not ignored, and the handler stays: one that
+    arrived meanwhile finds it and is dropped, where a handler switched to ``SIG_IGN`` under it
+    makes Python print a traceback. They stay blocked when the block exits, however it exits
+    (the command's own ``sys.exit`` after its message included): the process exits next.
     """
+    stopped = False
 
     def interrupt(signum: int, frame: Any) -> None:
-        for other in STOP_SIGNALS:
-            signal.signal(other, signal.SIG_IGN)
+        nonlocal stopped
+        if stopped:
+            return
+        stopped = True
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         raise Interrupted(signum)
 
     previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS}
     try:
         yield
-    except Interrupted:
-        # The signals stay ignored: the command exits next, and a signal during the exit would print a traceback.
-        raise
-    except BaseException:
-        _restore(previous)
-        raise
-    else:
-        _restore(previous)
-
-
-def _restore(previous: dict[signal.Signals, Any]) -> None:
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)
+    finally:
+        if not stopped:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# SIGHUP: a closed terminal; there is none on Windows.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class Interrupted(BaseException):
@@ -46,7 +47,8 @@ def stopping_on_signals() -> Iterator[None]:
         if stopped:
             return
         stopped = True
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        if hasattr(signal, "pthread_sigmask"):  # not on Windows
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         raise Interrupted(signum)
 
     previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS}

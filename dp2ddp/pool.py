@@ -22,17 +22,18 @@ from __future__ import annotations
 import multiprocessing
 import signal
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar
 
+from dp2ddp.interrupts import STOP_SIGNALS
+
 T = TypeVar("T")
 W = TypeVar("W")
 
-# What the parent handles itself, and a worker must not handle as the parent does.
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 class WorkerCrashed(Exception):
     """The worker process working on an item died before it answered: ``why`` says how it ended."""
 
@@ -92,13 +93,18 @@ def _start(context: Any, work: Callable[[W], T], workers: list[_Worker[W]]) -> N
     # Blocked until the worker is on the list the parent kills, and the worker has its own handlers:
     # a signal that came meanwhile reaches the parent once unblocked, and never a worker's copy of
     # the parent's handler.
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    blocked = _mask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         process.start()
         workers.append(_Worker(process, mine))
     finally:
         theirs.close()
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        _mask(signal.SIG_SETMASK, blocked)
+
+
+def _mask(how: int, signals: Iterable[int]) -> set[int]:
+    # Windows has no signal masks, and its workers start with their own handlers, not a copy of the parent's.
+    return signal.pthread_sigmask(how, signals) if hasattr(signal, "pthread_sigmask") else set()
 
 
 def _send(worker: _Worker[W]) -> None:
@@ -158,10 +164,9 @@ def _stop(workers: list[_Worker[W]]) -> None:
 
 def _serve(work: Callable[[W], T], connection: Connection) -> None:
     """A worker's life: take a chunk, answer item by item, until the parent has no more or is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN if signum == signal.SIGINT else signal.SIG_DFL)
+    _mask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     while True:
         try:
             chunk = connection.recv()

@@ -26,8 +26,12 @@ from tests.conftest import FIXTURES
 SCRIPT = FIXTURES / "mnist_argparse" / "before.py"
 CONVERTED = FIXTURES / "mnist_argparse" / "after.py"  # a script converted on its own, helpers inline
 COPIES = 200
+PARALLEL_COPIES = 4  # the fewest a run converts in workers
 # From the signal to the exit: killing the workers and saying so takes milliseconds; the rest is a loaded machine.
 STOP_WITHIN_S = 2.0
+
+# The processes of a session are found in /proc.
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
 
 
 def _tree(folder: Path, copies: int = COPIES) -> list[Path]:
@@ -115,9 +119,6 @@ def folder_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, byte
     done = subprocess.run([sys.executable, "-m", "dp2ddp", "convert", "-j", "2", str(folder)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return {path.name: path.read_bytes() for path in folder.iterdir()}
-
-
-PARALLEL_COPIES = 4  # the fewest a run converts in workers
 
 
 def _assert_untouched_or_converted(folder: Path, reference: dict[str, bytes] | None) -> None:

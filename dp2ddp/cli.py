@@ -819,7 +819,8 @@ def check(
             checked.append(FileDiagnostics(outcome.path, result.source, result.diagnostics))
     except (KeyboardInterrupt, Interrupted) as stop:
         fixes = f"; fixed {_count(fixed, 'file')}, every other file is untouched" if fix else ""
-        click.echo(f"interrupted after checking {len(checked) + failed} of {_count(len(files), 'file')}{fixes}", err=True)
+        done = len(checked) + failed
+        click.echo(f"interrupted after checking {done} of {_count(len(files), 'file')}{fixes}", err=True)
         sys.exit(_interrupted_status(stop))
     diagnostics = [d for file in checked for d in file.diagnostics]
     if not diff:

@@ -20,7 +20,8 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 
 class Interrupted(BaseException):
-    """A signal asked the command to stop; raised in the main thread, so each ``finally`` on the stack stops what it started."""
+    """A signal asked the command to stop; raised in the main thread, so each ``finally`` on the stack stops what
+    it started."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)

@@ -50,7 +50,9 @@ class _Worker(Generic[W]):
     assigned: deque[tuple[int, W]] = field(default_factory=deque)
 
 
-def pooled(work: Callable[[W], T], items: Sequence[W], processes: int, chunk: int) -> Iterator[tuple[W, T | WorkerCrashed]]:
+def pooled(
+    work: Callable[[W], T], items: Sequence[W], processes: int, chunk: int
+) -> Iterator[tuple[W, T | WorkerCrashed]]:
     """``(item, work(item))`` for each item, in order, computed by ``processes`` workers ``chunk`` items at a time.
 
     The outcome is a ``WorkerCrashed`` where the worker died on that item. An exception ``work``
@@ -71,7 +73,7 @@ def pooled(work: Callable[[W], T], items: Sequence[W], processes: int, chunk: in
                 if waiting and not worker.assigned:
                     worker.assigned.extend(waiting.popleft() for _ in range(min(chunk, len(waiting))))
                     _send(worker)
-            ready = set(wait([worker.connection for worker in workers] + [worker.process.sentinel for worker in workers]))
+            ready = set(wait([w.connection for w in workers] + [w.process.sentinel for w in workers]))
             for worker in list(workers):
                 ended = worker.process.sentinel in ready
                 if worker.connection in ready or ended:

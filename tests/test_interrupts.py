@@ -116,7 +116,9 @@ def folder_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, byte
     """What a complete folder conversion writes: each script (importing its helpers) and the helpers module."""
     folder = tmp_path_factory.mktemp("reference") / "tree"
     _tree(folder, copies=PARALLEL_COPIES)
-    done = subprocess.run([sys.executable, "-m", "dp2ddp", "convert", "-j", "2", str(folder)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "dp2ddp", "convert", "-j", "2", str(folder)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     return {path.name: path.read_bytes() for path in folder.iterdir()}
 
@@ -130,7 +132,8 @@ def _assert_untouched_or_converted(folder: Path, reference: dict[str, bytes] | N
         if path.name.startswith("train_"):
             assert path.read_bytes() in (original, converted), f"{path.name} is neither the original nor converted"
     assert not [name for name in names if name.startswith(".")], "a temporary file was left behind"
-    if reference is not None and any((folder / name).read_bytes() == converted for name in names if name.startswith("train_")):
+    scripts = [folder / name for name in names if name.startswith("train_")]
+    if reference is not None and any(path.read_bytes() == converted for path in scripts):
         # A converted script imports its helpers: the module is written before any script that needs it.
         assert (folder / "ddp_helpers.py").read_bytes() == reference["ddp_helpers.py"]
 

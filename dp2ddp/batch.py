@@ -11,7 +11,6 @@ its prefilter: a run over files with no DataParallel or DDP code never loads the
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -113,28 +112,35 @@ def default_jobs() -> int:
 
 def convert_files(paths: Sequence[Path], options: ConvertOptions, jobs: int) -> Iterator[FileResult]:
     """Each file's result, in the order of ``paths``, converted by up to ``jobs`` processes."""
-    return map_files(partial(convert_file, options=options), paths, jobs)
+    return map_files(partial(convert_file, options=options), paths, jobs, crashed=_crashed)
 
 
-def map_files(work: Callable[[W], T], paths: Sequence[W], jobs: int) -> Iterator[T]:
-    """``work(path)`` for each path (or other picklable item), in the order of ``paths``, in up to ``jobs`` processes."""
+def _crashed(path: Path, why: str) -> FileResult:
+    return FileResult(path, error=f"{path}: {why} while converting it; convert this file on its own to see the cause")
+
+
+def map_files(
+    work: Callable[[W], T], paths: Sequence[W], jobs: int, crashed: Callable[[W, str], T] | None = None
+) -> Iterator[T]:
+    """``work(path)`` for each path (or other picklable item), in the order of ``paths``, in up to ``jobs`` processes.
+
+    A worker that dies (killed, or a crash in native code) costs only the item it was working on:
+    ``crashed(item, why)`` stands for its result, or without ``crashed`` the run stops with
+    ``WorkerCrashed``. Closing the iterator, or an exception in it (Ctrl-C), kills the workers at once.
+    """
     if jobs <= 1 or len(paths) < PARALLEL_MINIMUM:
         for path in paths:
             yield work(path)
         return
     # Imported here: most runs (one file, or a commit without DDP code) never need a pool.
-    from concurrent.futures import ProcessPoolExecutor
+    from dp2ddp.pool import WorkerCrashed, pooled
 
     workers = min(jobs, len(paths))
-    executor = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
-    try:
-        chunk = max(1, min(16, len(paths) // (workers * 4)))
-        yield from executor.map(work, paths, chunksize=chunk)
-    finally:
-        # On Ctrl-C (or any early exit) drop the work not yet started and stop the workers.
-        executor.shutdown(wait=True, cancel_futures=True)
-
-
-def _ignore_interrupts() -> None:
-    # Ctrl-C goes to the whole process group; only the parent decides what to do about it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    chunk = max(1, min(16, len(paths) // (workers * 4)))
+    for item, outcome in pooled(work, paths, workers, chunk):
+        if isinstance(outcome, WorkerCrashed):
+            if crashed is None:
+                raise outcome
+            yield crashed(item, outcome.why)
+        else:
+            yield outcome

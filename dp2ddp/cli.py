@@ -35,6 +35,7 @@ from dp2ddp.diagnostics import Diagnostic, Selection, fails
 from dp2ddp.files import SourceError, SourceFile, discover, read_source, write_atomic
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.formats import FORMATS, FileDiagnostics, as_json, github, sarif, text
+from dp2ddp.interrupts import Interrupted, stopping_on_signals
 from dp2ddp.report import EXIT_ERROR, EXIT_INTERRUPTED, Report
 from dp2ddp.rules import NOT_IN_OUTPUT, REPORTED_IN_OUTPUT, RULES
 
@@ -105,6 +106,23 @@ class _ConvertCommand(click.Command):
         self._epilog = value or ""
 
 
+def _stops_like_ctrl_c(command: Callable[..., None]) -> Callable[..., None]:
+    """Run ``command`` so that SIGTERM and SIGHUP stop it as Ctrl-C does: it says what it did, and its workers
+    stop at once. From the first signal on the others are ignored, so a second Ctrl-C prints no traceback."""
+
+    @functools.wraps(command)
+    def stoppable(*args: object, **kwargs: object) -> None:
+        try:
+            with stopping_on_signals():
+                command(*args, **kwargs)
+        except Interrupted as stop:
+            # Stopped where the command has no count of its own to give: reading the files, or writing the report.
+            click.echo(f"interrupted by {stop}; every file is untouched or completely written", err=True)
+            sys.exit(_interrupted_status(stop))
+
+    return stoppable
+
+
 @main.command(
     epilog="""\b
 Examples:
@@ -170,6 +188,7 @@ Codemods, in the order they run:
     f"once into a module of the project that every converted file imports (the default for a folder; NAME "
     f"defaults to {DEFAULT_HELPERS_MODULE}).",
 )
+@_stops_like_ctrl_c
 def convert(
     paths: tuple[Path, ...],
     diff: bool,
@@ -210,9 +229,9 @@ def convert(
     if projects:
         try:
             outcomes = _convert_projects(projects, options, helpers, report, diff=diff, check=check, jobs=jobs or default_jobs())
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Interrupted) as stop:
             click.echo(f"interrupted: {report.summary()}; every other file is untouched", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            sys.exit(_interrupted_status(stop))
         click.echo(report.summary(), err=True)
         if report_path is not None and report_format is not None:
             _write_report(report_path, report_format, outcomes, options, written=not (diff or check))
@@ -234,9 +253,9 @@ def convert(
                 outcomes.append(outcome)
             if progress is not None:
                 progress.update(1)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted) as stop:
         say(f"interrupted: {report.summary()}; every other file is untouched")
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(_interrupted_status(stop))
     finally:
         if progress is not None:
             progress.render_finish()
@@ -244,6 +263,16 @@ def convert(
     if report_path is not None and report_format is not None:
         _write_report(report_path, report_format, outcomes, options, written=not (diff or check))
     sys.exit(report.exit_code)
+
+
+def _interrupted_status(stop: BaseException) -> int:
+    """130 for Ctrl-C, 143 for SIGTERM: 128 + the signal, as a shell reports a process a signal ended."""
+    return 128 + stop.signum if isinstance(stop, Interrupted) else EXIT_INTERRUPTED
+
+
+def _crashed_conversion(work: object, why: str) -> ConversionError:
+    # The caller names the file: a project's work item is its source, not its path.
+    return ConversionError(f"{why} while converting it; convert this file on its own to see the cause")
 
 
 def _as_project(path: Path, project: bool, helpers: tuple[HelpersMode, str] | None) -> bool:
@@ -285,7 +314,7 @@ def _convert_projects(
         try:
             converted = convert_project(
                 root, {path: source.text for path, source in read.items()}, options, mode, name,
-                mapper=lambda work, items: map_files(work, items, jobs),
+                mapper=lambda work, items: map_files(work, items, jobs, crashed=_crashed_conversion),
             )  # fmt: skip
         except ProjectError as error:
             raise click.UsageError(str(error)) from None
@@ -735,6 +764,7 @@ per-file-ignores, exclude); `# noqa: DDP501` on a line silences it.
 @click.option("--show-source/--no-show-source", default=None,
               help="Show each finding's line with a caret and help (default: when stdout is a terminal).")  # fmt: skip
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Check files in this many processes (default: the number of CPUs).")
+@_stops_like_ctrl_c
 def check(
     paths: tuple[Path, ...],
     output_format: str,
@@ -773,7 +803,7 @@ def check(
     roles = _check_roles(paths, files, analysed)
     work = partial(check_file, selection=selection, config=config, roles=roles)
     try:
-        for outcome in _in_order(screened, map_files(work, analysed, jobs or default_jobs())):
+        for outcome in _in_order(screened, map_files(work, analysed, jobs or default_jobs(), crashed=_crashed_check)):
             if outcome.result is None:
                 click.echo(f"error: {outcome.error}", err=True)
                 failed += 1
@@ -787,9 +817,11 @@ def check(
                 left = check_file(outcome.path, selection, config, roles).result
                 result = left if left is not None else result
             checked.append(FileDiagnostics(outcome.path, result.source, result.diagnostics))
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+    except (KeyboardInterrupt, Interrupted) as stop:
+        fixes = f"; fixed {_count(fixed, 'file')}, every other file is untouched" if fix else ""
+        done = len(checked) + failed
+        click.echo(f"interrupted after checking {done} of {_count(len(files), 'file')}{fixes}", err=True)
+        sys.exit(_interrupted_status(stop))
     diagnostics = [d for file in checked for d in file.diagnostics]
     if not diff:
         if output_format == "text":
@@ -801,6 +833,10 @@ def check(
     if failed:
         sys.exit(2)
     sys.exit(0 if exit_zero or not fails(diagnostics, fail_on) else 1)
+
+
+def _crashed_check(path: Path, why: str) -> CheckedFile:
+    return CheckedFile(path, error=f"{path}: {why} while checking it; check this file on its own to see the cause")
 
 
 def _in_order(screened: list[CheckedFile | None], analysed: Iterator[CheckedFile]) -> Iterator[CheckedFile]:

@@ -21,13 +21,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dp2ddp.interrupts import Interrupted, stopping_on_signals  # noqa: F401 (verify's names for them)
 from dp2ddp.verify.config import RunConfig
 
 SEMANTICS = (
@@ -117,40 +117,6 @@ class RunOutcome:
             return (f"{self.name}: every process finished and recorded its losses, then the launcher exited with "
                     f"status {self.exit_code} (an abort at exit); the losses are kept")  # fmt: skip
         return None
-
-
-class Interrupted(BaseException):
-    """A signal asked verify to stop; raised in the main thread, so each launch stops its processes on the way out."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextmanager
-def stopping_on_signals() -> Iterator[None]:
-    """Ctrl-C, SIGTERM (a CI cancel, ``timeout``) and SIGHUP (a closed terminal) all end verify the same way.
-
-    Each launched run is a process group of its own, out of reach of a signal sent to verify's group, so
-    without this a SIGTERM would end verify at once and leave the reference, or torchrun and its ranks,
-    running under init. The first signal raises ``Interrupted`` where verify is; every ``launch`` on the
-    stack then kills its whole group. Later signals are ignored until that cleanup is done.
-    """
-
-    def interrupt(signum: int, frame: Any) -> None:
-        for other in _STOP_SIGNALS:
-            signal.signal(other, signal.SIG_IGN)
-        raise Interrupted(signum)
-
-    previous = {signum: signal.signal(signum, interrupt) for signum in _STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def visible_gpus() -> int:

@@ -6,7 +6,9 @@ import difflib
 import functools
 import importlib.util
 import json
+import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -32,7 +34,16 @@ from dp2ddp.conversion import (
     HelpersMode,
 )
 from dp2ddp.diagnostics import Diagnostic, Selection, fails
-from dp2ddp.files import SourceError, SourceFile, discover, read_source, write_atomic
+from dp2ddp.files import (
+    Found,
+    SourceError,
+    SourceFile,
+    WriteError,
+    find_sources,
+    is_read_only,
+    read_source,
+    write_atomic,
+)
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.formats import FORMATS, FileDiagnostics, as_json, github, sarif, text
 from dp2ddp.interrupts import Interrupted, stopping_on_signals
@@ -148,6 +159,11 @@ Codemods, in the order they run:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write the converted script here instead (one input file only).",
 )
+@click.option(
+    "--allow-read-only",
+    is_flag=True,
+    help="Also rewrite files without write permission (by default they are refused, and the others converted).",
+)
 @click.option("--only", multiple=True, callback=_codemod_names, metavar="CODEMOD,...", help="Run only these codemods.")
 @click.option("--skip", multiple=True, callback=_codemod_names, metavar="CODEMOD,...", help="Run all codemods but these.")
 @click.option(
@@ -194,6 +210,7 @@ def convert(
     diff: bool,
     check: bool,
     output: Path | None,
+    allow_read_only: bool,
     only: tuple[str, ...],
     skip: tuple[str, ...],
     batch: BatchMode,
@@ -215,20 +232,18 @@ def convert(
         raise click.UsageError("--output takes exactly one input file")
     if output is not None and (project or (helpers is not None and helpers[0] == "module")):
         raise click.UsageError("--output takes one file converted on its own: leave out --project and --helpers module")
+    _check_output(output, diff=diff, check=check)
     report_format = _report_format(report_path) if report_path is not None else None
     if keep_per_process_batch:
         click.echo("warning: --keep-per-process-batch is deprecated; use --batch per-process", err=True)
         batch = "per-process"
     options = ConvertOptions(only=only, skip=skip, batch=batch)
     report = Report(dry_run=diff or check, check=check)
-    try:
-        files = discover(path for path in paths if not _as_project(path, project, helpers))
-        projects = [(path, discover([_project_root(path)])) for path in paths if _as_project(path, project, helpers)]
-    except SourceError as error:
-        raise click.UsageError(str(error)) from None
+    files, projects = _find_for_convert(paths, project, helpers)
     if projects:
         try:
-            outcomes = _convert_projects(projects, options, helpers, report, diff=diff, check=check, jobs=jobs or default_jobs())
+            outcomes = _convert_projects(projects, options, helpers, report, diff=diff, check=check,
+                                         jobs=jobs or default_jobs(), allow_read_only=allow_read_only)  # fmt: skip
         except (KeyboardInterrupt, Interrupted) as stop:
             click.echo(f"interrupted: {report.summary()}; every other file is untouched", err=True)
             sys.exit(_interrupted_status(stop))
@@ -248,7 +263,8 @@ def convert(
     outcomes = []
     try:
         for outcome in convert_files(files, options, jobs or default_jobs()):
-            _finish_file(outcome, report, say, diff=diff, check=check, output=output, alone=len(files) == 1)
+            _finish_file(outcome, report, say, diff=diff, check=check, output=output, alone=len(files) == 1,
+                         allow_read_only=allow_read_only)  # fmt: skip
             if report_path is not None:
                 outcomes.append(outcome)
             if progress is not None:
@@ -275,6 +291,41 @@ def _crashed_conversion(work: object, why: str) -> ConversionError:
     return ConversionError(f"{why} while converting it; convert this file on its own to see the cause")
 
 
+def _check_output(output: Path | None, diff: bool, check: bool) -> None:
+    """Refuse an --output that would be ignored, or could not be written, before any file is converted."""
+    if output is None:
+        return
+    if diff or check:
+        raise click.UsageError("--output writes the converted script, and --diff and --check write nothing: give one")
+    if not output.parent.is_dir():
+        raise click.UsageError(f"--output: no such directory: {output.parent}")
+
+
+def _find_for_convert(
+    paths: tuple[Path, ...], project: bool, helpers: tuple[HelpersMode, str] | None
+) -> tuple[list[Path], list[tuple[Path, list[Path]]]]:
+    """The files converted one by one, and each project's files; a path that cannot be read is a usage error."""
+    try:
+        direct = find_sources(path for path in paths if not _as_project(path, project, helpers))
+        # A script named with --project is checked as the folders are: it must be a regular file.
+        find_sources(path for path in paths if _as_project(path, project, helpers) and not path.is_dir())
+        found = [(path, find_sources([_project_root(path)])) for path in paths if _as_project(path, project, helpers)]
+    except SourceError as error:
+        raise click.UsageError(str(error)) from None
+    _say_found([direct, *(each for _, each in found)])
+    return list(direct.files), [(path, list(each.files)) for path, each in found]
+
+
+def _say_found(found: list[Found]) -> None:
+    """What the search passed over, and each folder named that holds no Python file."""
+    for each in found:
+        for skipped in each.skipped:
+            click.echo(f"note: {skipped}", err=True)
+        for folder in each.empty:
+            # A warning, not an error: a hook or a CI job over a folder that has no script yet has nothing to fix.
+            click.echo(f"warning: no Python files found in {folder}", err=True)
+
+
 def _as_project(path: Path, project: bool, helpers: tuple[HelpersMode, str] | None) -> bool:
     """A folder is one project; a script is one with --project, or when its helpers go into a module."""
     return path.is_dir() or project or (helpers is not None and helpers[0] == "module")
@@ -292,6 +343,7 @@ def _convert_projects(
     diff: bool,
     check: bool,
     jobs: int,
+    allow_read_only: bool = False,
 ) -> list[FileResult]:
     """Convert each project as one program, then report and write its files in path order.
 
@@ -330,30 +382,68 @@ def _convert_projects(
                 results.append(FileResult(path, read[path].encoding, result, role=converted.roles.get(path)))
         helpers_module = converted.helpers
         if helpers_module is not None and not diff:
-            _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff, check=check)
+            written = _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff,
+                                      check=check, allow_read_only=allow_read_only)  # fmt: skip
+            if not written:
+                _fail_without_helpers(results, helpers_module.path, report)
+                continue
             helpers_module = None
         for outcome in sorted(results, key=lambda r: r.path):
             if helpers_module is not None and helpers_module.path < outcome.path:
                 _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff, check=check)
                 helpers_module = None
-            _finish_file(outcome, report, partial(click.echo, err=True), diff=diff, check=check, output=None, alone=False)
+            _finish_file(outcome, report, partial(click.echo, err=True), diff=diff, check=check, output=None,
+                         alone=False, allow_read_only=allow_read_only)  # fmt: skip
             outcomes.append(outcome)
         if helpers_module is not None:
             _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff, check=check)
     return outcomes
 
 
-def _finish_helpers(path: Path, before: str | None, after: str, diff: bool, check: bool) -> None:
-    """Show or write the project's helpers module; the summary counts the user's files only."""
+def _finish_helpers(
+    path: Path, before: str | None, after: str, diff: bool, check: bool, allow_read_only: bool = False
+) -> bool:
+    """Show or write the project's helpers module; False when it could not be written.
+
+    The summary counts the user's files only.
+    """
     if before == after:
-        return
+        return True
     if diff:
         _print_diff(path, before or "", after)
     elif check:
         click.echo(f"would write the helpers module {path}", err=True)
     else:
-        write_atomic(path, after, "utf-8")
-        click.echo(f"wrote the helpers module {path}", err=True)
+        try:
+            how = _write_file(path, after, "utf-8", allow_read_only)
+        except WriteError as error:
+            click.echo(f"error: cannot write the helpers module: {error}", err=True)
+            return False
+        click.echo(f"wrote the helpers module {path}" + (f" (in place, {how})" if how else ""), err=True)
+    return True
+
+
+def _fail_without_helpers(results: list[FileResult], helpers: Path, report: Report) -> None:
+    """A project whose helpers module could not be written: its files would import a module that is not there."""
+    for outcome in sorted(results, key=lambda r: r.path):
+        if outcome.result is not None and outcome.result.changed:
+            click.echo(f"error: {outcome.path}: not converted, since it would import {helpers}, which could not be "
+                       "written; it is unchanged", err=True)  # fmt: skip
+            report.fail()
+        elif outcome.result is None:
+            click.echo(f"error: {outcome.error}", err=True)
+            report.fail()
+        else:
+            report.done(False)
+
+
+def _write_file(path: Path, text: str, encoding: str, allow_read_only: bool, mode_of: Path | None = None) -> str | None:
+    """Write ``path``, refusing a read-only file unless allowed; why it was rewritten in place, if it was."""
+    if not allow_read_only and is_read_only(path):
+        raise WriteError(f"{path}: read-only; make it writable or pass --allow-read-only")
+    if mode_of is None:
+        return write_atomic(path, text, encoding)
+    return write_atomic(path, text, encoding, mode_of=mode_of)
 
 
 def _report_format(path: Path) -> str:
@@ -375,8 +465,8 @@ def _write_report(path: Path, kind: str, outcomes: list[FileResult], options: Co
     document = migration.build(outcomes, options, written)
     try:
         write_atomic(path, migration.render(document, kind), "utf-8")
-    except OSError as error:
-        click.echo(f"error: cannot write the report {path}: {error.strerror}", err=True)
+    except WriteError as error:
+        click.echo(f"error: cannot write the migration report: {error}", err=True)
         sys.exit(EXIT_ERROR)
     click.echo(f"wrote the migration report {path}", err=True)
 
@@ -393,6 +483,7 @@ def _finish_file(
     check: bool,
     output: Path | None,
     alone: bool,
+    allow_read_only: bool = False,
 ) -> None:
     """Report one file's result and write it, in the order the files were named."""
     path, result = outcome.path, outcome.result
@@ -402,7 +493,6 @@ def _finish_file(
         return
     for finding in result.findings:
         say(f"{path}:{finding}")
-    report.done(result.changed)
     errors = [finding for finding in result.findings if finding.severity == "error"]
     refused = bool(errors) and not result.changed
     if refused:
@@ -421,22 +511,43 @@ def _finish_file(
         # A copy of the unconverted script would pass for its conversion.
         stale = f"; the {output} already there is not from this run" if output.exists() else ""
         say(f"did not write {output}: {path} was left as it was{stale}")
-    elif output is not None:
-        write_atomic(output, result.output, outcome.encoding, mode_of=path)
-        say(f"wrote {output}")
-    elif result.changed:
-        write_atomic(path, result.output, outcome.encoding)
-        say(f"converted {path}")
+    elif output is not None or result.changed:
+        written = output if output is not None else path
+        try:
+            mode_of = path if output is not None else None
+            how = _write_file(written, result.output, outcome.encoding, allow_read_only, mode_of=mode_of)
+        except WriteError as error:
+            # Counted as failed, not converted: the file is as it was.
+            say(f"error: {error}")
+            report.fail()
+            return
+        in_place = f" (in place, {how})" if how else ""
+        say(f"wrote {output}{in_place}" if output is not None else f"converted {path}{in_place}")
+    report.done(result.changed)
 
 
 def _print_diff(path: Path, before: str, after: str) -> None:
     # A file convert creates (the helpers module) is new to git and patch too.
-    old = f"a/{path}" if before or path.exists() else "/dev/null"
+    named = _diff_name(path)
+    old = f"a/{named}" if before or path.exists() else "/dev/null"
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), old, f"b/{path}"
+        before.splitlines(keepends=True), after.splitlines(keepends=True), old, f"b/{named}"
     )
     for line in lines:
         click.echo(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n", nl=False)
+
+
+def _diff_name(path: Path) -> str:
+    """The path a diff header names: relative to the current folder when under it, else absolute without its
+    leading slash, so that `patch -p1` and `git apply` take it from here, or from / for a file elsewhere.
+
+    `a//abs/path.py` is refused by both, and `a/../x.py` by both as unsafe.
+    """
+    absolute = Path(os.path.abspath(path))  # not resolved: the name the user gave, links included
+    here = Path.cwd()
+    if absolute.is_relative_to(here):
+        return absolute.relative_to(here).as_posix()
+    return absolute.as_posix().lstrip("/")
 
 
 @main.command(
@@ -465,6 +576,13 @@ def explain(code: str | None, list_all: bool) -> None:
         click.echo(f"\n## In the converted script\n`dp2ddp check` reports what is left of it as {found}.")
     elif rule.code in NOT_IN_OUTPUT:
         click.echo(f"\n## In the converted script\nNothing is left for `dp2ddp check` to find: {NOT_IN_OUTPUT[rule.code]}.")
+
+
+def _regular_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    # click.Path takes a FIFO for a file, and reading one waits for a writer forever.
+    if value is not None and not stat.S_ISREG(value.stat().st_mode):
+        raise click.BadParameter(f"{value}: not a regular file; name a Python script")
+    return value
 
 
 def _stops_on_signals(command: Callable[..., None]) -> Callable[..., None]:
@@ -497,11 +615,12 @@ Exit status: 0 equivalent, 1 not equivalent (losses, replicas, data split),
 2 error (a crash, a hang, a rank that left, bad arguments).
 """
 )
-@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_regular_file)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option(
     "--converted",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    callback=_regular_file,
     help="The converted script to check; by default SCRIPT is converted in memory.",
 )
 @click.option("--nproc", default=2, show_default=True, type=click.IntRange(min=1), help="Processes for the converted run.")
@@ -754,6 +873,8 @@ per-file-ignores, exclude); `# noqa: DDP501` on a line silences it.
               help="text: path:line:col: CODE message ([*] marks a safe fix), with the source line on a "
                    "terminal; json; sarif (2.1.0, for code scanning); github (workflow annotations).")  # fmt: skip
 @click.option("--fix", is_flag=True, help="Apply the safe fixes in place, then report what is left.")
+@click.option("--allow-read-only", is_flag=True,
+              help="With --fix, also rewrite files without write permission (by default they are refused).")
 @click.option("--diff", is_flag=True, help="Print the safe fixes as a unified diff; write nothing.")
 @click.option("--select", multiple=True, callback=_codes, metavar="CODE,...", help="Report only these codes or prefixes (DDP5).")
 @click.option("--ignore", multiple=True, callback=_codes, metavar="CODE,...", help="Do not report these codes or prefixes.")
@@ -769,6 +890,7 @@ def check(
     paths: tuple[Path, ...],
     output_format: str,
     fix: bool,
+    allow_read_only: bool,
     diff: bool,
     select: tuple[str, ...],
     ignore: tuple[str, ...],
@@ -791,9 +913,11 @@ def check(
     except (ConfigError, ValueError) as error:
         raise click.UsageError(str(error)) from None
     try:
-        files = [path for path in discover(paths or (Path("."),)) if not config.excludes(path, exclude)]
+        found = find_sources(paths or (Path("."),))
     except SourceError as error:
         raise click.UsageError(str(error)) from None
+    _say_found([found])
+    files = [path for path in found.files if not config.excludes(path, exclude)]
     checked: list[FileDiagnostics] = []
     failed = fixed = 0
     # Files the prefilter settles are answered here; only the rest are parsed and analysed, in
@@ -812,7 +936,15 @@ def check(
             if diff and result.fixable:
                 _print_diff(outcome.path, result.source, result.fixed)
             if fix and result.fixable:
-                write_atomic(outcome.path, result.fixed, outcome.encoding)
+                try:
+                    how = _write_file(outcome.path, result.fixed, outcome.encoding, allow_read_only)
+                except WriteError as error:
+                    click.echo(f"error: {error}", err=True)
+                    failed += 1
+                    checked.append(FileDiagnostics(outcome.path, result.source, result.diagnostics))
+                    continue
+                if how:
+                    click.echo(f"fixed {outcome.path} (in place, {how})", err=True)
                 fixed += 1
                 left = check_file(outcome.path, selection, config, roles).result
                 result = left if left is not None else result

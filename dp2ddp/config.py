@@ -7,6 +7,7 @@ current directory upwards, applies; patterns are relative to its folder.
 from __future__ import annotations
 
 import fnmatch
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,8 @@ class Config:
         return any(_matches(relative, pattern) for pattern in (*self.exclude, *patterns))
 
     def _relative(self, path: Path) -> str:
-        resolved = path.resolve()
+        # realpath, not resolve(): a link loop is a file check reports, not a RuntimeError here.
+        resolved = Path(os.path.realpath(path))
         try:
             return resolved.relative_to(self.root.resolve()).as_posix()
         except ValueError:

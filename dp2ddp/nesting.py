@@ -1,0 +1,172 @@
+"""CPython's verdict on a source, and room for deeply nested code once it is admitted. Imports no LibCST.
+
+LibCST parses in native code, then visits, compares and prints its tree by
+recursion, a few Python frames for each level of nesting: a sum of 400 terms
+passes the default recursion limit of 1000, and 3,000 nested parentheses
+overflow the native parser's stack and kill the process. So a file is first
+parsed by CPython, at the interpreter's own limits (``syntax_error``). What
+Python itself refuses (more than 200 nested brackets, 100 levels of
+indentation, about 3,000 nested operators) is an error at its line, as
+running the script would be. What it accepts is bounded in depth, and is then
+parsed, analysed and converted in a thread with a large stack and a raised
+recursion limit (``run_deep``), where LibCST handles any nesting CPython does.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from dp2ddp.conversion import ConversionError
+
+T = TypeVar("T")
+
+# Measured with LibCST 1.x on CPython 3.11: the deepest sources CPython admits (about 2,990 nested operators)
+# convert within 30,000 frames, in under 64 MiB of stack. Both are set well above that; an unused stack is
+# address space only, never memory.
+STACK_BYTES = 512 * 2**20
+RECURSION_LIMIT = 200_000
+
+TOO_DEEP = (
+    "too deeply nested for the parser ({why}); split the expression or statement into smaller ones "
+    "(for example, sum a long list of terms with `sum([...])`), or leave the file out"
+)
+
+_state = threading.local()
+_limit_lock = threading.Lock()
+_raised = 0
+_saved_limit = 0
+
+
+def syntax_error(source: str, whole: bool = False) -> ConversionError | None:
+    """CPython's own error in ``source``, as running it would report it; ``None`` when Python parses it.
+
+    By default only the parse to an AST, a fraction of the cost of LibCST's;
+    ``whole`` compiles to bytecode too, which also finds a ``return`` outside a
+    function. At the interpreter's limits: call it outside ``run_deep``.
+    """
+    try:
+        compile(source, "<script>", "exec", 0 if whole else ast.PyCF_ONLY_AST)
+    except SyntaxError as error:
+        message = error.msg
+        hint = older_python(source, error)
+        if hint is not None:
+            message = f"{message}{'' if message.endswith(('.', '?')) else '.'} {hint}"
+        return ConversionError(f"syntax error: {message}", error.lineno, error.offset)
+    except ValueError as error:  # a null byte, before Python 3.12 made that a SyntaxError
+        return ConversionError(f"syntax error: {error}")
+    except (RecursionError, MemoryError) as error:
+        # Python's parser ran out of its own stack (MemoryError) or of recursion: the script cannot run either.
+        why = "Python itself refuses it: " + (str(error) or "its parser ran out of stack")
+        return ConversionError(TOO_DEEP.format(why=why), *deepest_place(source))
+    return None
+
+
+def too_deep(source: str) -> ConversionError:
+    """The error for a source CPython admits and LibCST's recursion still cannot follow."""
+    return ConversionError(TOO_DEEP.format(why="it nests deeper than LibCST can follow"), *deepest_place(source))
+
+
+def deepest_place(source: str) -> tuple[int | None, int | None]:
+    """Line and column of the most deeply nested node, read from CPython's tree in a deep thread; ``None`` if unknown."""
+
+    def deepest() -> tuple[int | None, int | None]:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None, None
+        place: tuple[int | None, int | None] = (None, None)
+        most = -1
+        todo: list[tuple[ast.AST, int]] = [(tree, 0)]
+        while todo:  # by hand: a recursive walk would fail on the very depth it measures
+            node, depth = todo.pop()
+            if depth > most and hasattr(node, "lineno"):
+                place, most = (node.lineno, node.col_offset + 1), depth
+            todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+        return place
+
+    try:
+        return run_deep(deepest)
+    except (RecursionError, MemoryError):
+        return None, None
+
+
+def run_deep(work: Callable[..., T], *args: object, **kwargs: object) -> T:
+    """``work(*args, **kwargs)`` in a thread with ``STACK_BYTES`` of stack and ``RECURSION_LIMIT``; its result or its
+    exception. Called again from inside such a thread, it simply calls ``work``."""
+    if getattr(_state, "deep", False):
+        return work(*args, **kwargs)
+    outcome: list[object] = []
+    failure: list[BaseException] = []
+
+    def deeply() -> None:
+        _state.deep = True
+        try:
+            outcome.append(work(*args, **kwargs))
+        except BaseException as error:  # handed to the caller's thread, which raises it
+            failure.append(error)
+
+    _raise_limit()
+    try:
+        with _limit_lock:
+            # The stack size applies to threads started after it is set: set it for this one alone.
+            previous = threading.stack_size(STACK_BYTES)
+            try:
+                thread = threading.Thread(target=deeply, name="dp2ddp-deep", daemon=True)
+                thread.start()
+            finally:
+                threading.stack_size(previous)
+        thread.join()
+    finally:
+        _restore_limit()
+    if failure:
+        raise failure[0]
+    return outcome[0]  # type: ignore[return-value]
+
+
+def _raise_limit() -> None:
+    # The limit is the interpreter's, not the thread's: raised while any deep work runs, then put back.
+    global _raised, _saved_limit
+    with _limit_lock:
+        if _raised == 0:
+            _saved_limit = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_saved_limit, RECURSION_LIMIT))
+        _raised += 1
+
+
+def _restore_limit() -> None:
+    global _raised
+    with _limit_lock:
+        _raised -= 1
+        if _raised == 0:
+            sys.setrecursionlimit(_saved_limit)
+
+
+# Spellings of Python 2, or of Python 3 before 3.7, that old training scripts still carry.
+_ASYNC_ARGUMENT = re.compile(r"(?<=[(,])\s*async\s*=")
+_ASYNC = re.compile(r"\basync\b(?!\s+(?:def|with|for)\b)")
+_EXCEPT_COMMA = re.compile(r"^\s*except\s+[^:]+,\s*\w+\s*:")
+
+
+def older_python(source: str, error: SyntaxError) -> str | None:
+    """What to do about a syntax error that says the script predates the Python running dp2ddp, if it does."""
+    if error.msg.startswith("Missing parentheses in call to"):
+        return "This is Python 2 source (a print or exec statement): port it to Python 3 first, then run dp2ddp again"
+    lines = source.splitlines()
+    line = lines[error.lineno - 1] if error.lineno is not None and 0 < error.lineno <= len(lines) else ""
+    if _EXCEPT_COMMA.match(line):
+        return "`except E, name:` is Python 2 source: port it to Python 3 first (`except E as name:`), then run dp2ddp again"
+    # Only an `async` at or before the place CPython points at explains the error.
+    column = (error.offset or len(line) + 1) - 1
+    if any(match.start() <= column for match in _ASYNC_ARGUMENT.finditer(line)):
+        return (
+            "`async=` is pre-3.7 (or Python 2) source: `async` has been a keyword since Python 3.7, and "
+            "PyTorch 0.4 renamed the argument, so rename every `async=` to `non_blocking=`"
+        )
+    if any(match.start() <= column for match in _ASYNC.finditer(line)):
+        return "`async` has been a keyword since Python 3.7, so this is older source: rename it"
+    return None

@@ -1,46 +1,32 @@
-"""CPython's verdict on a source, and room for deeply nested code once it is admitted. Imports no LibCST.
+"""CPython's verdict on a source, before LibCST sees it, and the error for code nested too deeply. Imports no LibCST.
 
-LibCST parses in native code, then visits, compares and prints its tree by
-recursion, a few Python frames for each level of nesting: a sum of 400 terms
-passes the default recursion limit of 1000, and 3,000 nested parentheses
-overflow the native parser's stack and kill the process. So a file is first
-parsed by CPython, at the interpreter's own limits (``syntax_error``). What
-Python itself refuses (more than 200 nested brackets, 100 levels of
-indentation, about 3,000 nested operators) is an error at its line, as
-running the script would be. What it accepts is bounded in depth, and is then
-parsed, analysed and converted in a thread with a large stack and a raised
-recursion limit (``run_deep``), where LibCST handles any nesting CPython does.
+LibCST parses in native code: 3,000 nested parentheses overflow its stack and
+kill the process. So a file is first parsed by CPython, at the interpreter's
+own limits (``syntax_error``). What Python itself refuses (more than 200
+nested brackets, 100 levels of indentation, about 3,000 nested operators) is
+an error at its line, as running the script would be. What it admits is
+bounded in depth, and is then parsed, analysed and converted with
+``run_deep``'s room (``dp2ddp.analysis.deep``), where LibCST follows any
+nesting CPython does.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-import sys
 import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from dp2ddp.analysis.deep import run_deep
 from dp2ddp.conversion import ConversionError
 
 T = TypeVar("T")
-
-# Measured with LibCST 1.x on CPython 3.11: the deepest sources CPython admits (about 2,990 nested operators)
-# convert within 30,000 frames, in under 64 MiB of stack. Both are set well above that; an unused stack is
-# address space only, never memory.
-STACK_BYTES = 512 * 2**20
-RECURSION_LIMIT = 200_000
 
 TOO_DEEP = (
     "too deeply nested for the parser ({why}); split the expression or statement into smaller ones "
     "(for example, sum a long list of terms with `sum([...])`), or leave the file out"
 )
-
-_state = threading.local()
-_limit_lock = threading.Lock()
-_raised = 0
-_saved_limit = 0
-
 
 def syntax_error(source: str, whole: bool = False) -> ConversionError | None:
     """CPython's own error in ``source``, as running it would report it; ``None`` when Python parses it.
@@ -49,8 +35,14 @@ def syntax_error(source: str, whole: bool = False) -> ConversionError | None:
     ``whole`` compiles to bytecode too, which also finds a ``return`` outside a
     function. At the interpreter's limits: call it outside ``run_deep``.
     """
+    flags = 0 if whole else ast.PyCF_ONLY_AST
     try:
-        compile(source, "<script>", "exec", 0 if whole else ast.PyCF_ONLY_AST)
+        try:
+            compile(source, "<script>", "exec", flags)
+        except RecursionError:
+            # CPython's limit counts the frames of its caller too: ask again from the top of a thread of its
+            # own, as running the script would, so the verdict does not depend on who asks.
+            _in_fresh_thread(compile, source, "<script>", "exec", flags)
     except SyntaxError as error:
         message = error.msg
         hint = older_python(source, error)
@@ -95,55 +87,21 @@ def deepest_place(source: str) -> tuple[int | None, int | None]:
         return None, None
 
 
-def run_deep(work: Callable[..., T], *args: object, **kwargs: object) -> T:
-    """``work(*args, **kwargs)`` in a thread with ``STACK_BYTES`` of stack and ``RECURSION_LIMIT``; its result or its
-    exception. Called again from inside such a thread, it simply calls ``work``."""
-    if getattr(_state, "deep", False):
-        return work(*args, **kwargs)
-    outcome: list[object] = []
+def _in_fresh_thread(work: Callable[..., object], *args: object) -> None:
+    """``work(*args)`` in a new thread with the default stack and recursion limit; raises what it raised."""
     failure: list[BaseException] = []
 
-    def deeply() -> None:
-        _state.deep = True
+    def run() -> None:
         try:
-            outcome.append(work(*args, **kwargs))
+            work(*args)
         except BaseException as error:  # handed to the caller's thread, which raises it
             failure.append(error)
 
-    _raise_limit()
-    try:
-        with _limit_lock:
-            # The stack size applies to threads started after it is set: set it for this one alone.
-            previous = threading.stack_size(STACK_BYTES)
-            try:
-                thread = threading.Thread(target=deeply, name="dp2ddp-deep", daemon=True)
-                thread.start()
-            finally:
-                threading.stack_size(previous)
-        thread.join()
-    finally:
-        _restore_limit()
+    thread = threading.Thread(target=run, name="dp2ddp-compile", daemon=True)
+    thread.start()
+    thread.join()
     if failure:
         raise failure[0]
-    return outcome[0]  # type: ignore[return-value]
-
-
-def _raise_limit() -> None:
-    # The limit is the interpreter's, not the thread's: raised while any deep work runs, then put back.
-    global _raised, _saved_limit
-    with _limit_lock:
-        if _raised == 0:
-            _saved_limit = sys.getrecursionlimit()
-            sys.setrecursionlimit(max(_saved_limit, RECURSION_LIMIT))
-        _raised += 1
-
-
-def _restore_limit() -> None:
-    global _raised
-    with _limit_lock:
-        _raised -= 1
-        if _raised == 0:
-            sys.setrecursionlimit(_saved_limit)
 
 
 # Spellings of Python 2, or of Python 3 before 3.7, that old training scripts still carry.

@@ -186,7 +186,7 @@ def _first_mixed_indentation(source: str) -> int | None:
 
 def _raise_if_python_refuses(source: str) -> None:
     """Raise CPython's syntax error in ``source``, if it has one, with advice where the script is older Python."""
-    error = syntax_error(source, whole=True)
+    error = syntax_error(source)
     if error is not None:
         raise error
 

@@ -678,7 +678,7 @@ def _unrunnable(script: Path, converted: Path | None) -> str | None:
             source = read_source(path)
         except SourceError as error:
             return f"{error}; Python cannot run it, so verify cannot either"
-        refused = syntax_error(source.text, whole=True)
+        refused = syntax_error(source.text)
         if refused is not None:
             return f"{located(path, refused)}; Python cannot run it, so verify cannot either"
     return None

@@ -12,7 +12,6 @@ nesting CPython does.
 
 from __future__ import annotations
 
-import ast
 import re
 import threading
 from collections.abc import Callable
@@ -28,21 +27,21 @@ TOO_DEEP = (
     "(for example, sum a long list of terms with `sum([...])`), or leave the file out"
 )
 
-def syntax_error(source: str, whole: bool = False) -> ConversionError | None:
-    """CPython's own error in ``source``, as running it would report it; ``None`` when Python parses it.
+def syntax_error(source: str) -> ConversionError | None:
+    """CPython's own error in ``source``, as running it would report it; ``None`` when Python compiles it.
 
-    By default only the parse to an AST, a fraction of the cost of LibCST's;
-    ``whole`` compiles to bytecode too, which also finds a ``return`` outside a
-    function. At the interpreter's limits: call it outside ``run_deep``.
+    The whole compile, to bytecode, costs about 7% of a LibCST parse, less
+    than a parse to an AST alone (which builds Python objects for every node),
+    and finds what only the compiler does (a ``return`` outside a function).
+    At the interpreter's limits: call it outside ``run_deep``.
     """
-    flags = 0 if whole else ast.PyCF_ONLY_AST
     try:
         try:
-            compile(source, "<script>", "exec", flags)
+            compile(source, "<script>", "exec", dont_inherit=True)
         except RecursionError:
             # CPython's limit counts the frames of its caller too: ask again from the top of a thread of its
             # own, as running the script would, so the verdict does not depend on who asks.
-            _in_fresh_thread(compile, source, "<script>", "exec", flags)
+            _in_fresh_thread(compile, source, "<script>", "exec", 0, True)
     except SyntaxError as error:
         message = error.msg
         hint = older_python(source, error)
@@ -66,6 +65,8 @@ def too_deep(source: str) -> ConversionError:
 def deepest_place(source: str) -> tuple[int | None, int | None]:
     """Line and column of the most deeply nested node, read from CPython's tree in a deep thread; ``None`` if unknown."""
 
+    import ast  # only once a file has failed: the pre-commit path never loads it
+
     def deepest() -> tuple[int | None, int | None]:
         try:
             tree = ast.parse(source)
@@ -73,12 +74,12 @@ def deepest_place(source: str) -> tuple[int | None, int | None]:
             return None, None
         place: tuple[int | None, int | None] = (None, None)
         most = -1
-        todo: list[tuple[ast.AST, int]] = [(tree, 0)]
+        todo: list[tuple[object, int]] = [(tree, 0)]
         while todo:  # by hand: a recursive walk would fail on the very depth it measures
             node, depth = todo.pop()
             if depth > most and hasattr(node, "lineno"):
                 place, most = (node.lineno, node.col_offset + 1), depth
-            todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+            todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))  # type: ignore[arg-type]
         return place
 
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -37,11 +38,11 @@ def syntax_error(source: str) -> ConversionError | None:
     """
     try:
         try:
-            compile(source, "<script>", "exec", dont_inherit=True)
+            _compile(source)
         except RecursionError:
             # CPython's limit counts the frames of its caller too: ask again from the top of a thread of its
             # own, as running the script would, so the verdict does not depend on who asks.
-            _in_fresh_thread(compile, source, "<script>", "exec", 0, True)
+            _in_fresh_thread(_compile, source)
     except SyntaxError as error:
         message = error.msg
         hint = older_python(source, error)
@@ -55,6 +56,13 @@ def syntax_error(source: str) -> ConversionError | None:
         why = "Python itself refuses it: " + (str(error) or "its parser ran out of stack")
         return ConversionError(TOO_DEEP.format(why=why), *deepest_place(source))
     return None
+
+
+def _compile(source: str) -> None:
+    with warnings.catch_warnings():
+        # `x is 1`, "\d": the compiler's warnings are the script's business, not a verdict on it.
+        warnings.simplefilter("ignore")
+        compile(source, "<script>", "exec", dont_inherit=True)
 
 
 def too_deep(source: str) -> ConversionError:

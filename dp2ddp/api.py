@@ -73,7 +73,8 @@ def admit(source: str) -> None:
 
 
 def deeply(source: str, work: Callable[..., T], *args: object) -> T:
-    """``work(*args)`` on an admitted ``source``, with room for its nesting; past that, a ``ConversionError`` that says so."""
+    """``work(*args)`` on an admitted ``source``, with room for its nesting; past that, a ``ConversionError``
+    that says so."""
     try:
         return run_deep(work, *args)
     except RecursionError:

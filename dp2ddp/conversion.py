@@ -68,11 +68,15 @@ NO_DATA_PARALLEL = "it never wraps a model in nn.DataParallel, so it trains on o
 
 def already_distributed(what: str, line: int) -> str:
     """Why convert leaves a script that runs DDP already, and never uses DataParallel, as it was."""
-    return f"it already uses torch.distributed ({what} on line {line}), so it runs DDP already (DDP001): nothing to convert"
+    return (
+        f"it already uses torch.distributed ({what} on line {line}), so it runs DDP already (DDP001): "
+        "nothing to convert"
+    )
 
 
 def unconverted(source: str) -> ConvertResult:
-    """The result for a source with no DataParallel to convert, and why: it trains on one device, or runs DDP already."""
+    """The result for a source with no DataParallel to convert, and why: it trains on one device, or it
+    runs DDP already."""
     # Imported here: the prefilter reads names, and this module must load without them.
     from dp2ddp.prefilter import distributed_call
 

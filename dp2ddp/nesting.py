@@ -28,6 +28,7 @@ TOO_DEEP = (
     "(for example, sum a long list of terms with `sum([...])`), or leave the file out"
 )
 
+
 def syntax_error(source: str) -> ConversionError | None:
     """CPython's own error in ``source``, as running it would report it; ``None`` when Python compiles it.
 
@@ -48,7 +49,8 @@ def syntax_error(source: str) -> ConversionError | None:
         hint = older_python(source, error)
         if hint is not None:
             message = f"{message}{'' if message.endswith(('.', '?')) else '.'} {hint}"
-        return ConversionError(f"syntax error: {message}", error.lineno, error.offset)
+        column = error.offset or (1 if error.lineno is not None else None)
+        return ConversionError(f"syntax error: {message}", error.lineno, column)
     except ValueError as error:  # a null byte, before Python 3.12 made that a SyntaxError
         return ConversionError(f"syntax error: {error}")
     except (RecursionError, MemoryError) as error:
@@ -71,7 +73,8 @@ def too_deep(source: str) -> ConversionError:
 
 
 def deepest_place(source: str) -> tuple[int | None, int | None]:
-    """Line and column of the most deeply nested node, read from CPython's tree in a deep thread; ``None`` if unknown."""
+    """Line and column of the most deeply nested node, read from CPython's tree in a deep thread; ``None``
+    if unknown."""
 
     import ast  # only once a file has failed: the pre-commit path never loads it
 
@@ -126,7 +129,10 @@ def older_python(source: str, error: SyntaxError) -> str | None:
     lines = source.splitlines()
     line = lines[error.lineno - 1] if error.lineno is not None and 0 < error.lineno <= len(lines) else ""
     if _EXCEPT_COMMA.match(line):
-        return "`except E, name:` is Python 2 source: port it to Python 3 first (`except E as name:`), then run dp2ddp again"
+        return (
+            "`except E, name:` is Python 2 source: port it to Python 3 first (`except E as name:`), "
+            "then run dp2ddp again"
+        )
     # Only an `async` at or before the place CPython points at explains the error.
     column = (error.offset or len(line) + 1) - 1
     if any(match.start() <= column for match in _ASYNC_ARGUMENT.finditer(line)):

@@ -116,7 +116,9 @@ def convert_project(
     for path, converted in result.files.items():
         if isinstance(converted, ConvertResult) and converted.changed:
             try:
-                output, moved = deeply(converted.source, _move_helpers_out, converted.source, converted.output, helpers_name)
+                output, moved = deeply(
+                    converted.source, _move_helpers_out, converted.source, converted.output, helpers_name
+                )
             except ConversionError as error:  # nested deeper than even that room: this file fails, the others go on
                 result.files[path] = error
                 continue

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import re
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, SkipFile
@@ -24,8 +25,12 @@ from dp2ddp.conversion import (  # noqa: F401
     ConversionError,
     ConvertOptions,
     ConvertResult,
+    unconverted,
 )
+from dp2ddp.nesting import run_deep, syntax_error, too_deep
 from dp2ddp.prefilter import CONVERT_WORDS, needs_analysis
+
+T = TypeVar("T")
 
 
 def select_codemods(only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[type[Codemod]]:
@@ -49,12 +54,42 @@ def convert_source(source: str, options: ConvertOptions = ConvertOptions(), role
     when the source does not parse or the conversion would not be sound.
     """
     codemod_groups = _selected_groups(options)
+    admit(source)
+    if (role is None or not (role.converts or role.subclass_wraps)) and not needs_analysis(source):
+        # Settled from tokens, before LibCST.
+        return unconverted(source)
+    return deeply(source, _convert_admitted, source, codemod_groups, options, role)
+
+
+def admit(source: str) -> None:
+    """Raise CPython's own error in ``source`` before LibCST sees it: a syntax error, or nesting Python refuses.
+
+    Run in the caller's thread, at the interpreter's own recursion limit, so
+    that what passes is no deeper than Python itself runs.
+    """
+    error = syntax_error(source)
+    if error is not None:
+        raise error
+
+
+def deeply(source: str, work: Callable[..., T], *args: object) -> T:
+    """``work(*args)`` on an admitted ``source``, with room for its nesting; past that, a ``ConversionError``
+    that says so."""
+    try:
+        return run_deep(work, *args)
+    except RecursionError:
+        raise too_deep(source) from None
+
+
+def _convert_admitted(
+    source: str, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions, role: ModuleRole | None
+) -> ConvertResult:
     module = None
     if role is None or not (role.converts or role.subclass_wraps):
-        # Settled from tokens, then from the bare tree, before any metadata is resolved.
-        if not needs_analysis(source) or not _wraps_or_imports_data_parallel(module := parse_source(source)):
-            return ConvertResult(source, source, (), NO_DATA_PARALLEL)
-    analysis = Analysis(module if module is not None else parse_source(source), role)
+        # Settled from the bare tree, before any metadata is resolved.
+        if not _wraps_or_imports_data_parallel(module := parse_admitted(source)):
+            return unconverted(source)
+    analysis = Analysis(module if module is not None else parse_admitted(source), role)
     output, findings = _convert(analysis, codemod_groups, options)
     if output != source:
         _check_stable(source, output, codemod_groups, options, role)
@@ -114,7 +149,16 @@ def _spelled(expression: cst.BaseExpression) -> bool:
 
 
 def parse_source(source: str) -> cst.Module:
-    """The tree of ``source``; a syntax error raises ``ConversionError`` at CPython's position."""
+    """The tree of ``source``; a syntax error raises ``ConversionError`` at CPython's position.
+
+    Visiting the tree of deeply nested code needs ``run_deep``'s room, as ``check_source`` gives it.
+    """
+    admit(source)
+    return deeply(source, parse_admitted, source)
+
+
+def parse_admitted(source: str) -> cst.Module:
+    """LibCST's tree of a source ``admit`` passed; its own syntax errors raise ``ConversionError``."""
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
@@ -144,40 +188,9 @@ def _first_mixed_indentation(source: str) -> int | None:
 
 def _raise_if_python_refuses(source: str) -> None:
     """Raise CPython's syntax error in ``source``, if it has one, with advice where the script is older Python."""
-    try:
-        compile(source, "<script>", "exec")
-    except SyntaxError as error:
-        message = error.msg
-        hint = _older_python(source, error)
-        if hint is not None:
-            message = f"{message}{'' if message.endswith(('.', '?')) else '.'} {hint}"
-        raise ConversionError(f"syntax error: {message}", error.lineno, error.offset) from None
-
-
-# Spellings of Python 2, or of Python 3 before 3.7, that old training scripts still carry.
-_ASYNC_ARGUMENT = re.compile(r"(?<=[(,])\s*async\s*=")
-_ASYNC = re.compile(r"\basync\b(?!\s+(?:def|with|for)\b)")
-_EXCEPT_COMMA = re.compile(r"^\s*except\s+[^:]+,\s*\w+\s*:")
-
-
-def _older_python(source: str, error: SyntaxError) -> str | None:
-    """What to do about a syntax error that says the script predates the Python running dp2ddp, if it does."""
-    if error.msg.startswith("Missing parentheses in call to"):
-        return "This is Python 2 source (a print or exec statement): port it to Python 3 first, then run dp2ddp again"
-    lines = source.splitlines()
-    line = lines[error.lineno - 1] if error.lineno is not None and 0 < error.lineno <= len(lines) else ""
-    if _EXCEPT_COMMA.match(line):
-        return "`except E, name:` is Python 2 source: port it to Python 3 first (`except E as name:`), then run dp2ddp again"
-    # Only an `async` at or before the place CPython points at explains the error.
-    column = (error.offset or len(line) + 1) - 1
-    if any(match.start() <= column for match in _ASYNC_ARGUMENT.finditer(line)):
-        return (
-            "`async=` is pre-3.7 (or Python 2) source: `async` has been a keyword since Python 3.7, and "
-            "PyTorch 0.4 renamed the argument, so rename every `async=` to `non_blocking=`"
-        )
-    if any(match.start() <= column for match in _ASYNC.finditer(line)):
-        return "`async` has been a keyword since Python 3.7, so this is older source: rename it"
-    return None
+    error = syntax_error(source)
+    if error is not None:
+        raise error
 
 
 def _convert(
@@ -284,6 +297,8 @@ def _apply_group(
         rebuilt = analysis.module.visit(chain) if planned else analysis.module
         name = ""  # past the codemods: the imports they queued
         tree = apply_queued_imports(rebuilt, contexts, added_imports)
+    except RecursionError:
+        raise  # deep code, not a codemod bug: the caller says so
     except Exception as error:  # a codemod bug must not cost the user a traceback or a half-written file
         if chain is not None and chain.active is not None:
             name = type(chain.active).__module__.rsplit(".", 1)[-1]
@@ -310,6 +325,8 @@ def _plan_only(analysis: Analysis, group: list[type[Codemod]], options: ConvertO
                 codemod(context).plan(analysis)  # type: ignore[attr-defined]
             except SkipFile:
                 pass
+            except RecursionError:
+                raise  # deep code, not a codemod bug: the caller says so
             except Exception as error:  # a codemod bug must not cost the user a traceback
                 raise ConversionError(
                     f"internal error in codemod {name} ({type(error).__name__}); the file is left unchanged: "
@@ -342,7 +359,9 @@ def _check_stable(
     from the output, and the check fails as it would group by group.
     """
     try:
-        compile(output, "<converted>", "exec")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the script's own `x is 1` is not the conversion's business
+            compile(output, "<converted>", "exec", dont_inherit=True)
     except SyntaxError as error:
         # LibCST parses some Python 2 that CPython refuses (`except E, name:`): then the script is at fault.
         _raise_if_python_refuses(source)

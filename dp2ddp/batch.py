@@ -19,9 +19,10 @@ from typing import TypeVar
 
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.config import Config
-from dp2ddp.conversion import NO_DATA_PARALLEL, ConversionError, ConvertOptions, ConvertResult
+from dp2ddp.conversion import ConversionError, ConvertOptions, ConvertResult, unconverted
 from dp2ddp.diagnostics import CheckResult, Selection
 from dp2ddp.files import SourceError, SourceFile, read_source
+from dp2ddp.nesting import syntax_error, too_deep
 from dp2ddp.prefilter import needs_analysis, needs_check
 
 T = TypeVar("T")
@@ -48,13 +49,18 @@ def convert_file(path: Path, options: ConvertOptions) -> FileResult:
         return FileResult(path, error=str(error))
     if not needs_analysis(source.text):
         # What convert_source answers from the same tokens, without importing the codemods.
-        return FileResult(path, source.encoding, ConvertResult(source.text, source.text, (), NO_DATA_PARALLEL))
+        refused = syntax_error(source.text)
+        if refused is not None:
+            return FileResult(path, source.encoding, error=located(path, refused))
+        return FileResult(path, source.encoding, unconverted(source.text))
     from dp2ddp.api import convert_source
 
     try:
         return FileResult(path, source.encoding, convert_source(source.text, options))
     except ConversionError as error:
         return FileResult(path, source.encoding, error=located(path, error))
+    except RecursionError:  # convert_source gives deep code room and names what is still too deep: a last net
+        return FileResult(path, source.encoding, error=located(path, too_deep(source.text)))
 
 
 @dataclass(frozen=True)
@@ -87,18 +93,26 @@ def check_file(
         return CheckedFile(path, check_source(source.text, selection, (roles or {}).get(path)), source.encoding)
     except ConversionError as error:
         return CheckedFile(path, error=located(path, error))
+    except RecursionError:  # check_source gives deep code room and names what is still too deep: a last net
+        return CheckedFile(path, error=located(path, too_deep(source.text)))
 
 
 def _read_for_check(path: Path) -> SourceFile | CheckedFile:
     """The file's source when check must parse it; else its outcome: no findings, or why it could not be read.
 
-    A file the prefilter settles gets what ``check_source`` answers from the same tokens, without LibCST.
+    A file the prefilter settles gets what ``check_source`` answers from the same tokens, without LibCST:
+    no findings, or the syntax error Python reports for it.
     """
     try:
         source = read_source(path)
     except SourceError as error:
         return CheckedFile(path, error=str(error))
-    return source if needs_check(source.text) else CheckedFile(path, CheckResult(source.text, (), source.text), source.encoding)
+    if needs_check(source.text):
+        return source
+    refused = syntax_error(source.text)
+    if refused is not None:
+        return CheckedFile(path, error=located(path, refused))
+    return CheckedFile(path, CheckResult(source.text, (), source.text), source.encoding)
 
 
 def located(path: Path, error: ConversionError) -> str:

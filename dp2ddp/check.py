@@ -19,7 +19,7 @@ import tokenize
 
 import libcst as cst
 
-from dp2ddp.api import ConversionError, convert_source, parse_source
+from dp2ddp.api import ConversionError, admit, convert_source, deeply, parse_admitted
 from dp2ddp.analysis import names
 from dp2ddp.analysis.module import Analysis
 from dp2ddp.analysis.script import ScriptFacts
@@ -36,9 +36,14 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)
 def check_source(source: str, selection: Selection = Selection(), role: ModuleRole | None = None) -> CheckResult:
     """The diagnostics of one script; ``role`` says what the project's other modules do. Raises
     ``ConversionError`` when it does not parse."""
+    admit(source)
     if not needs_check(source):
         return CheckResult(source, (), source)
-    analysis = Analysis(parse_source(source), role)
+    return deeply(source, _check_admitted, source, selection, role)
+
+
+def _check_admitted(source: str, selection: Selection, role: ModuleRole | None) -> CheckResult:
+    analysis = Analysis(parse_admitted(source), role)
     found: dict[Diagnostic, cst.CSTNode | None] = {}
     facts = analysis.script_facts
     converted: str | None = None
@@ -48,6 +53,8 @@ def check_source(source: str, selection: Selection = Selection(), role: ModuleRo
     else:
         try:
             hazards = DistributedHazards(analysis)
+        except RecursionError:
+            raise  # deep code, not a rule's bug: check_source says so
         except Exception as error:  # a rule's bug must not cost the user a traceback
             raise ConversionError(
                 f"internal error in check ({type(error).__name__}: {error}); please report this script, "

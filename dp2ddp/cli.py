@@ -692,6 +692,14 @@ def verify(
 
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
         raise click.UsageError("--plot needs matplotlib: pip install 'dp2ddp[plot]'")
+    unrunnable = _unrunnable(script, converted)
+    if unrunnable is not None:
+        if json_path is not None:
+            document = {"script": str(script.resolve()), "converted": str(converted.resolve()) if converted else None,
+                        "verdict": "error", "message": unrunnable}  # fmt: skip
+            json_path.write_text(json.dumps(document, indent=2) + "\n")
+        click.echo(f"error: {unrunnable}", err=True)
+        sys.exit(EXIT_ERROR)
     with tempfile.TemporaryDirectory(prefix="dp2ddp-verify-") as temporary:
         work = Path(temporary)
         plan = Plan(
@@ -804,6 +812,24 @@ def _diverges_by_a_gap(runs: Runs, tolerance: Tolerance) -> bool:
     comparison = compare(runs.references[0].ranks[0].losses, [rank.losses for rank in runs.converted.ranks], tolerance)
     first = comparison.first_divergence
     return first is not None and first.gap is not None
+
+
+def _unrunnable(script: Path, converted: Path | None) -> str | None:
+    """Why SCRIPT or the converted script cannot run, found before any run: unreadable, not Python, nested
+    deeper than Python parses; ``None`` when both parse."""
+    from dp2ddp.nesting import syntax_error
+
+    for path in (script, converted):
+        if path is None:
+            continue
+        try:
+            source = read_source(path)
+        except SourceError as error:
+            return f"{error}; Python cannot run it, so verify cannot either"
+        refused = syntax_error(source.text)
+        if refused is not None:
+            return f"{located(path, refused)}; Python cannot run it, so verify cannot either"
+    return None
 
 
 def _convert_for_verify(script: Path, work: Path) -> Path:

@@ -64,3 +64,22 @@ class ConvertResult:
 
 
 NO_DATA_PARALLEL = "it never wraps a model in nn.DataParallel, so it trains on one device: nothing to convert"
+
+
+def already_distributed(what: str, line: int) -> str:
+    """Why convert leaves a script that runs DDP already, and never uses DataParallel, as it was."""
+    return (
+        f"it already uses torch.distributed ({what} on line {line}), so it runs DDP already (DDP001): "
+        "nothing to convert"
+    )
+
+
+def unconverted(source: str) -> ConvertResult:
+    """The result for a source with no DataParallel to convert, and why: it trains on one device, or it
+    runs DDP already."""
+    # Imported here: the prefilter reads names, and this module must load without them.
+    from dp2ddp.prefilter import distributed_call
+
+    found = distributed_call(source)
+    reason = NO_DATA_PARALLEL if found is None else already_distributed(found[0], found[1])
+    return ConvertResult(source, source, (), reason)

@@ -64,3 +64,34 @@ def needs_analysis(source: str) -> bool:
     except (tokenize.TokenError, SyntaxError):
         return True  # Let the parser name the error.
     return False
+
+
+# What a script that already runs DDP calls: convert leaves it alone (DDP001).
+_DISTRIBUTED_CALLS = ("DistributedDataParallel", "init_process_group")
+
+
+def distributed_call(source: str) -> tuple[str, int, int] | None:
+    """The first call of ``DistributedDataParallel`` or ``init_process_group`` in the code, by name or by an
+    import's alias, as (name, line, column): how a script that never uses DataParallel says it runs DDP already.
+
+    Read from tokens, before any parse; a ``def`` of that name is no call.
+    """
+    if not any(word in source for word in _DISTRIBUTED_CALLS):
+        return None
+    aliases = {word: word for word in _DISTRIBUTED_CALLS}
+    previous: list[tokenize.TokenInfo | None] = [None, None]
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                continue
+            before, last = previous
+            if token.type == tokenize.NAME and last is not None and last.string == "as" and before is not None:
+                if before.string in aliases:
+                    aliases[token.string] = aliases[before.string]
+            elif token.string == "(" and last is not None and last.string in aliases:
+                if before is None or before.string != "def":
+                    return aliases[last.string], last.start[0], last.start[1] + 1
+            previous = [last, token]
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return None

@@ -22,7 +22,7 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from dp2ddp.analysis import names
 from dp2ddp.analysis.project import Project
 from dp2ddp.analysis.roles import ModuleRole
-from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source
+from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source, deeply
 from dp2ddp.codemods._base import helper_insertion_index
 from dp2ddp.conversion import DEFAULT_HELPERS_MODULE, HelpersMode
 
@@ -115,7 +115,13 @@ def convert_project(
     edited = existing is not None and not _unedited(existing)
     for path, converted in result.files.items():
         if isinstance(converted, ConvertResult) and converted.changed:
-            output, moved = _move_helpers_out(converted.source, converted.output, helpers_name)
+            try:
+                output, moved = deeply(
+                    converted.source, _move_helpers_out, converted.source, converted.output, helpers_name
+                )
+            except ConversionError as error:  # nested deeper than even that room: this file fails, the others go on
+                result.files[path] = error
+                continue
             missing = sorted(set(moved) - definitions.keys())
             if edited and missing:
                 raise ProjectError(

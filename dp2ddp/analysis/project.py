@@ -32,6 +32,7 @@ from pathlib import Path
 import libcst as cst
 
 from . import names
+from .deep import run_deep
 from .effects import is_rank_guard, opens_for_writing, under_rank_guard
 from .module import Analysis
 from .roles import ModuleRole, Site
@@ -86,8 +87,8 @@ class Project:
         for path in sorted(self._relevant(sources)):
             try:
                 tree = ast.parse(sources[path])
-            except (SyntaxError, ValueError):
-                continue  # The file's own conversion names the error.
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue  # The file's own conversion names the error (too deep for Python: the last two).
             module = _Module(self._names[path], path, tree, sources[path])
             self.modules.setdefault(module.name, module)
             self.by_path[path] = module
@@ -370,7 +371,17 @@ class Project:
 
     def writes(self, target: str, function: str, unguarded: bool = False, depth: int = 2) -> Site | None:
         """The first line where ``function`` of ``target`` writes: a save, print, log or new directory;
-        with ``unguarded``, only a write every process makes (not under a rank condition)."""
+        with ``unguarded``, only a write every process makes (not under a rank condition).
+
+        Read with room for deep nesting; a module nested past that is read as writing nothing, and its own
+        conversion says why.
+        """
+        try:
+            return run_deep(self._writes, target, function, unguarded, depth)
+        except RecursionError:
+            return None
+
+    def _writes(self, target: str, function: str, unguarded: bool, depth: int) -> Site | None:
         analysis = self._analysis(target)
         if analysis is None:
             return None
@@ -393,7 +404,7 @@ class Project:
             helper = call.func.value if isinstance(call.func, cst.Name) else None
             if depth and helper in self.modules[target].functions and helper != function:
                 # `save_debug_images` writes through `save_batch_heatmaps` of the same module.
-                inner = self.writes(target, helper, unguarded, depth - 1)
+                inner = self._writes(target, helper, unguarded, depth - 1)
                 if inner is not None:
                     return inner
             if analysis.effects.is_side_effect(call) or opens_for_writing(analysis, call):

@@ -656,7 +656,7 @@ Exit status: 0 equivalent, 1 not equivalent (losses, replicas, data split),
                    "script into this folder.")  # fmt: skip
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the result as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write a loss-curve plot (needs matplotlib: pip install 'dp2ddp[plot]').")  # fmt: skip
+              help="Write a loss-curve plot (needs matplotlib: pip install matplotlib).")  # fmt: skip
 @_stops_on_signals
 def verify(
     script: Path,
@@ -691,7 +691,7 @@ def verify(
     from dp2ddp.verify.runner import Plan, VerifyError, converted_seed, reference_seeds, run_all, run_noise_probe
 
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
-        raise click.UsageError("--plot needs matplotlib: pip install 'dp2ddp[plot]'")
+        raise click.UsageError("--plot needs matplotlib: pip install matplotlib")
     unrunnable = _unrunnable(script, converted)
     if unrunnable is not None:
         if json_path is not None:

@@ -117,21 +117,31 @@ class _ConvertCommand(click.Command):
         self._epilog = value or ""
 
 
-def _stops_like_ctrl_c(command: Callable[..., None]) -> Callable[..., None]:
-    """Run ``command`` so that SIGTERM and SIGHUP stop it as Ctrl-C does: it says what it did, and its workers
-    stop at once. From the first signal on the others are ignored, so a second Ctrl-C prints no traceback."""
+def _stops_on_signals(said: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Run a command so that Ctrl-C, SIGTERM and SIGHUP stop it and exit 128 + the signal, with ``said``.
 
-    @functools.wraps(command)
-    def stoppable(*args: object, **kwargs: object) -> None:
-        try:
-            with stopping_on_signals():
-                command(*args, **kwargs)
-        except Interrupted as stop:
-            # Stopped where the command has no count of its own to give: reading the files, or writing the report.
-            click.echo(f"interrupted by {stop}; every file is untouched or completely written", err=True)
-            sys.exit(_interrupted_status(stop))
+    The command's own handlers stop what it started (workers, launched runs) as the signal unwinds
+    through them; ``said`` (formatted with ``signal``) is the last word where none had a count to give.
+    From the first signal on the others are ignored, so a second Ctrl-C prints no traceback.
+    """
 
-    return stoppable
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def stoppable(*args: object, **kwargs: object) -> None:
+            try:
+                with stopping_on_signals():
+                    command(*args, **kwargs)
+            except Interrupted as stop:
+                click.echo(said.format(signal=stop), err=True)
+                sys.exit(_interrupted_status(stop))
+
+        return stoppable
+
+    return decorate
+
+
+# Stopped where convert or check has no count of its own to give: reading the files, or writing the report.
+_STOPS_WRITING = _stops_on_signals("interrupted by {signal}; every file is untouched or completely written")
 
 
 @main.command(
@@ -204,7 +214,7 @@ Codemods, in the order they run:
     f"once into a module of the project that every converted file imports (the default for a folder; NAME "
     f"defaults to {DEFAULT_HELPERS_MODULE}).",
 )
-@_stops_like_ctrl_c
+@_STOPS_WRITING
 def convert(
     paths: tuple[Path, ...],
     diff: bool,
@@ -585,23 +595,6 @@ def _regular_file(ctx: click.Context, param: click.Parameter, value: Path | None
     return value
 
 
-def _stops_on_signals(command: Callable[..., None]) -> Callable[..., None]:
-    """Run ``command`` so that Ctrl-C, SIGTERM and SIGHUP stop every process it started and exit 128 + the signal."""
-
-    @functools.wraps(command)
-    def stoppable(*args: object, **kwargs: object) -> None:
-        from dp2ddp.verify.runner import Interrupted, stopping_on_signals
-
-        try:
-            with stopping_on_signals():
-                command(*args, **kwargs)
-        except Interrupted as stop:
-            click.echo(f"\nverify: stopped by {stop}; every process it started has been stopped", err=True)
-            sys.exit(128 + stop.signum)
-
-    return stoppable
-
-
 @main.command(
     epilog="""\b
 Examples:
@@ -657,7 +650,7 @@ Exit status: 0 equivalent, 1 not equivalent (losses, replicas, data split),
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the result as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a loss-curve plot (needs matplotlib: pip install matplotlib).")  # fmt: skip
-@_stops_on_signals
+@_stops_on_signals("\nverify: stopped by {signal}; every process it started has been stopped")
 def verify(
     script: Path,
     script_args: tuple[str, ...],
@@ -911,7 +904,7 @@ per-file-ignores, exclude); `# noqa: DDP501` on a line silences it.
 @click.option("--show-source/--no-show-source", default=None,
               help="Show each finding's line with a caret and help (default: when stdout is a terminal).")  # fmt: skip
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Check files in this many processes (default: the number of CPUs).")
-@_stops_like_ctrl_c
+@_STOPS_WRITING
 def check(
     paths: tuple[Path, ...],
     output_format: str,

@@ -5,6 +5,20 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+# A small DataParallel script: converting it is quick, for tests of the command line.
+DP_SCRIPT = """\
+import torch
+import torch.nn as nn
+
+
+def main():
+    model = nn.DataParallel(nn.Linear(2, 2))
+    return model
+
+
+if __name__ == "__main__":
+    main()
+"""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

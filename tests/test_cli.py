@@ -12,21 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from dp2ddp.cli import main
-from tests.conftest import FIXTURES
-
-DP_SCRIPT = """\
-import torch
-import torch.nn as nn
-
-
-def main():
-    model = nn.DataParallel(nn.Linear(2, 2))
-    return model
-
-
-if __name__ == "__main__":
-    main()
-"""
+from tests.conftest import DP_SCRIPT, FIXTURES
 
 
 def run(*args: str) -> tuple[int, str, str]:

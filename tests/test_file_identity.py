@@ -24,21 +24,8 @@ from click.testing import CliRunner
 
 from dp2ddp import files
 from dp2ddp.cli import main
-from tests.conftest import FIXTURES
+from tests.conftest import DP_SCRIPT, FIXTURES
 
-DP_SCRIPT = """\
-import torch
-import torch.nn as nn
-
-
-def main():
-    model = nn.DataParallel(nn.Linear(2, 2))
-    return model
-
-
-if __name__ == "__main__":
-    main()
-"""
 CONVERTED = "wrap_ddp(nn.Linear(2, 2))"
 # A script check finds a safe fix in (a shuffled loader with no sampler).
 FIXABLE = (FIXTURES / "check" / "DDP505" / "case.py").read_text(encoding="utf-8")

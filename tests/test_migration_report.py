@@ -16,23 +16,7 @@ from dp2ddp.api import ConvertOptions, ConvertResult
 from dp2ddp.cli import main
 from dp2ddp.codemods import codemods
 from dp2ddp.rules import RULES, section
-from tests.conftest import FIXTURES
-
-
-# A small DataParallel script: converting it is quick, for tests of the command line's modes.
-DP_SCRIPT = """\
-import torch
-import torch.nn as nn
-
-
-def main():
-    model = nn.DataParallel(nn.Linear(2, 2))
-    return model
-
-
-if __name__ == "__main__":
-    main()
-"""
+from tests.conftest import DP_SCRIPT, FIXTURES
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -162,9 +162,7 @@ def parse_admitted(source: str) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
-        # CPython's own message and position are the ones users know; LibCST's
-        # stand in only for syntax that CPython accepts and LibCST does not.
-        _raise_if_python_refuses(source)
+        # CPython accepted the source (``admit``), so this is syntax LibCST alone refuses.
         mixed = _first_mixed_indentation(source)
         if mixed is not None:
             raise ConversionError(
@@ -184,13 +182,6 @@ def _first_mixed_indentation(source: str) -> int | None:
         if "\t" in indent and " " in indent and line.strip():
             return number
     return None
-
-
-def _raise_if_python_refuses(source: str) -> None:
-    """Raise CPython's syntax error in ``source``, if it has one, with advice where the script is older Python."""
-    error = syntax_error(source)
-    if error is not None:
-        raise error
 
 
 def _convert(
@@ -363,8 +354,7 @@ def _check_stable(
             warnings.simplefilter("ignore")  # the script's own `x is 1` is not the conversion's business
             compile(output, "<converted>", "exec", dont_inherit=True)
     except SyntaxError as error:
-        # LibCST parses some Python 2 that CPython refuses (`except E, name:`): then the script is at fault.
-        _raise_if_python_refuses(source)
+        # CPython compiled the script (``admit``): the conversion broke it.
         raise ConversionError(f"internal error: the converted script does not compile: {error.msg}") from None
     analysis = Analysis(_parse_output(output), role)
     again, _ = _apply_group(analysis, [codemod for group in codemod_groups for codemod in group], options, set(), quiet=True)

@@ -237,7 +237,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if self.SHARDS_EVALUATION:
             wanted = not trained and self._is_evaluation_loader(module, call, reference, only_loader)
         else:
-            wanted = trained or is_training_loader(call, reference, only_loader)
+            # A program that never calls backward() trains on none of its loaders, whatever their names say.
+            wanted = trained or (not self.analysis.role.evaluates_only and is_training_loader(call, reference, only_loader))
         if not wanted:
             return
         own_sampler = None

@@ -200,6 +200,7 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         rest = updated_node.visit(_Without({id(wrap) for wrap in wraps}))
         if isinstance(rest, cst.RemovalSentinel):
             first = wraps[0].with_changes(leading_lines=[*updated_node.leading_lines, *wraps[0].leading_lines])  # type: ignore[attr-defined]
+            self.became[wrap_statements[0]] = first  # a wrap the life-cycle also moves is found by what it became
             return cst.FlattenSentinel([first, *wraps[1:]])  # type: ignore[list-item]
         return cst.FlattenSentinel([rest, *wraps])  # type: ignore[list-item]
 
@@ -241,6 +242,12 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             else:
                 del body[index]
             position = next(i for i, statement in enumerate(body) if statement is last)
+            if wrap in self.lifecycle.returned:
+                # `return model.to(device)` -> `model = model.to(device)`, the wrap, `return model`.
+                target = moved.body[0].targets[0].target  # type: ignore[attr-defined]
+                value = last.body[0].value  # type: ignore[attr-defined]
+                body[position] = last.with_changes(body=[cst.Assign([cst.AssignTarget(target)], value)])  # type: ignore[attr-defined]
+                body.insert(position + 1, cst.SimpleStatementLine([cst.Return(target)]))
             body.insert(position + 1, moved.with_changes(leading_lines=[]))  # type: ignore[attr-defined]
         return body
 

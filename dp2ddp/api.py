@@ -15,7 +15,10 @@ from dp2ddp.codemods import codemods, groups
 from dp2ddp.analysis.module import Analysis
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.codemods._base import FINDINGS_KEY, QUIET_KEY, Finding
-from dp2ddp.analysis.syntax import code_of
+from dp2ddp.analysis import names
+from dp2ddp.analysis.loaders import is_training_loader
+from dp2ddp.analysis.syntax import call_to, code_of
+from dp2ddp.rules import RULES
 from dp2ddp.codemods._chain import ChainedTransformer, apply_queued_imports
 # What convert takes and gives back, and its prefilter, load without LibCST; importable from here too.
 from dp2ddp.conversion import (  # noqa: F401
@@ -195,7 +198,7 @@ def _convert(
     if analysis.lifecycle.blocked:
         refusal = [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
         return analysis.code, refusal + _findings_past_the_refusal(analysis, codemod_groups, options)
-    code, findings = analysis.code, []
+    code, findings = analysis.code, ([] if options.attributing else _left_open(analysis, codemod_groups))
     for code, reported in _groups_applied(analysis, codemod_groups, options):
         findings += reported
     if any(finding.severity == "error" for finding in findings):
@@ -203,6 +206,45 @@ def _convert(
         # was, and every error and warning is listed at once. Notes said what was changed, so they go.
         return analysis.code, [finding for finding in findings if finding.severity != "note"]
     return code, findings
+
+
+# Codemods whose work the rest of a conversion relies on: what each leaves open when an option leaves it out.
+_REQUIRED = {
+    "replace_data_parallel": (
+        "the model stays in DataParallel",
+        "under torchrun each process would train its own replica on its share of the data, and the replicas "
+        "would never synchronise",
+    ),
+    "add_distributed_sampler": (
+        "this training loader is not split across processes",
+        "every process would train on all the data, each epoch the same for every process",
+    ),
+}
+
+
+def _left_open(analysis: Analysis, codemod_groups: list[list[type[Codemod]]]) -> list[Finding]:
+    """An error at each wrap or training loader whose codemod ``--skip``/``--only`` left out."""
+    selected = {codemod.__module__.rsplit(".", 1)[-1] for group in codemod_groups for codemod in group}
+    found: list[Finding] = []
+    for codemod, (what, why) in _REQUIRED.items():
+        if codemod in selected:
+            continue
+        if codemod == "replace_data_parallel":
+            sites: list[cst.CSTNode] = list(analysis.script_facts.model_wraps)
+        else:
+            loaders = [call for call in analysis.nodes(cst.Call) if analysis.matches(call, call_to(names.DATA_LOADER))]
+            sites = [call for call in loaders if is_training_loader(call, _bound_to(analysis, call), len(loaders) == 1)]
+        rule = RULES["DDP107"]
+        for site in sites:
+            start = analysis.position(site).start
+            message = rule.message.format(what=what, codemod=codemod, why=why)
+            found.append(Finding("DDP107", message, start.line, start.column + 1, rule.severity))
+    return found
+
+
+def _bound_to(analysis: Analysis, call: cst.Call) -> cst.BaseExpression | None:
+    parent = analysis.parents.get(call)
+    return parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
 
 
 def _groups_applied(
@@ -293,10 +335,10 @@ def _apply_group(
     except Exception as error:  # a codemod bug must not cost the user a traceback or a half-written file
         if chain is not None and chain.active is not None:
             name = type(chain.active).__module__.rsplit(".", 1)[-1]
-        where, skip = (f"codemod {name}", f", or run with --skip {name}") if name in codemods() else ("adding imports", "")
+        # No option is suggested: skipping a codemod leaves its part of the program unconverted (DDP107).
+        where = f"codemod {name}" if name in codemods() else "adding imports"
         raise ConversionError(
-            f"internal error in {where} ({type(error).__name__}); the file is left unchanged: "
-            f"please report this script{skip}"
+            f"internal error in {where} ({type(error).__name__}); the file is left unchanged: please report this script"
         ) from error
     # A traversal in which no codemod returned a new node, and no import was added, rebuilt the
     # tree it was given: its code is the analysed code, which is generated once (the stability
@@ -321,7 +363,7 @@ def _plan_only(analysis: Analysis, group: list[type[Codemod]], options: ConvertO
             except Exception as error:  # a codemod bug must not cost the user a traceback
                 raise ConversionError(
                     f"internal error in codemod {name} ({type(error).__name__}); the file is left unchanged: "
-                    "please report this script, or run with --skip " + name
+                    "please report this script"
                 ) from error
     return list(context.scratch.get(FINDINGS_KEY, []))
 

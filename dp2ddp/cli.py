@@ -41,12 +41,14 @@ from dp2ddp.files import (
     WriteError,
     find_sources,
     is_read_only,
+    project_root,
     read_source,
     write_atomic,
 )
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.formats import FORMATS, FileDiagnostics, as_json, github, sarif, text
 from dp2ddp.interrupts import Interrupted, stopping_on_signals
+from dp2ddp.prefilter import needs_analysis
 from dp2ddp.report import EXIT_ERROR, EXIT_INTERRUPTED, Report
 from dp2ddp.rules import NOT_IN_OUTPUT, REPORTED_IN_OUTPUT, RULES
 
@@ -275,6 +277,9 @@ def convert(
         for outcome in convert_files(files, options, jobs or default_jobs()):
             _finish_file(outcome, report, say, diff=diff, check=check, output=output, alone=len(files) == 1,
                          allow_read_only=allow_read_only)  # fmt: skip
+            advice = _project_advice(outcome, options, alone=len(files) == 1)
+            if advice is not None:
+                say(advice)
             if report_path is not None:
                 outcomes.append(outcome)
             if progress is not None:
@@ -289,6 +294,42 @@ def convert(
     if report_path is not None and report_format is not None:
         _write_report(report_path, report_format, outcomes, options, written=not (diff or check))
     sys.exit(report.exit_code)
+
+
+# Findings that a file converted alone gets because what it needs lives in another module of its folder.
+_OTHER_MODULE_CODES = frozenset({"DDP101", "DDP102", "DDP317", "DDP325"})
+
+
+def _project_advice(outcome: FileResult, options: ConvertOptions, alone: bool) -> str | None:
+    """The exact command that converts a file refused, left without setup or, named alone, left unchanged on
+    its own, where its folder, read as one project, converts it: its modules say what the file alone cannot."""
+    result = outcome.result
+    if result is None:
+        return None
+    if not any(f.code in _OTHER_MODULE_CODES for f in result.findings) and not (alone and not result.changed):
+        return None
+    root = project_root(outcome.path)
+    try:
+        sources = {path: read_source(path).text for path in find_sources([root]).files}
+    except SourceError:
+        return None
+    if not any(needs_analysis(source) for source in sources.values()):
+        return None  # settled from tokens: no module of the folder wraps a model
+    from dp2ddp.conversion import ConvertResult
+    from dp2ddp.projects import ProjectError, convert_project
+
+    try:
+        converted = convert_project(root, sources, options)
+    except ProjectError:
+        return None
+    entry = next((path for path in sources if os.path.samefile(path, outcome.path)), None)
+    mine = converted.files.get(entry) if entry is not None else None
+    if not isinstance(mine, ConvertResult) or not mine.changed or any(f.severity == "error" for f in mine.findings):
+        return None
+    project = converted.project
+    module = project.by_path.get(entry) if project is not None else None
+    command = f"--project {outcome.path}" if module is not None and module.entry else f"{root}"
+    return f"hint: {outcome.path} converts with the rest of its project: dp2ddp convert {command}"
 
 
 def _interrupted_status(stop: BaseException) -> int:
@@ -342,7 +383,7 @@ def _as_project(path: Path, project: bool, helpers: tuple[HelpersMode, str] | No
 
 
 def _project_root(path: Path) -> Path:
-    return path if path.is_dir() else path.parent
+    return path if path.is_dir() else project_root(path)
 
 
 def _convert_projects(
@@ -373,19 +414,18 @@ def _convert_projects(
                 read[path] = read_source(path)
             except SourceError as error:
                 failed.append(FileResult(path, error=str(error)))
+        # A script named with --project, as the folder's search spelled it (`../tools/train.py` for `train.py`
+        # typed in tools/): it is converted with what it imports, and the rest of its folder is not.
+        entry = next((path for path in read if os.path.samefile(path, named)), named) if named.is_file() else None
         try:
             converted = convert_project(
                 root, {path: source.text for path, source in read.items()}, options, mode, name,
-                mapper=lambda work, items: map_files(work, items, jobs, crashed=_crashed_conversion),
+                mapper=lambda work, items: map_files(work, items, jobs, crashed=_crashed_conversion), entry=entry,
             )  # fmt: skip
         except ProjectError as error:
             raise click.UsageError(str(error)) from None
-        # A script named with --project is converted with what it imports; the rest of its folder is not.
-        wanted = converted.reached_from(named) if named.is_file() else None
         results: list[FileResult] = list(failed)
         for path, result in converted.files.items():
-            if wanted is not None and path not in wanted:
-                continue
             if isinstance(result, ConversionError):
                 results.append(FileResult(path, read[path].encoding, error=located(path, result)))
             else:

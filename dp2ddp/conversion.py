@@ -43,6 +43,9 @@ class ConvertOptions:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     batch: BatchMode = "global"
+    # A prefix of the codemods the migration report converts with to attribute each change: the whole
+    # conversion discharges what the prefix leaves open, so no DDP107 for it.
+    attributing: bool = False
 
     @property
     def keep_per_process_batch(self) -> bool:

@@ -93,6 +93,33 @@ def find_sources(paths: Iterable[Path]) -> Found:
     return Found(tuple(found.values()), tuple(skipped), tuple(empty))
 
 
+def project_root(script: Path) -> Path:
+    """The folder a script named with ``--project`` is converted in, spelled as the user spelled the script.
+
+    Its own folder, widened to what its imports can reach from there: above a package it sits in
+    (``python -m tools.train`` runs from the folder that holds ``tools``), and to the folders it or a
+    module beside it puts on ``sys.path`` (``_init_paths.py`` adding ``../lib``). The same script named
+    from anywhere gets the same folder.
+    """
+    from dp2ddp.analysis.paths import sys_path_folders
+
+    folder = Path(os.path.abspath(script)).parent
+    top = folder
+    while (top / "__init__.py").is_file() and top.parent != top:
+        top = top.parent
+    for neighbour in sorted(folder.glob("*.py")):
+        try:
+            text = read_source(neighbour).text
+        except SourceError:
+            continue  # converting it says why
+        for added in sys_path_folders(text, folder):
+            if added.is_dir():
+                top = Path(os.path.commonpath([top, added]))
+    if script.is_absolute():
+        return top
+    return Path(os.path.relpath(top))
+
+
 def _kind(path: Path) -> str:
     """Whether the path named is a "folder" or a "file", or else why it cannot be read."""
     try:

@@ -274,7 +274,7 @@ def attribute(
     found: list[CodemodChanges] = []
     before: str | None = source
     for count, name in enumerate(names, start=1):
-        prefix = dataclasses.replace(options, only=tuple(names[:count]), skip=())
+        prefix = dataclasses.replace(options, only=tuple(names[:count]), skip=(), attributing=True)
         try:
             after = convert_source(source, prefix, role).output
         except ConversionError:

@@ -67,17 +67,6 @@ class ProjectResult:
     roles: dict[Path, ModuleRole] = field(default_factory=dict)
     project: Project | None = None
 
-    def reached_from(self, entry: Path) -> set[Path]:
-        """The files a script imports from its project, directly or not, and the script itself."""
-        assert self.project is not None
-        module = self.project.by_path.get(entry)
-        if module is None:
-            return {entry}
-        reached = self.project.reachable(module.name)
-        found = {self.project.modules[name].path for name in reached}
-        if self.helpers is not None:
-            found.add(self.helpers.path)
-        return found
 
 
 def convert_project(
@@ -87,14 +76,19 @@ def convert_project(
     helpers: HelpersMode = "module",
     helpers_name: str = DEFAULT_HELPERS_MODULE,
     mapper: Callable[[Callable[[_Work], ConvertResult | ConversionError], Sequence[_Work]], Iterable[ConvertResult | ConversionError]] = map,
+    entry: Path | None = None,
 ) -> ProjectResult:
     """Convert the modules of ``root`` (``sources``: path -> text) as one program.
+
+    With ``entry``, a script of ``sources``, only it and the modules it imports are converted, and the
+    helpers module, if any, goes beside it.
 
     ``mapper`` runs the conversion of each file, which needs nothing but its own
     source and role once the project is read: ``map``, or a pool's.
     """
     project = Project(root, sources)
-    folder = project.helpers_folder() if helpers == "module" else None
+    reached = _reached_from(project, entry) if entry is not None else None
+    folder = project.helpers_folder(entry) if helpers == "module" else None
     helpers_path = folder / f"{helpers_name}.py" if folder is not None else None
     existing = sources.get(helpers_path) if helpers_path is not None else None
     if existing is not None and _DIGEST not in existing:
@@ -104,10 +98,18 @@ def convert_project(
         )
     roles = project.roles(helpers_name if helpers_path is not None else None)
     result = ProjectResult(roles=roles, project=project)
-    paths = [path for path in sorted(sources) if path != helpers_path]
+    # A script named with --project is converted with what it imports; the rest of its folder is not.
+    paths = [path for path in sorted(sources) if path != helpers_path and (reached is None or path in reached)]
+    # A module's `__main__` self-test (a model's shape check under DataParallel) is no program of the project:
+    # converting it would make the module import helpers from a folder it does not run from.
+    for path in sorted(project.self_tests & set(paths)):
+        reason = "its DataParallel is in the `__main__` self-test of a module the project imports: left as it was"
+        result.files[path] = ConvertResult(sources[path], sources[path], (), reason)
+    paths = [path for path in paths if path not in result.files]
     work = [(sources[path], options, roles.get(path)) for path in paths]
     for path, converted in zip(paths, mapper(_convert_one, work)):
         result.files[path] = converted
+    result.files = dict(sorted(result.files.items()))
     _hold_back_programs_with_a_refusal(project, result)
     if helpers_path is None:
         return result
@@ -139,6 +141,14 @@ def convert_project(
 
 
 _Work = tuple[str, ConvertOptions, ModuleRole | None]
+
+
+def _reached_from(project: Project, entry: Path) -> set[Path]:
+    """The files a script imports from its project, directly or not, and the script itself."""
+    module = project.by_path.get(entry)
+    if module is None:
+        return {entry}
+    return {project.modules[name].path for name in project.reachable(module.name)}
 
 
 def _convert_one(work: _Work) -> ConvertResult | ConversionError:

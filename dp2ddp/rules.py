@@ -227,6 +227,24 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP107",
+            "obligation-left-open-by-option",
+            "error",
+            "{what}, because the options leave out `{codemod}`; the file is left as it was: {why}: run convert "
+            "without `--skip {codemod}` (or with it in `--only`)",
+            doc=_doc(
+                "Finds a wrap or a training DataLoader that `--skip` or `--only` keeps from being converted, in a "
+                "file that convert changes otherwise.",
+                "The rest of the conversion assumes it: the data split across processes and the launch under "
+                "torchrun with a model left in DataParallel give replicas that never synchronise, and a DDP model "
+                "fed a whole, unsplit loader trains every process on all the data. An option narrows what "
+                "convert edits; it never makes such a program right.",
+                "dp2ddp convert --skip replace_data_parallel train.py",
+                "dp2ddp convert train.py  # review the diff; skip only codemods whose work is optional (download_once)",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP102",
             "unresolved-data-parallel",
             "error",

@@ -15,7 +15,7 @@ from textwrap import dedent
 
 import pytest
 
-from dp2ddp.api import convert_source
+from dp2ddp.api import ConvertOptions, convert_source
 from dp2ddp.rules import RULES, is_check_rule
 
 pytest.importorskip("torch")
@@ -605,9 +605,34 @@ PROJECT_CASES = [
 ]
 
 
+# Errors only an option raises: their advice is to drop the option (test_dropping_the_option_converts).
+OPTION_CODES = {"DDP107"}
+
+
 def _blocking_convert_codes() -> set[str]:
     """The codes that make convert leave a file as it was: errors, without check's DDP5xx."""
-    return {code for code, rule in RULES.items() if rule.severity == "error" and not is_check_rule(code)}
+    return {
+        code for code, rule in RULES.items() if rule.severity == "error" and not is_check_rule(code)
+    } - OPTION_CODES
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param(ConvertOptions(skip=("replace_data_parallel",)), id="skipping the wrap"),
+        pytest.param(ConvertOptions(skip=("add_distributed_sampler",)), id="skipping the sampler"),
+        pytest.param(ConvertOptions(only=("replace_data_parallel", "add_launch_wrapper")), id="only wrap and launch"),
+    ],
+)
+def test_dropping_the_option_converts(options: ConvertOptions) -> None:
+    """Should refuse with DDP107 where an option leaves the wrap or the split out, and convert without it."""
+    script = "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n" + (
+        "model = nn.DataParallel(nn.Linear(4, 1))\n" + dedent(TRAIN)
+    )
+    refused = convert_source(script, options)
+    assert not refused.changed
+    assert {f.code for f in refused.findings if f.severity == "error"} == {"DDP107"}, refused.findings
+    assert convert_source(script).changed
 
 
 def test_every_blocking_code_has_advice_that_converts() -> None:

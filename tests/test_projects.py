@@ -206,6 +206,7 @@ def test_every_project_error_is_reported_with_its_file() -> None:
 
 
 def _runs(case: str) -> list[list[str]]:
+    """Each entry point's command line; `whole:` before one that only predicts, which reads its data whole."""
     return [line.split() for line in (PROJECTS / case / "runs.txt").read_text().splitlines() if line.strip()]
 
 
@@ -219,10 +220,19 @@ def test_converted_project_trains_on_two_processes(case: str, tmp_path: Path) ->
     shutil.copytree(PROJECTS / case / "after", root)
     out = tmp_path / "out"
     for number, (script, *args) in enumerate(_runs(case)):
+        whole = script == "whole:"
+        if whole:
+            script, *args = args
         args = [arg.replace("{out}", str(out)) for arg in args]
-        completed, ranks = run_under_torchrun(root / script, root, *args, probe=f"probe{number}")
+        # As a user launches it: from inside the converted tree, the entry named as typed there.
+        completed, ranks = run_under_torchrun(Path(script), root, *args, probe=f"probe{number}")
         assert completed.returncode == 0, completed.stdout + completed.stderr
         assert [rank["world_size"] for rank in ranks] == [2, 2]
+        if whole:
+            # It only predicts: every process reads every sample, and one process prints.
+            for rank in ranks:
+                assert rank["passes"] and all(sorted(p["indices"]) == list(range(p["dataset_size"])) for p in rank["passes"])
+            continue
         split = [[p for p in rank["passes"] if p["sampler"] in ("DistributedSampler", "ShardedSampler")] for rank in ranks]
         assert split[0] and len(split[0]) == len(split[1]), f"{script}: the training data was not split"
         for first, second in zip(*split):
@@ -242,9 +252,22 @@ def _check(folder: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("case", [case for case in CASES if (PROJECTS / case / "after").is_dir()])
 def test_check_finds_nothing_in_a_converted_project(case: str) -> None:
+    """Should find nothing but what the conversion warned of already, at the same file (convert's DDP213 on a
+    device another module passes in is check's DDP539 on the converted tree)."""
+    from dp2ddp.rules import REPORTED_IN_OUTPUT
+
     completed = _check(PROJECTS / case / "after")
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "0 findings" in completed.stderr
+    warned: set[tuple[str, str]] = set()
+    for line in (PROJECTS / case / "report.txt").read_text(encoding="utf-8").splitlines():
+        path, code = line.split(":", 1)[0], line.split(" ")[1]
+        warned |= {(path, named) for named in REPORTED_IN_OUTPUT.get(code, ())}
+    found = {
+        (Path(line.split(":", 1)[0]).relative_to(PROJECTS / case / "after").as_posix(), line.split(" ")[1])
+        for line in completed.stdout.splitlines()
+        if ": DDP" in line
+    }
+    assert found <= warned, completed.stdout + completed.stderr
+    assert completed.returncode == (1 if found else 0), completed.stdout + completed.stderr
 
 
 def test_check_reports_a_helper_that_saves_on_every_process_at_its_call(tmp_path: Path) -> None:
@@ -417,3 +440,56 @@ def test_writes_in_a_base_class_of_another_module_are_guarded_there(tmp_path: Pa
     base = result.files[root / "options" / "base.py"]
     assert isinstance(base, ConvertResult) and "        if is_main_process():\n            print('options parsed')" in base.output
     assert [f.code for f in base.findings] == ["DDP105"] and "train.py:" in base.findings[0].message
+
+
+_EPOCH_MAIN = (
+    "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+    "from train import train_epoch\n\n\ndef main():\n    model = nn.DataParallel(nn.Linear(4, 1))\n"
+    "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n"
+    "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    for epoch in range(2):\n"
+    "        train_epoch(epoch, model, loader, optimizer)\n\n\nif __name__ == '__main__':\n    main()\n"
+)
+_EPOCH_TRAIN = (
+    "import torch.nn as nn\n\n\ndef train_epoch(epoch, model, loader, optimizer):\n    for x, y in loader:\n"
+    "        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n"
+    "        optimizer.step()\n    print(epoch, loss.item())\n"
+)
+
+
+@pytest.mark.parametrize(
+    "other, trains_whole",
+    [
+        pytest.param("from train import train_epoch\ndef f(:\n    train_epoch(\n", True, id="a caller Python cannot parse runs nothing"),
+        pytest.param("from train import train_epoch\n\n\ndef smoke(m, l, o):\n    train_epoch(0, m, l, o)\n", False,
+                     id="a caller left unconverted"),
+    ],
+)  # fmt: skip
+def test_a_function_that_trains_is_never_guarded_at_its_call(other: str, trains_whole: bool, tmp_path: Path) -> None:
+    """Should never put `train_epoch(...)` under `if is_main_process():`: the other processes would wait in backward forever."""
+    sources = {tmp_path / "main.py": _EPOCH_MAIN, tmp_path / "train.py": _EPOCH_TRAIN, tmp_path / "other.py": other}
+    result = convert_project(tmp_path, sources)
+    main = result.files[tmp_path / "main.py"]
+    assert isinstance(main, ConvertResult) and main.changed
+    assert "is_main_process():\n            train_epoch(" not in main.output
+    assert "        train_epoch(epoch, model, loader, optimizer)\n" in main.output
+    trained = result.files[tmp_path / "train.py"]
+    assert isinstance(trained, ConvertResult)
+    # Converted whole where every caller that can run is converted: its print guarded, its loss reduced.
+    assert trained.changed is trains_whole
+
+
+def test_a_self_test_in_a_module_the_project_imports_is_left_as_it_was(tmp_path: Path) -> None:
+    """Should leave a model module's `__main__` shape check alone: it is no program, and it does not make the module wrap."""
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "entries_reach_by_any_import" / "before", root)
+    net = root / "modeling" / "net.py"
+    test_block = '\n\nif __name__ == "__main__":\n    print(nn.DataParallel(TinyNet())(torch.randn(2, 6)).shape)\n'
+    net.write_text(net.read_text(encoding="utf-8") + test_block, encoding="utf-8")
+    result, tree, findings = _converted_tree(root)
+    assert tree["modeling/net.py"] == net.read_text(encoding="utf-8")
+    left = result.files[net]
+    assert isinstance(left, ConvertResult) and "self-test" in (left.reason or "")
+    after = _read_tree(PROJECTS / "entries_reach_by_any_import" / "after")
+    assert {name: text for name, text in tree.items() if name != "modeling/net.py"} == {
+        name: text for name, text in after.items() if name != "modeling/net.py"
+    }

@@ -105,6 +105,9 @@ class ModelLifecycle:
         self.moved: dict[cst.SimpleStatementLine, tuple[cst.BaseStatement, cst.BaseStatement]] = {}
         self.unwrapped: dict[cst.CSTNode, str] = {}
         self.split: set[cst.SimpleStatementLine] = set()
+        # Moved wraps whose last mutation is returned (`return model.to(device)`): the mutation is
+        # bound to the wrap's name, the wrap follows it, and the wrapped model is returned.
+        self.returned: set[cst.SimpleStatementLine] = set()
         # `if gpus > 1: <wrap and set up> else: <set up>`: the `if` becomes its wrapping branch.
         self.taken_branches: set[cst.If] = set()
         # Wraps whose model has parameters its forward never uses.
@@ -584,6 +587,9 @@ class ModelLifecycle:
             if holder is None:
                 return
             last = max(last, body.index(holder))
+        returned = _returned_value(body[last])
+        if returned is not None and not code_of(returned).startswith(f"{wrap.target}."):
+            return  # `return model.to(device), optimizer`: no single name to wrap before returning
         unwrapped: dict[cst.CSTNode, str] = {}
         for statement in body[start + 1 : last + 1]:
             for use in self.analysis.within(statement, cst.Name):
@@ -602,6 +608,8 @@ class ModelLifecycle:
                 rest = spelled[len(wrap.target) :].removeprefix(".module")
                 unwrapped[chain] = inner + rest
         self.moved[wrap.statement] = (leaves, body[last])
+        if returned is not None:
+            self.returned.add(wrap.statement)
         if wrap.inner is None:
             self.split.add(wrap.statement)
         self.unwrapped.update({node: name for node, name in unwrapped.items() if name != code_of(node)})
@@ -1349,3 +1357,12 @@ def _model_uses(analysis: Analysis, side: cst.CSTNode, name: str) -> set[str]:
         if code_of(attribute.value) == name:
             found.add("module" if attribute.attr.value == "module" else "direct")
     return found
+
+
+def _returned_value(statement: cst.BaseStatement) -> cst.BaseExpression | None:
+    """The value of ``return value`` alone on its line, or None for any other statement."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Return) and small.value is not None:
+            return small.value
+    return None

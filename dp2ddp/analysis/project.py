@@ -35,6 +35,7 @@ from . import names
 from .deep import run_deep
 from .effects import is_rank_guard, opens_for_writing, under_rank_guard
 from .module import Analysis
+from .paths import sys_path_folders
 from .roles import ModuleRole, Site
 from .syntax import code_of
 
@@ -63,6 +64,10 @@ class _Module:
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     # Classes that subclass DataParallel (`DataParallelWithCallback`), with their definitions.
     subclasses: dict[str, ast.ClassDef] = field(default_factory=dict)
+    # What `from x import *` of project modules binds here to modules outside the project (`nn` -> `torch.nn`).
+    star_bindings: dict[str, str] = field(default_factory=dict)
+    # Wraps in the `__main__` block of a module the project imports: its self-test, not part of any program.
+    self_test_wraps: int = 0
     entry: bool = False
 
     @property
@@ -81,14 +86,21 @@ class Project:
         self._names = {path: _module_name(path.relative_to(root)) for path in sources}
         self._sources = sources
         self._importers: dict[Path, set[Path]] = {}
-        self._by_text = {str(path): path for path in sources}
+        self._unparsable: set[Path] = set()
+        self._parsable: set[Path] = set()
+        # Imports resolve against normalised spellings, so that a folder named `.`, `./` or `../x` (the
+        # way users type it) finds the same modules as its absolute path: `run.py` sits in `.`.
+        self._by_text = {os.path.normpath(path): path for path in sources}
         self._search_roots = self._path_additions(sources)
         self._search_bases = [str(root), *(str(folder) for folder in self._search_roots)]
         for path in sorted(self._relevant(sources)):
             try:
                 tree = ast.parse(sources[path])
             except (SyntaxError, ValueError, RecursionError, MemoryError):
-                continue  # The file's own conversion names the error (too deep for Python: the last two).
+                # The file's own conversion names the error (too deep for Python: the last two). Python
+                # cannot run it either, so it calls nothing of the project's.
+                self._unparsable.add(path)
+                continue
             module = _Module(self._names[path], path, tree, sources[path])
             self.modules.setdefault(module.name, module)
             self.by_path[path] = module
@@ -112,6 +124,8 @@ class Project:
         # converted code always finds one, also in a script that only evaluates or loads data.
         self.drivers = {entry for entry, reached in self.reach.items() if reached & (self.wrapping | self.loading)}
         self.converted = self.wrapping | self.loading | self.drivers
+        # Modules that wrap a model only in the self-test of their `__main__` block: left as they were.
+        self.self_tests = {m.path for m in self.by_path.values() if m.self_test_wraps and m.name not in self.converted}
         self._analyses: dict[str, Analysis] = {}
 
     def _relevant(self, sources: Mapping[Path, str]) -> set[Path]:
@@ -161,9 +175,9 @@ class Project:
         else:
             bases = [os.path.dirname(str(path)), *self._search_bases]
         for base in bases:
-            stem = f"{base}/{parts}" if parts else base
-            for candidate in (f"{stem}.py" if parts else None, f"{stem}/__init__.py"):
-                found = self._by_text.get(candidate) if candidate is not None else None
+            stem = os.path.join(base, parts)
+            for candidate in (f"{stem}.py" if parts else None, os.path.join(stem, "__init__.py")):
+                found = self._by_text.get(os.path.normpath(candidate)) if candidate is not None else None
                 if found is not None:
                     return {found}
         return set()
@@ -171,25 +185,15 @@ class Project:
     def _path_additions(self, sources: Mapping[Path, str]) -> list[Path]:
         """Folders of the project that its code puts on ``sys.path``, so that absolute imports find modules there.
 
-        HRNet's ``_init_paths.py`` inserts ``join(dirname(__file__), '..', 'lib')``; RAFT appends ``'core'``.
-        The string literals of a file that changes ``sys.path`` are joined in order, from the file's folder and
-        from the project's root, and every folder of the project they name is searched.
+        Each file's additions are read from its own folder and from the project's root.
         """
         folders = {parent for path in sources for parent in path.parents if parent.is_relative_to(self.root)}
         found: list[Path] = []
         for path, source in sources.items():
-            if "sys.path" not in source:
-                continue
-            for line in source.splitlines():
-                if "sys.path" not in line and "path" not in line.lower():
-                    continue
-                literals = re.findall(r"""['"]([\w./-]+)['"]""", line)
-                for start in (path.parent, self.root):
-                    joined = start
-                    for literal in literals:
-                        joined = Path(os.path.normpath(joined / literal))
-                        if joined in folders and joined not in found and joined != self.root:
-                            found.append(joined)
+            for start in (path.parent, self.root):
+                for joined in sys_path_folders(source, start):
+                    if joined in folders and joined not in found and joined != self.root:
+                        found.append(joined)
         return found
 
     def site(self, module: _Module, node: ast.AST) -> Site:
@@ -198,7 +202,13 @@ class Project:
     # -- reading one module -----------------------------------------------------------
 
     def _index(self, module: _Module) -> None:
-        """One walk of the tree: its functions, imports, calls and returns, and whether it is an entry point."""
+        """One walk of the tree: its functions, imports, calls and returns, and whether it is an entry point.
+
+        In a module other modules of the project import, the ``__main__`` block is a self-test
+        (a dataset's demo loop, a model's shape check): its wraps and loaders are no part of the
+        programs that import the module, so they do not make it a wrapping or a loading module.
+        """
+        demo: list[range] = []
         for statement in module.tree.body:
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 module.functions[statement.name] = statement
@@ -210,6 +220,8 @@ class Project:
                     module.subclasses[statement.name] = statement
             elif _is_main_guard(statement) or (isinstance(statement, (ast.For, ast.While)) and _trains(statement)):
                 module.entry = True
+                if _is_main_guard(statement) and module.path in self._importers:
+                    demo.append(range(statement.lineno, (statement.end_lineno or statement.lineno) + 1))
         returns: list[ast.Return] = []
         for node in ast.walk(module.tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -220,6 +232,9 @@ class Project:
                     continue
                 module.calls.append((node, spelled))
                 name = spelled.rpartition(".")[2]
+                if any(node.lineno in lines for lines in demo):
+                    module.self_test_wraps += name in _WRAP_NAMES
+                    continue
                 if name in _WRAP_NAMES:
                     module.wraps.append(node)
                 elif name == "DataLoader":
@@ -268,6 +283,8 @@ class Project:
                     module.bindings.update(
                         (function, (target, function, f"{spelled}.{function}")) for function in self._public_functions(target)
                     )
+                    for bound, qualified in self._outside_bindings(target).items():
+                        module.star_bindings.setdefault(bound, qualified)
                     continue
                 qualified = f"{spelled}.{alias.name}" if spelled != "." * node.level else f"{spelled}{alias.name}"
                 submodule = self._resolve(module, f"{node.module}.{alias.name}" if node.module else alias.name, node.level)
@@ -276,6 +293,29 @@ class Project:
                     module.bindings[alias.asname or alias.name] = (submodule, None, qualified)
                 else:
                     module.bindings[alias.asname or alias.name] = (target, alias.name, qualified)
+
+    def _outside_bindings(self, target: str) -> dict[str, str]:
+        """What a star import of project module ``target`` binds to modules outside the project, from its
+        top-level imports: `import torch.nn as nn` binds `nn` to `torch.nn`, `import torch.nn` binds `torch`."""
+        module = self.modules.get(target)
+        if module is None:
+            return {}
+        found: dict[str, str] = {}
+        exported: set[str] | None = None
+        for statement in module.tree.body:
+            if isinstance(statement, ast.Import):
+                for alias in statement.names:
+                    if self._resolve(module, alias.name, 0) is None:
+                        head = alias.name.partition(".")[0]
+                        found[alias.asname or head] = alias.name if alias.asname else head
+            elif isinstance(statement, ast.ImportFrom) and not statement.level and statement.module:
+                if self._resolve(module, statement.module, 0) is None:
+                    found.update((a.asname or a.name, f"{statement.module}.{a.name}") for a in statement.names if a.name != "*")
+            elif isinstance(statement, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in statement.targets):
+                if isinstance(statement.value, (ast.List, ast.Tuple)):
+                    exported = {e.value for e in statement.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        # `__all__` decides what a star import binds; without it, every name without a leading underscore.
+        return {name: q for name, q in found.items() if (name in exported if exported is not None else not name.startswith("_"))}
 
     def _public_functions(self, target: str) -> list[str]:
         module = self.modules.get(target)
@@ -476,9 +516,11 @@ class Project:
                     direct = self.writes(target, writer, depth=0)
                     if direct is not None and all(w != writer for w, _, _ in inside.get(target, [])):
                         inside.setdefault(target, []).append((writer, direct, callers_at))
-            elif function in self.modules[target].classes:
+            elif function in self.modules[target].classes or self._steps(self.modules[target], {function}):
                 # An object whose methods write: guarding its construction would leave None on the other
-                # processes, so its writes are left to the user, and reported as another file's writers are.
+                # processes; a function that runs training steps (`train_epoch(model, loader, ...)`) under a
+                # guard would leave the other processes waiting in DDP's backward forever. Their writes are
+                # left to the user, and reported as another file's writers are.
                 for caller, qualified, _ in sites:
                     unhandled.setdefault(caller, set()).add(qualified)
             else:
@@ -493,9 +535,11 @@ class Project:
                 name in self.reach[entry] for entry in self.drivers
             )
             role = ModuleRole(
+                star_bindings=tuple(sorted(module.star_bindings.items())),
                 imported_wraps=tuple(dict.fromkeys(wraps.get(name, ()))),
                 drives=self._first_wrap(self.reach[name]) if name in self.drivers and name not in self.wrapping else None,
                 setup_elsewhere=setup_elsewhere,
+                evaluates_only=name in self.drivers and not any(self._backward_in(other) for other in self.reach[name]),
                 guarded_functions=tuple(inside.get(name, ())),
                 trains=name in training,
                 guarded_calls=tuple(dict.fromkeys(at_call.get(name, ()))),
@@ -590,6 +634,9 @@ class Project:
             if None not in defaults
         )
 
+    def _backward_in(self, name: str) -> bool:
+        return any(spelled.endswith(".backward") for _, spelled in self.modules[name].calls)
+
     def _steps(self, module: _Module, functions: set[str]) -> bool:
         """Whether one of ``functions`` (or classes) of ``module`` runs a training step: it calls ``backward()``."""
         for name in functions & (module.functions.keys() | module.classes.keys()):
@@ -617,8 +664,18 @@ class Project:
         return [
             path
             for path in self._importers.get(self.modules[target].path, ())
-            if path not in self.by_path and called.search(self._sources[path])
+            if path not in self.by_path and called.search(self._sources[path]) and self._parses(path)
         ]
+
+    def _parses(self, path: Path) -> bool:
+        """Whether Python can read the file: one it cannot never runs, so it calls nothing of the project's."""
+        if path not in self._unparsable and path not in self._parsable:
+            try:
+                ast.parse(self._sources[path])
+                self._parsable.add(path)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._unparsable.add(path)
+        return path not in self._unparsable
 
     def _first_wrap(self, reached: set[str]) -> Site:
         """Where the first module this entry point imports wraps a model, or else builds its loaders."""
@@ -626,9 +683,13 @@ class Project:
         module = self.modules[min(wrapping or (reached & self.loading))]
         return self.site(module, (module.wraps or module.loaders)[0])
 
-    def helpers_folder(self) -> Path | None:
-        """The folder a helpers module goes in: the one that every converted entry point runs from."""
-        folders = {self.modules[entry].path.parent for entry in self.drivers | (self.converted & set(self.reach))}
+    def helpers_folder(self, entry: Path | None = None) -> Path | None:
+        """The folder a helpers module goes in: the one that every converted entry point runs from
+        (with ``entry``, that script alone)."""
+        entries = self.drivers | (self.converted & set(self.reach))
+        if entry is not None:
+            entries &= {self.by_path[entry].name} if entry in self.by_path else set()
+        folders = {self.modules[name].path.parent for name in entries}
         if len(folders) == 1:
             return folders.pop()
         return None

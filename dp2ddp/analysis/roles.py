@@ -20,11 +20,17 @@ class Site:
 class ModuleRole:
     """What the rest of the project tells the conversion of one module."""
 
+    # Names that `from x import *` of a project module binds here to something outside the project,
+    # with its qualified name (`nn` -> `torch.nn`): what the star import means is then known.
+    star_bindings: tuple[tuple[str, str], ...] = ()
     # Qualified names, as this module spells them, of project functions that return a wrapped
     # model, each with where it wraps: `create_model(opt)` is then this module's wrap.
     imported_wraps: tuple[tuple[str, Site], ...] = ()
     # An entry point that imports a module that wraps a model, with where: it starts the process group.
     drives: Site | None = None
+    # An entry point none of whose program's modules calls `backward()`: it only evaluates or predicts with the
+    # model the project wraps, so none of its loaders is a training loader (each process reads its data whole).
+    evaluates_only: bool = False
     # Imported by an entry point that starts the process group, so none is started here.
     setup_elsewhere: bool = False
     # Functions of this module whose writes are guarded inside them, each with where it first writes

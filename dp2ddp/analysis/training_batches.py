@@ -84,9 +84,10 @@ class TrainingBatches:
             return False
         seeds: set[str] = set()
         for assign in self.analysis.nodes(cst.Assign):
-            calls = [assign.value] if isinstance(assign.value, cst.Call) else []
+            calls = self.analysis.within(assign.value, cst.Call)
             if any(role.loader_site(q.name) for call in calls for q in self.analysis.qualified_names(call.func)):
-                # `loader = make_loader()`, `train_loader, val_loader = make_loaders()`
+                # `loader = make_loader()`, `train_loader, val_loader = make_loaders()`, and what is read off
+                # the result: `self.train_loader = DataModule(cfg).train_loader`, `make_loaders(cfg)["train"]`
                 for target in assign.targets:
                     if isinstance(target.target, (cst.Tuple, cst.List)):
                         seeds |= {code_of(element.value) for element in target.target.elements}

@@ -24,6 +24,7 @@ from typing import TypeVar
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
 from libcst.metadata import (
     CodeRange,
     ExpressionContextProvider,
@@ -33,6 +34,7 @@ from libcst.metadata import (
     PositionProvider,
     QualifiedName,
     QualifiedNameProvider,
+    QualifiedNameSource,
     Scope,
     ScopeProvider,
 )
@@ -260,8 +262,22 @@ class Tree:
         if found is None:
             scope = self.scopes.get(node)
             found = scope.get_qualified_names_for(node) if scope is not None else set()
+            if not found and scope is not None and self.role.star_bindings:
+                found = self._through_star_import(node, scope)
             self._qualified[node] = found
         return found
+
+    def _through_star_import(self, node: cst.CSTNode, scope: Scope) -> Collection[QualifiedName]:
+        """``nn.DataParallel`` where ``nn`` is bound by ``from models import *`` of a project module that
+        imports ``torch.nn as nn``: the project says what the star import binds."""
+        spelled = get_full_name_for_node(node)
+        if spelled is None:
+            return set()
+        head, dot, rest = spelled.partition(".")
+        bound = dict(self.role.star_bindings).get(head)
+        if bound is None or head in scope:
+            return set()
+        return {QualifiedName(bound + dot + rest, QualifiedNameSource.IMPORT)}
 
     @cached_property
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]:

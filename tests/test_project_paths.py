@@ -1,0 +1,183 @@
+"""A project converted the way users type it: from inside the folder or outside, relative or absolute.
+
+Every spelling of one project (``convert .``, ``./``, ``DIR``, ``DIR/``, ``../DIR``, the absolute
+path, ``--project ENTRY.py`` and ``--project ./ENTRY.py``) must write byte-identical trees and say the
+same things, paths aside. The folder spellings write the golden tree.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+
+PROJECTS = FIXTURES / "projects"
+CASES = sorted(path.name for path in PROJECTS.iterdir() if (path / "before").is_dir())
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {
+        path.relative_to(root).as_posix(): path.read_text(encoding="utf-8")
+        for path in sorted(root.rglob("*.py"))
+        if "__pycache__" not in path.parts
+    }
+
+
+def _entries(case: str) -> list[str]:
+    runs = PROJECTS / case / "runs.txt"
+    lines = runs.read_text().splitlines() if runs.is_file() else []
+    return [line.removeprefix("whole:").split()[0] for line in lines if line.strip()]
+
+
+def _convert(case: str, tmp_path: Path, where: str, *arguments: str) -> tuple[dict[str, str], str, int]:
+    """Convert a fresh copy of the case from ``where`` (``inside``, ``parent`` or ``sibling``) with the arguments typed.
+
+    ``{abs}`` in an argument is the copy's absolute path. The messages come back with every spelling of
+    the folder's path taken out, so that two spellings can be compared.
+    """
+    work = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+    root = work / case
+    shutil.copytree(PROJECTS / case / "before", root)
+    (work / "sibling").mkdir()
+    cwd = {"inside": root, "parent": work, "sibling": work / "sibling"}[where]
+    typed = [argument.replace("{abs}", str(root)) for argument in arguments]
+    completed = subprocess.run(
+        [sys.executable, "-m", "dp2ddp", "convert", *typed], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+    assert "Traceback" not in completed.stderr, completed.stderr
+    messages = completed.stdout + completed.stderr
+    for prefix in (f"{root}/", f"../{case}/", f"{case}/"):
+        messages = messages.replace(prefix, "")
+    return _tree(root), messages, completed.returncode
+
+
+FOLDER_SPELLINGS = [
+    ("inside", "."),
+    ("inside", "./"),
+    ("inside", "{abs}"),
+    ("parent", "{case}"),
+    ("parent", "{case}/"),
+    ("sibling", "../{case}"),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_spelling_of_a_project_folder_converts_it_the_same(case: str, tmp_path: Path) -> None:
+    """Should convert the folder to its golden tree however the user names it, with the same messages."""
+    results = {
+        f"{where} {typed}": _convert(case, tmp_path, where, typed.replace("{case}", case))
+        for where, typed in FOLDER_SPELLINGS
+    }
+    golden = PROJECTS / case / ("after" if (PROJECTS / case / "after").is_dir() else "before")
+    expected = _tree(golden)
+    first_tree, first_messages, first_code = results["inside ."]
+    assert first_tree == expected
+    for spelling, (tree, messages, code) in results.items():
+        assert tree == first_tree, f"{spelling} wrote another tree than `convert .`"
+        assert (messages, code) == (first_messages, first_code), f"{spelling} said other things than `convert .`"
+
+
+@pytest.mark.parametrize(
+    "case, entry", [(case, entry) for case in CASES for entry in dict.fromkeys(_entries(case))]
+)
+def test_every_spelling_of_a_project_entry_converts_it_the_same(case: str, entry: str, tmp_path: Path) -> None:
+    """Should convert the entry and what it imports however the user names the entry, with the same messages."""
+    spellings = [
+        ("inside", entry),
+        ("inside", f"./{entry}"),
+        ("parent", f"{case}/{entry}"),
+        ("inside", f"{{abs}}/{entry}"),
+    ]
+    results = {f"{where} {typed}": _convert(case, tmp_path, where, "--project", typed) for where, typed in spellings}
+    first_tree, first_messages, first_code = results[f"inside {entry}"]
+    assert first_code != 2, first_messages
+    assert first_tree != _tree(PROJECTS / case / "before"), f"--project {entry} converted nothing:\n{first_messages}"
+    # What the entry reaches is converted as the whole folder converts it (the helpers module holds what it needs).
+    after, before = _tree(PROJECTS / case / "after"), _tree(PROJECTS / case / "before")
+    changed = {name for name, text in first_tree.items() if text != before.get(name)} - {"ddp_helpers.py"}
+    assert changed and all(first_tree[name] == after[name] for name in changed)
+    for spelling, (tree, messages, code) in results.items():
+        assert tree == first_tree, f"--project {spelling} wrote another tree than `--project {entry}`"
+        assert (messages, code) == (first_messages, first_code), f"--project {spelling} said other things"
+
+
+def _cli(cwd: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dp2ddp", *arguments], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_skipping_the_wrap_of_a_factory_leaves_the_whole_program_as_it_was(tmp_path: Path) -> None:
+    """Should refuse the factory with DDP107 and hold back its caller: no split data around a DataParallel model."""
+    root = tmp_path / "src"
+    shutil.copytree(PROJECTS / "factory_returns_moved_wrap" / "before", root)
+    completed = _cli(tmp_path, "convert", "--skip", "replace_data_parallel", "src/")
+    assert completed.returncode == 1, completed.stderr
+    assert "src/model.py:18:17: DDP107 the model stays in DataParallel" in completed.stderr
+    assert "DDP104" not in completed.stderr  # no claim that the wrap was made
+    assert _tree(root) == _tree(PROJECTS / "factory_returns_moved_wrap" / "before")
+    assert "0 files converted" in completed.stderr
+
+
+def test_an_internal_error_suggests_no_option_that_half_converts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should name the codemod and ask for a report, never suggest --skip: skipping it leaves its part unconverted."""
+    from dp2ddp import api
+    from dp2ddp.codemods.replace_data_parallel import ReplaceDataParallelCommand
+
+    def broken(self: object, *args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(ReplaceDataParallelCommand, "leave_Call", broken)
+    source = (PROJECTS / "factory_returns_moved_wrap" / "before" / "model.py").read_text(encoding="utf-8")
+    with pytest.raises(api.ConversionError) as raised:
+        api.convert_source(source)
+    assert "internal error in codemod replace_data_parallel (RuntimeError)" in str(raised.value)
+    assert "--skip" not in str(raised.value) and "--only" not in str(raised.value)
+
+
+def test_an_entry_named_with_project_writes_nothing_its_program_does_not_reach(tmp_path: Path) -> None:
+    """Should convert what the entry reaches and list every file written: another program's folder gets no helpers."""
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "trainer_with_driver" / "before", root)
+    (root / "tools").mkdir()
+    (root / "tools" / "export.py").write_text(
+        "import sys\nsys.path.insert(0, '..')\nfrom trainer import Trainer\n\nif __name__ == '__main__':\n"
+        "    Trainer.__name__\n",
+        encoding="utf-8",
+    )
+    (root / "notes.py").write_text("print('not imported')\n", encoding="utf-8")
+    completed = _cli(root, "convert", "--project", "notes.py")
+    assert completed.returncode == 0, completed.stderr
+    assert "0 files converted" in completed.stderr
+    assert not (root / "ddp_helpers.py").exists() and not (root / "tools" / "ddp_helpers.py").exists()
+
+    completed = _cli(root, "convert", "--project", "run.py")
+    assert completed.returncode == 0, completed.stderr
+    written = {line.split()[-1] for line in completed.stderr.splitlines() if line.startswith(("converted ", "wrote the helpers module "))}
+    assert written == {"ddp_helpers.py", "run.py", "trainer.py"}
+    assert not (root / "tools" / "ddp_helpers.py").exists()
+    assert (root / "tools" / "export.py").read_text(encoding="utf-8").startswith("import sys\n")
+
+
+@pytest.mark.parametrize(
+    "case, typed, command",
+    [
+        pytest.param("trainer_with_driver", "trainer.py", "dp2ddp convert .", id="a trainer module: its folder"),
+        pytest.param("factory_returns_moved_wrap", "train.py", "dp2ddp convert --project train.py", id="an entry: itself"),
+        pytest.param("entries_reach_by_any_import", "trainer.py", "dp2ddp convert .", id="a star import the folder resolves"),
+    ],
+)
+def test_a_file_that_converts_with_its_folder_says_the_exact_command(case: str, typed: str, command: str, tmp_path: Path) -> None:
+    """Should end a file converted alone, refused or left without what its folder provides, with the command that converts it."""
+    root = tmp_path / case
+    shutil.copytree(PROJECTS / case / "before", root)
+    completed = _cli(root, "convert", "--check", typed)
+    assert f"hint: {typed} converts with the rest of its project: {command}" in completed.stderr
+    followed = _cli(root, *command.split()[1:])
+    assert followed.returncode == 0, followed.stderr
+    assert _tree(root)[typed] == _tree(PROJECTS / case / "after")[typed]

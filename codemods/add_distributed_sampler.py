@@ -883,7 +883,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(found.node, found.code, source=found.spelled)
         wraps = self.facts.model_wraps or self.facts.imported_wraps
         role = analysis.role
-        if not loaders and not unsplit and wraps and not role.loader_sources and not role.program_loaders:
+        if not loaders and not unsplit and wraps and not role.loader_sources and not role.program_loaders and not role.evaluates_only:
             # A script run on its own that trains through another module (`engine.run(model)`) would train every
             # process on that module's unsplit loader; a module others import only builds the model.
             runs = main_guard(analysis.module) is not None and self._handed_to_another_module(analysis)

@@ -430,6 +430,10 @@ def _convert_projects(
                 results.append(FileResult(path, read[path].encoding, error=located(path, result)))
             else:
                 results.append(FileResult(path, read[path].encoding, result, role=converted.roles.get(path)))
+        if len(converted.entry_folders) > 1:
+            folders = ", ".join(f"{folder.as_posix()}/" for folder in converted.entry_folders)
+            click.echo(f"note: the converted entry points run from different folders ({folders}), so no one helpers "
+                       "module serves them: each converted file keeps its helpers inline", err=True)  # fmt: skip
         helpers_module = converted.helpers
         if helpers_module is not None and not diff:
             written = _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff,
@@ -443,7 +447,7 @@ def _convert_projects(
                 _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff, check=check)
                 helpers_module = None
             _finish_file(outcome, report, partial(click.echo, err=True), diff=diff, check=check, output=None,
-                         alone=False, allow_read_only=allow_read_only)  # fmt: skip
+                         alone=outcome.path == entry, allow_read_only=allow_read_only)  # fmt: skip
             outcomes.append(outcome)
         if helpers_module is not None:
             _finish_helpers(helpers_module.path, helpers_module.before, helpers_module.after, diff=diff, check=check)

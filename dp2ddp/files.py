@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import stat
 import tempfile
 import tokenize
@@ -96,22 +97,28 @@ def find_sources(paths: Iterable[Path]) -> Found:
 def project_root(script: Path) -> Path:
     """The folder a script named with ``--project`` is converted in, spelled as the user spelled the script.
 
-    Its own folder, widened to what its imports can reach from there: above a package it sits in
-    (``python -m tools.train`` runs from the folder that holds ``tools``), and to the folders it or a
-    module beside it puts on ``sys.path`` (``_init_paths.py`` adding ``../lib``). The same script named
-    from anywhere gets the same folder.
+    Its own folder, widened to what its imports can reach from there: above each package it sits in that
+    it imports by its full name (``from tools.utils import ...``, run as ``python -m tools.train`` from the
+    folder that holds ``tools``), and to the folders it or a module beside it puts on ``sys.path``
+    (``_init_paths.py`` adding ``../lib``). The same script named from anywhere gets the same folder.
     """
     from dp2ddp.analysis.paths import sys_path_folders
 
     folder = Path(os.path.abspath(script)).parent
-    top = folder
-    while (top / "__init__.py").is_file() and top.parent != top:
-        top = top.parent
+    texts: list[str] = []
     for neighbour in sorted(folder.glob("*.py")):
         try:
-            text = read_source(neighbour).text
+            texts.append(read_source(neighbour).text)
         except SourceError:
             continue  # converting it says why
+    top = folder
+    # Up through the packages the scripts import by their full name (`from tools.utils import ...`), and no
+    # further: a repository whose top folder has an `__init__.py` is not part of the folder above it.
+    while (top / "__init__.py").is_file() and top.parent != top and any(
+        re.search(rf"^\s*(?:from|import)\s+{re.escape(top.name)}\b", text, re.M) for text in texts
+    ):
+        top = top.parent
+    for text in texts:
         for added in sys_path_folders(text, folder):
             if added.is_dir():
                 top = Path(os.path.commonpath([top, added]))

@@ -24,7 +24,7 @@ from dp2ddp.analysis.project import Project
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source, deeply
 from dp2ddp.codemods._base import helper_insertion_index
-from dp2ddp.conversion import DEFAULT_HELPERS_MODULE, HelpersMode
+from dp2ddp.conversion import DEFAULT_HELPERS_MODULE, NO_DATA_PARALLEL, HelpersMode
 
 # The first lines of a helpers module convert wrote; the digest covers everything after them,
 # so an edit by hand is seen and the module is never overwritten.
@@ -64,6 +64,9 @@ class ProjectResult:
     # Each file's result, or why it could not be converted; in path order.
     files: dict[Path, ConvertResult | ConversionError] = field(default_factory=dict)
     helpers: HelpersModule | None = None
+    # The folders the converted entry points run from, when there are several: no one helpers module
+    # serves them all, so each converted file keeps its helpers inline.
+    entry_folders: tuple[Path, ...] = ()
     roles: dict[Path, ModuleRole] = field(default_factory=dict)
     project: Project | None = None
 
@@ -111,6 +114,14 @@ def convert_project(
         result.files[path] = converted
     result.files = dict(sorted(result.files.items()))
     _hold_back_programs_with_a_refusal(project, result)
+    named = result.files.get(entry) if entry is not None else None
+    if isinstance(named, ConvertResult) and named.reason == NO_DATA_PARALLEL:
+        reason = "neither it nor a module of its folder it imports wraps a model in nn.DataParallel: nothing to convert"
+        result.files[entry] = ConvertResult(named.source, named.output, named.findings, reason)  # type: ignore[index]
+    if helpers == "module" and helpers_path is None and any(
+        isinstance(r, ConvertResult) and r.changed for r in result.files.values()
+    ):
+        result.entry_folders = project.entry_folders(entry)
     if helpers_path is None:
         return result
     definitions = _defined_helpers(existing) if existing is not None else {}

@@ -153,6 +153,7 @@ def test_an_entry_named_with_project_writes_nothing_its_program_does_not_reach(t
     (root / "notes.py").write_text("print('not imported')\n", encoding="utf-8")
     completed = _cli(root, "convert", "--project", "notes.py")
     assert completed.returncode == 0, completed.stderr
+    assert "left notes.py unchanged: neither it nor a module of its folder it imports wraps a model" in completed.stderr
     assert "0 files converted" in completed.stderr
     assert not (root / "ddp_helpers.py").exists() and not (root / "tools" / "ddp_helpers.py").exists()
 
@@ -181,3 +182,37 @@ def test_a_file_that_converts_with_its_folder_says_the_exact_command(case: str, 
     followed = _cli(root, *command.split()[1:])
     assert followed.returncode == 0, followed.stderr
     assert _tree(root)[typed] == _tree(PROJECTS / case / "after")[typed]
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if (PROJECTS / case / "after").is_dir()])
+def test_check_reads_a_project_folder_the_same_however_it_is_named(case: str, tmp_path: Path) -> None:
+    """Should find the same hazards in a converted project from inside it (`check .`) as by its absolute path."""
+    root = tmp_path / case
+    shutil.copytree(PROJECTS / case / "after", root)
+    inside = _cli(root, "check", ".")
+    absolute = _cli(tmp_path, "check", str(root))
+    assert inside.returncode == absolute.returncode, inside.stdout + absolute.stdout
+    assert inside.stdout == absolute.stdout.replace(f"{root}/", ""), inside.stdout + absolute.stdout
+
+
+def test_a_script_in_a_package_it_imports_by_name_is_converted_from_above_the_package(tmp_path: Path) -> None:
+    """Should read `--project pkg/train.py`, which imports `pkg.model`, from the folder that holds `pkg`, and not
+    climb past a top folder whose `__init__.py` nothing imports by name."""
+    from dp2ddp.files import project_root
+
+    (tmp_path / "__init__.py").write_text("", encoding="utf-8")  # a repository with an __init__ at its top
+    package = tmp_path / "src" / "pkg"
+    package.mkdir(parents=True)
+    (tmp_path / "src" / "__init__.py").write_text("", encoding="utf-8")
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "model.py").write_text(
+        "import torch.nn as nn\n\n\ndef build():\n    return nn.DataParallel(nn.Linear(4, 1))\n", encoding="utf-8"
+    )
+    (package / "train.py").write_text(
+        "from pkg.model import build\n\nif __name__ == '__main__':\n    build()\n", encoding="utf-8"
+    )
+    assert project_root(package / "train.py") == tmp_path / "src"
+    completed = _cli(tmp_path / "src", "convert", "--check", "--project", "pkg/train.py")
+    assert "would convert pkg/model.py" in completed.stderr and "would convert pkg/train.py" in completed.stderr
+    (package / "train.py").write_text("from .model import build\n", encoding="utf-8")
+    assert project_root(package / "train.py") == package

@@ -493,3 +493,27 @@ def test_a_self_test_in_a_module_the_project_imports_is_left_as_it_was(tmp_path:
     assert {name: text for name, text in tree.items() if name != "modeling/net.py"} == {
         name: text for name, text in after.items() if name != "modeling/net.py"
     }
+
+
+def test_an_entry_that_hands_an_optimizer_to_a_library_engine_still_trains(tmp_path: Path) -> None:
+    """Should split the loader of an entry whose backward runs in a library engine: it builds an optimizer, so it
+    may train, and only a program that never could reads its data whole."""
+    model = "import torch.nn as nn\n\n\ndef generate_model():\n    return nn.DataParallel(nn.Linear(4, 2))\n"
+    train = (
+        "import torch\nimport torch.nn as nn\nfrom ignite.engine import create_supervised_trainer\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\nfrom model import generate_model\n\n"
+        "if __name__ == '__main__':\n    model = generate_model()\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=8, shuffle=True)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    create_supervised_trainer(model, optimizer, nn.CrossEntropyLoss()).run(loader, max_epochs=2)\n"
+    )
+    result = convert_project(tmp_path, {tmp_path / "model.py": model, tmp_path / "train.py": train})
+    converted = result.files[tmp_path / "train.py"]
+    assert isinstance(converted, ConvertResult) and "sampler=" in converted.output
+    predict = train.replace("    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n", "").replace(
+        "    create_supervised_trainer(model, optimizer, nn.CrossEntropyLoss()).run(loader, max_epochs=2)\n",
+        "    for (x, y) in loader:\n        print(model(x).argmax(1))\n",
+    )
+    result = convert_project(tmp_path, {tmp_path / "model.py": model, tmp_path / "predict.py": predict})
+    predicted = result.files[tmp_path / "predict.py"]
+    assert isinstance(predicted, ConvertResult) and predicted.changed and "sampler=" not in predicted.output

@@ -539,7 +539,7 @@ class Project:
                 imported_wraps=tuple(dict.fromkeys(wraps.get(name, ()))),
                 drives=self._first_wrap(self.reach[name]) if name in self.drivers and name not in self.wrapping else None,
                 setup_elsewhere=setup_elsewhere,
-                evaluates_only=name in self.drivers and not any(self._backward_in(other) for other in self.reach[name]),
+                evaluates_only=name in self.drivers and not any(self._may_train(other) for other in self.reach[name]),
                 guarded_functions=tuple(inside.get(name, ())),
                 trains=name in training,
                 guarded_calls=tuple(dict.fromkeys(at_call.get(name, ()))),
@@ -634,8 +634,13 @@ class Project:
             if None not in defaults
         )
 
-    def _backward_in(self, name: str) -> bool:
-        return any(spelled.endswith(".backward") for _, spelled in self.modules[name].calls)
+    def _may_train(self, name: str) -> bool:
+        """Whether a module calls ``backward()``, steps anything, or builds an optimizer: an engine of a library
+        (`create_supervised_trainer(model, optimizer, loss)`) may run the backward where the project cannot see."""
+        return any(
+            spelled.endswith((".backward", ".step")) or "optim." in spelled or spelled.rpartition(".")[2] in _OPTIMIZERS
+            for _, spelled in self.modules[name].calls
+        )
 
     def _steps(self, module: _Module, functions: set[str]) -> bool:
         """Whether one of ``functions`` (or classes) of ``module`` runs a training step: it calls ``backward()``."""
@@ -686,13 +691,15 @@ class Project:
     def helpers_folder(self, entry: Path | None = None) -> Path | None:
         """The folder a helpers module goes in: the one that every converted entry point runs from
         (with ``entry``, that script alone)."""
+        folders = self.entry_folders(entry)
+        return folders[0] if len(folders) == 1 else None
+
+    def entry_folders(self, entry: Path | None = None) -> tuple[Path, ...]:
+        """The folders the converted entry points run from (with ``entry``, that script's alone)."""
         entries = self.drivers | (self.converted & set(self.reach))
         if entry is not None:
             entries &= {self.by_path[entry].name} if entry in self.by_path else set()
-        folders = {self.modules[name].path.parent for name in entries}
-        if len(folders) == 1:
-            return folders.pop()
-        return None
+        return tuple(sorted({self.modules[name].path.parent for name in entries}))
 
 
 # `from .models import create_model, (...)` and `import utils.tools as tools`, read from text.
@@ -764,6 +771,10 @@ def _is_meter(cls: ast.ClassDef) -> bool:
         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
     }
     return {"sum", "count", "avg"} <= kept
+
+
+# torch.optim's optimizers, as a `from torch.optim import Adam` spells them.
+_OPTIMIZERS = frozenset({"SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "LBFGS", "NAdam", "RAdam", "SparseAdam"})
 
 
 def _is_main_guard(statement: ast.stmt) -> bool:

@@ -28,8 +28,9 @@ class ModuleRole:
     imported_wraps: tuple[tuple[str, Site], ...] = ()
     # An entry point that imports a module that wraps a model, with where: it starts the process group.
     drives: Site | None = None
-    # An entry point none of whose program's modules calls `backward()`: it only evaluates or predicts with the
-    # model the project wraps, so none of its loaders is a training loader (each process reads its data whole).
+    # An entry point none of whose program's modules calls `backward()`, steps anything or builds an optimizer:
+    # it only evaluates or predicts with the model the project wraps, so none of its loaders is a training
+    # loader (each process reads its data whole).
     evaluates_only: bool = False
     # Imported by an entry point that starts the process group, so none is started here.
     setup_elsewhere: bool = False

@@ -68,6 +68,11 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             written = next((role.writer_site(q.name) for q in analysis.qualified_names(call.func) if role.writer_site(q.name)), None)
             if written is not None and not under_rank_guard(self, call):
                 self.report(call, "DDP106", call=code_of(call.func), site=written)
+            unguarded = next(
+                (role.unguarded_writer_site(q.name) for q in analysis.qualified_names(call.func) if role.unguarded_writer_site(q.name)), None
+            )
+            if unguarded is not None and not under_rank_guard(self, call):
+                self.report(call, "DDP108", call=code_of(call.func), site=unguarded)
         if self.only_functions is None:
             self._report_unknown_writers(analysis)
             self._report_per_process_paths(analysis)

@@ -227,6 +227,23 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP108",
+            "project-call-writes-unguarded",
+            "warning",
+            "`{call}` writes ({site}) on every process, and its value is used here, so the call cannot run on the "
+            "main process only: put its writes under `if is_main_process():` inside it",
+            doc=_doc(
+                "Finds a call, in converted code, of a project function that writes (prints, logs, saves) and "
+                "returns a value the caller uses, where code that is not converted calls it too.",
+                "Guarding the call would leave the other processes without its value (a model, a dataset, a "
+                "logger), and guarding inside the function would change what its unconverted callers do. So it "
+                "writes on every process: a line printed once per process, or a file written by each.",
+                "net = build_net(cfg)  # build_net prints the configuration",
+                "# in build_net: if is_main_process(): print(cfg)\nnet = build_net(cfg)",
+                "No fix: the call is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP107",
             "obligation-left-open-by-option",
             "error",

@@ -517,3 +517,18 @@ def test_an_entry_that_hands_an_optimizer_to_a_library_engine_still_trains(tmp_p
     result = convert_project(tmp_path, {tmp_path / "model.py": model, tmp_path / "predict.py": predict})
     predicted = result.files[tmp_path / "predict.py"]
     assert isinstance(predicted, ConvertResult) and predicted.changed and "sampler=" not in predicted.output
+
+
+def test_a_writer_whose_value_is_used_is_never_guarded_at_its_call_and_says_so(tmp_path: Path) -> None:
+    """Should leave `net = build()` unguarded, with DDP108, where unconverted code also calls `build`: guarded,
+    the other processes would get no model; and never claim (DDP106) that it was guarded."""
+    build = "import torch.nn as nn\n\n\ndef build():\n    print('building')\n    return nn.Linear(4, 1)\n"
+    train = _EPOCH_MAIN.replace("from train import train_epoch\n", "from build import build\n").replace(
+        "nn.DataParallel(nn.Linear(4, 1))", "nn.DataParallel(build())"
+    ).replace("        train_epoch(epoch, model, loader, optimizer)\n", "        print(epoch)\n")
+    other = "from build import build\n\n\ndef export():\n    return build()\n"
+    sources = {tmp_path / "build.py": build, tmp_path / "main.py": train, tmp_path / "other.py": other}
+    main = convert_project(tmp_path, sources).files[tmp_path / "main.py"]
+    assert isinstance(main, ConvertResult) and main.changed
+    assert [f.code for f in main.findings if f.code in ("DDP106", "DDP108")] == ["DDP108"]
+    assert "model = wrap_ddp(build())" in main.output

@@ -66,6 +66,9 @@ class _Module:
     subclasses: dict[str, ast.ClassDef] = field(default_factory=dict)
     # What `from x import *` of project modules binds here to modules outside the project (`nn` -> `torch.nn`).
     star_bindings: dict[str, str] = field(default_factory=dict)
+    # Calls whose value is thrown away (`save_checkpoint(...)` alone on its line), by id: only such a call can be
+    # guarded where it is made, since other processes would get None for a value that is used.
+    discarded: set[int] = field(default_factory=set)
     # Wraps in the `__main__` block of a module the project imports: its self-test, not part of any program.
     self_test_wraps: int = 0
     entry: bool = False
@@ -241,6 +244,8 @@ class Project:
                     module.loaders.append(node)
             elif isinstance(node, ast.Return) and node.value is not None:
                 returns.append(node)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                module.discarded.add(id(node.value))
         for name, function in module.functions.items():
             inside = range(function.lineno, (function.end_lineno or function.lineno) + 1)
             wraps = [call for call in module.wraps if call.lineno in inside]
@@ -460,6 +465,8 @@ class Project:
         meters: dict[str, set[str]] = {}
         subclass_wraps: dict[str, list[tuple[str, Site]]] = {}
         callers: dict[tuple[str, str], list[tuple[str, str, Site]]] = {}
+        # (caller, qualified) of calls of another module's function whose value the caller uses.
+        used: set[tuple[str, str]] = set()
         for module in self.by_path.values():
             for call, target, function, qualified in self.calls(module):
                 project_calls.setdefault(module.name, set()).add(qualified)
@@ -477,8 +484,11 @@ class Project:
                     loader_sources.setdefault(module.name, []).append((qualified, site))
                 if target not in self.converted:
                     callers.setdefault((target, function), []).append((module.name, qualified, self.site(module, call)))
+                    if id(call) not in module.discarded:
+                        used.add((module.name, qualified))
         inside: dict[str, list[tuple[str, Site, tuple[Site, ...]]]] = {}
         at_call: dict[str, list[tuple[str, Site]]] = {}
+        unguarded: dict[str, list[tuple[str, Site]]] = {}
         # First the modules that train for converted callers, to a fixed point: they are converted
         # whole, so their own calls count as converted code's in what follows.
         training: set[str] = set()
@@ -525,7 +535,11 @@ class Project:
                     unhandled.setdefault(caller, set()).add(qualified)
             else:
                 for caller, qualified, _ in sites:
-                    if caller in converted:
+                    if (caller, qualified) in used:
+                        # `net = build_ssd(...)`: guarded, the other processes would get no model.
+                        if caller in converted:
+                            unguarded.setdefault(caller, []).append((qualified, written))
+                    elif caller in converted:
                         at_call.setdefault(caller, []).append((qualified, written))
         option_defaults = self._option_defaults()
         roles: dict[Path, ModuleRole] = {}
@@ -543,6 +557,7 @@ class Project:
                 guarded_functions=tuple(inside.get(name, ())),
                 trains=name in training,
                 guarded_calls=tuple(dict.fromkeys(at_call.get(name, ()))),
+                unguarded_calls=tuple(dict.fromkeys(unguarded.get(name, ()))),
                 loader_sources=tuple(dict.fromkeys(loader_sources.get(name, ()))) if name in self.converted else (),
                 splits_loaders=name in self.loading,
                 project_calls=(

@@ -40,6 +40,9 @@ class ModuleRole:
     # Other modules' writers that this module calls, by qualified name, each with where it writes:
     # guarded at the call, because code that is not converted calls them too.
     guarded_calls: tuple[tuple[str, Site], ...] = ()
+    # Other modules' writers this module calls and uses the value of, by qualified name, each with where it
+    # writes: they cannot be guarded at the call, and write on every process (DDP108).
+    unguarded_calls: tuple[tuple[str, Site], ...] = ()
     # Project callables this module calls whose module builds the program's DataLoaders, with where:
     # their loaders are split there, so batches this module reads from them are split too.
     loader_sources: tuple[tuple[str, Site], ...] = ()
@@ -91,3 +94,6 @@ class ModuleRole:
 
     def writer_site(self, qualified: str) -> Site | None:
         return dict(self.guarded_calls).get(qualified)
+
+    def unguarded_writer_site(self, qualified: str) -> Site | None:
+        return dict(self.unguarded_calls).get(qualified)

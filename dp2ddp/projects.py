@@ -83,15 +83,15 @@ def convert_project(
 ) -> ProjectResult:
     """Convert the modules of ``root`` (``sources``: path -> text) as one program.
 
-    With ``entry``, a script of ``sources``, only it and the modules it imports are converted, and the
-    helpers module, if any, goes beside it.
+    With ``entry``, a script of ``sources``, only it, the modules it imports and the other entry points
+    that share a converted module with it are converted.
 
     ``mapper`` runs the conversion of each file, which needs nothing but its own
     source and role once the project is read: ``map``, or a pool's.
     """
     project = Project(root, sources)
     reached = _reached_from(project, entry) if entry is not None else None
-    folder = project.helpers_folder(entry) if helpers == "module" else None
+    folder = project.helpers_folder(reached) if helpers == "module" else None
     helpers_path = folder / f"{helpers_name}.py" if folder is not None else None
     existing = sources.get(helpers_path) if helpers_path is not None else None
     if existing is not None and _DIGEST not in existing:
@@ -121,7 +121,7 @@ def convert_project(
     if helpers == "module" and helpers_path is None and any(
         isinstance(r, ConvertResult) and r.changed for r in result.files.values()
     ):
-        result.entry_folders = project.entry_folders(entry)
+        result.entry_folders = project.entry_folders(reached)
     if helpers_path is None:
         return result
     definitions = _defined_helpers(existing) if existing is not None else {}
@@ -155,11 +155,24 @@ _Work = tuple[str, ConvertOptions, ModuleRole | None]
 
 
 def _reached_from(project: Project, entry: Path) -> set[Path]:
-    """The files a script imports from its project, directly or not, and the script itself."""
+    """The files a script imports from its project, directly or not, and the script itself; and every other
+    entry point that imports a module converted for it, with what that one imports.
+
+    A factory converted to wrap in DDP needs a process group in every script that builds the model:
+    `--project train.py` that left `test.py` as it was would leave it crashing on its first wrap.
+    """
     module = project.by_path.get(entry)
     if module is None:
         return {entry}
-    return {project.modules[name].path for name in project.reachable(module.name)}
+    reached = project.reachable(module.name)
+    grew = True
+    while grew:
+        grew = False
+        for other, its in project.reach.items():
+            if not its <= reached and its & reached & project.converted:
+                reached |= its
+                grew = True
+    return {project.modules[name].path for name in reached}
 
 
 def _convert_one(work: _Work) -> ConvertResult | ConversionError:

@@ -141,7 +141,8 @@ def test_an_internal_error_suggests_no_option_that_half_converts(monkeypatch: py
 
 
 def test_an_entry_named_with_project_writes_nothing_its_program_does_not_reach(tmp_path: Path) -> None:
-    """Should convert what the entry reaches and list every file written: another program's folder gets no helpers."""
+    """Should convert what the entry reaches, and every other entry that shares a converted module with it (left
+    behind, it would crash on its first wrap), list every file written, and write nothing anywhere else."""
     root = tmp_path / "project"
     shutil.copytree(PROJECTS / "trainer_with_driver" / "before", root)
     (root / "tools").mkdir()
@@ -150,19 +151,24 @@ def test_an_entry_named_with_project_writes_nothing_its_program_does_not_reach(t
         "    Trainer.__name__\n",
         encoding="utf-8",
     )
+    (root / "other").mkdir()
+    (root / "other" / "tool.py").write_text("import json\n\nif __name__ == '__main__':\n    print(json.dumps({}))\n")
     (root / "notes.py").write_text("print('not imported')\n", encoding="utf-8")
     completed = _cli(root, "convert", "--project", "notes.py")
     assert completed.returncode == 0, completed.stderr
     assert "left notes.py unchanged: neither it nor a module of its folder it imports wraps a model" in completed.stderr
     assert "0 files converted" in completed.stderr
-    assert not (root / "ddp_helpers.py").exists() and not (root / "tools" / "ddp_helpers.py").exists()
+    assert not list(root.rglob("ddp_helpers.py"))
 
     completed = _cli(root, "convert", "--project", "run.py")
     assert completed.returncode == 0, completed.stderr
     written = {line.split()[-1] for line in completed.stderr.splitlines() if line.startswith(("converted ", "wrote the helpers module "))}
-    assert written == {"ddp_helpers.py", "run.py", "trainer.py"}
-    assert not (root / "tools" / "ddp_helpers.py").exists()
-    assert (root / "tools" / "export.py").read_text(encoding="utf-8").startswith("import sys\n")
+    assert written == {"run.py", "trainer.py", "tools/export.py"}
+    # Its entry points run from two folders: no one helpers module serves both, and the run says so.
+    assert "note: the converted entry points run from different folders (./, tools/)" in completed.stderr
+    assert not list(root.rglob("ddp_helpers.py"))
+    assert "setup_distributed()" in (root / "tools" / "export.py").read_text(encoding="utf-8")
+    assert (root / "other" / "tool.py").read_text(encoding="utf-8").startswith("import json\n")
 
 
 @pytest.mark.parametrize(

@@ -703,17 +703,17 @@ class Project:
         module = self.modules[min(wrapping or (reached & self.loading))]
         return self.site(module, (module.wraps or module.loaders)[0])
 
-    def helpers_folder(self, entry: Path | None = None) -> Path | None:
+    def helpers_folder(self, within: set[Path] | None = None) -> Path | None:
         """The folder a helpers module goes in: the one that every converted entry point runs from
-        (with ``entry``, that script alone)."""
-        folders = self.entry_folders(entry)
+        (with ``within``, every one among these files)."""
+        folders = self.entry_folders(within)
         return folders[0] if len(folders) == 1 else None
 
-    def entry_folders(self, entry: Path | None = None) -> tuple[Path, ...]:
-        """The folders the converted entry points run from (with ``entry``, that script's alone)."""
+    def entry_folders(self, within: set[Path] | None = None) -> tuple[Path, ...]:
+        """The folders the converted entry points run from (with ``within``, those among these files)."""
         entries = self.drivers | (self.converted & set(self.reach))
-        if entry is not None:
-            entries &= {self.by_path[entry].name} if entry in self.by_path else set()
+        if within is not None:
+            entries = {name for name in entries if self.modules[name].path in within}
         return tuple(sorted({self.modules[name].path.parent for name in entries}))
 
 

@@ -71,7 +71,6 @@ class ProjectResult:
     project: Project | None = None
 
 
-
 def convert_project(
     root: Path,
     sources: Mapping[Path, str],
@@ -101,7 +100,7 @@ def convert_project(
         )
     roles = project.roles(helpers_name if helpers_path is not None else None)
     result = ProjectResult(roles=roles, project=project)
-    # A script named with --project is converted with what it imports; the rest of its folder is not.
+    # A script named with --project is converted with its program; the rest of its folder is not.
     paths = [path for path in sorted(sources) if path != helpers_path and (reached is None or path in reached)]
     # A module's `__main__` self-test (a model's shape check under DataParallel) is no program of the project:
     # converting it would make the module import helpers from a folder it does not run from.

@@ -89,8 +89,8 @@ class Project:
         self._names = {path: _module_name(path.relative_to(root)) for path in sources}
         self._sources = sources
         self._importers: dict[Path, set[Path]] = {}
-        self._unparsable: set[Path] = set()
-        self._parsable: set[Path] = set()
+        # Whether Python can parse each file read so far: one it cannot never runs, so it calls nothing.
+        self._parses_as_python: dict[Path, bool] = {}
         # Imports resolve against normalised spellings, so that a folder named `.`, `./` or `../x` (the
         # way users type it) finds the same modules as its absolute path: `run.py` sits in `.`.
         self._by_text = {os.path.normpath(path): path for path in sources}
@@ -100,9 +100,8 @@ class Project:
             try:
                 tree = ast.parse(sources[path])
             except (SyntaxError, ValueError, RecursionError, MemoryError):
-                # The file's own conversion names the error (too deep for Python: the last two). Python
-                # cannot run it either, so it calls nothing of the project's.
-                self._unparsable.add(path)
+                # The file's own conversion names the error (too deep for Python: the last two).
+                self._parses_as_python[path] = False
                 continue
             module = _Module(self._names[path], path, tree, sources[path])
             self.modules.setdefault(module.name, module)
@@ -689,13 +688,13 @@ class Project:
 
     def _parses(self, path: Path) -> bool:
         """Whether Python can read the file: one it cannot never runs, so it calls nothing of the project's."""
-        if path not in self._unparsable and path not in self._parsable:
+        if path not in self._parses_as_python:
             try:
                 ast.parse(self._sources[path])
-                self._parsable.add(path)
+                self._parses_as_python[path] = True
             except (SyntaxError, ValueError, RecursionError, MemoryError):
-                self._unparsable.add(path)
-        return path not in self._unparsable
+                self._parses_as_python[path] = False
+        return self._parses_as_python[path]
 
     def _first_wrap(self, reached: set[str]) -> Site:
         """Where the first module this entry point imports wraps a model, or else builds its loaders."""

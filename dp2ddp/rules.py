@@ -2348,6 +2348,7 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP206": frozenset({"DDP510"}),
     "DDP209": frozenset({"DDP510"}),
     "DDP213": frozenset({"DDP539"}),
+    "DDP108": frozenset({"DDP501"}),
     "DDP208": frozenset({"DDP533"}),
     "DDP334": frozenset({"DDP534"}),
     "DDP216": frozenset({"DDP501", "DDP545"}),

@@ -30,6 +30,7 @@ from dp2ddp.analysis.loaders import (
     SHUFFLE,
     bindings_reaching,
     is_placeholder,
+    in_evaluation_function,
     is_training_loader,
     sampler_built_at,
     splits_itself,
@@ -57,10 +58,14 @@ class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
     batch, so the batches and the global batch size stay the sampler's. Given the global
     ``batch_size`` the sequence is cut into, each process takes a contiguous part of every
     batch, as DataParallel scattered it, so a sampler that groups items (K images of each
-    identity) keeps its groups.
+    identity) keeps its groups. A loader built anew for every pass names its ``site``: its
+    samplers go on counting that site's passes, where a new one would start at epoch 0.
     """
 
-    def __init__(self, sampler, seed=0, split_batches=False, batch_size=None):
+    # Passes drawn so far at each site whose loader is built anew for every pass.
+    passes = {{}}
+
+    def __init__(self, sampler, seed=0, split_batches=False, batch_size=None, site=None):
         if not hasattr(sampler, "__len__"):
             # Each pass is drawn whole before it is split: an endless sampler would never finish.
             raise TypeError(f"{{type(sampler).__name__}} has no length, so its passes cannot be split between processes")
@@ -68,7 +73,8 @@ class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
         self.seed = seed
         self.split_batches = split_batches
         self.batch_size = batch_size
-        self.epoch = 0
+        self.site = site
+        self.epoch = self.passes.get(site, 0)
 
     def set_epoch(self, epoch):
         self.epoch = epoch
@@ -85,6 +91,8 @@ class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
         items = self._draw()
         # The next pass draws a new sequence, also where no epoch loop calls set_epoch.
         self.epoch += 1
+        if self.site is not None:
+            self.passes[self.site] = self.epoch
         if self.split_batches:
             for batch in items:
                 batch = list(batch)
@@ -180,6 +188,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # loader argument they feed ("sampler"/"batch_sampler", wrapped in ShardedSampler).
         self.sampler_edits: dict[cst.Call, str] = {}
         # Loaders with no epoch loop for set_epoch: their shuffle moves into a ShardedSampler, which reshuffles itself.
+        # Loaders built anew for every pass, by the name their passes are counted under.
+        self.sites: dict[cst.Call, str] = {}
+        self.rebuilt_data: set[str] = set()
+        # Loaders whose sampler is a parameter that may be None at run time.
+        self.maybe_none: set[cst.Call] = set()
         self.self_advancing: set[cst.Call] = set()
         # Loaders (as the epoch loop names them) whose batch sampler carries the epoch.
         self.batch_sampled: set[str] = set()
@@ -212,6 +225,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         ]  # fmt: skip
         iterable_classes = {c.name.value for c in iterable}
         splitting = {c.name.value for c in iterable if self._iterates_own_share(c)}
+        # Data some loader is built anew for every pass over: every loader over it counts the
+        # passes of one site, so a loader built once beside it does not repeat its first order.
+        self.rebuilt_data = {
+            code_of(dataset) for call in loaders
+            if (dataset := argument(call, 0, "dataset")) is not None and self._rebuilt(call, depth=3)  # type: ignore[arg-type]
+        }  # fmt: skip
         for call in loaders:
             assert isinstance(call, cst.Call)
             dataset = argument(call, 0, "dataset")
@@ -238,7 +257,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             wanted = not trained and self._is_evaluation_loader(module, call, reference, only_loader)
         else:
             # A program that never calls backward() trains on none of its loaders, whatever their names say.
-            wanted = trained or (not self.analysis.role.evaluates_only and is_training_loader(call, reference, only_loader))
+            wanted = trained or (
+                not self.analysis.role.evaluates_only and is_training_loader(call, reference, only_loader)
+                and not in_evaluation_function(self.analysis, call)
+            )
         if not wanted:
             return
         own_sampler = None
@@ -318,7 +340,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._report_batches(call, own_sampler[2])
         else:
             self._report_batch(call)
-        if reference is None or bound_at is None:
+        if code_of(dataset) in self.rebuilt_data:
+            # A new loader, and with it a new sampler at epoch 0, for every pass: the passes over
+            # the data are counted for it instead, across the samplers built over it.
+            self.sites[call] = code_of(dataset)
+            if plan.built is not None:
+                self.sites[plan.built] = self.sites[call]
+            self._no_epoch_loop(call, code_of(reference) if reference is not None else "loader", rebuilt=True)
+        elif reference is None or bound_at is None:
             if not self._runs_once(call, depth=3):
                 self._no_epoch_loop(call, "loader")
         else:
@@ -345,12 +374,16 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(given, "DDP323", sampler=code_of(built).split("(")[0])
             return None
         if built is None:
-            if isinstance(given, cst.Name) and any(
-                a is not None and m.matches(a.value, m.Name("None")) for a in self._bindings_reaching(given)
-            ):
+            bindings = self._bindings_reaching(given) if isinstance(given, cst.Name) else []
+            sometimes_none = any(a is None or m.matches(a.value, m.Name("None")) for a in bindings or [None])
+            if keyword == "batch_sampler" and isinstance(given, cst.Name) and sometimes_none:
                 self.report(given, "DDP301", argument=keyword, sampler=code_of(given))
                 return None
             self.report(given, "DDP321", sampler=code_of(given), split=self._split_note(keyword))
+            if isinstance(given, cst.Name) and sometimes_none:
+                # A parameter (`sampler=None` by default), or a name bound to None on some path, may be None
+                # at run time: no sampler, so the loader's own order (its `shuffle=`) is split instead.
+                self.maybe_none.add(call)
             return keyword, True, None
         if keyword == "sampler" and not self._from_torch(built):
             # A sampler of the script's own may group items within a batch: it is wrapped at the
@@ -527,7 +560,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 return True
         return False
 
-    def _no_epoch_loop(self, call: cst.Call, loader: str, per_step: bool = False) -> None:
+    def _no_epoch_loop(self, call: cst.Call, loader: str, per_step: bool = False, rebuilt: bool = False) -> None:
         """No loop to call set_epoch from: the loader's sampler advances its epoch on every pass instead."""
         plan = self.plans.get(call)
         if plan is None:
@@ -542,8 +575,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         elif edit == "shuffle":
             self.sampler_edits[plan.built] = "sampler"  # type: ignore[index]  # a DistributedSampler would repeat one order
         why = "a loop starts its passes with `iter()`" if per_step else "convert found no epoch loop where it could call `set_epoch` on it"
+        if rebuilt:
+            why = "loaders over its data are built anew for passes over it, and a new DistributedSampler would start at epoch 0 each time"
         epoch_loops = [loop for loop in self.analysis.nodes(cst.For) if "ep" in code_of(loop.target).lower()]
-        if not per_step and self.analysis.role.setup_elsewhere and not epoch_loops:
+        if not per_step and not rebuilt and self.analysis.role.setup_elsewhere and not epoch_loops:
             why = "its epochs are counted in another module, where convert cannot call `set_epoch` on it"
         self.report(call, "DDP322", loader=loader, why=why)
 
@@ -583,7 +618,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self, module: cst.Module, call: cst.Call, reference: cst.BaseExpression | None, only_loader: bool
     ) -> bool:
         """An unshuffled loader named for evaluation, or iterated under ``torch.no_grad()``."""
-        if is_training_loader(call, reference, only_loader):
+        if is_training_loader(call, reference, only_loader) and not in_evaluation_function(self.analysis, call):
             return False
         name = code_of(reference) if reference is not None else ""
         dataset = argument(call, 0, "dataset")
@@ -861,6 +896,20 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         named = [(loop, holder) for loop, holder in found if "ep" in loop.target.value.lower()]  # type: ignore[attr-defined]
         return (named or found or [None])[0]
 
+    def _rebuilt(self, node: cst.CSTNode, depth: int) -> bool:
+        """Whether ``node`` runs again for every turn of a loop: in one, or in a function called once, from one."""
+        for ancestor in self.analysis.ancestors(node):
+            if isinstance(ancestor, (cst.For, cst.While)):
+                return True
+            if isinstance(ancestor, cst.FunctionDef):
+                name = ancestor.name.value
+                callers = [
+                    c for c in self.analysis.nodes(cst.Call)
+                    if m.matches(c.func, m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
+                ]  # fmt: skip
+                return depth > 0 and len(callers) == 1 and self._rebuilt(callers[0], depth - 1)
+        return False
+
     def _runs_once(self, node: cst.CSTNode, depth: int) -> bool:
         """Whether ``node`` runs at most once per run: in no loop, in functions each called once."""
         for ancestor in self.analysis.ancestors(node):
@@ -1038,10 +1087,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _split_sampler(self, sampler: cst.Call, edit: str) -> cst.Call:
         if edit in ("shuffle", "sequential"):
             return self._sampler(sampler.args[0].value, cst.Name("True" if edit == "shuffle" else "False"))
-        return self._sharded(sampler, batches=edit == "batch_sampler")
+        return self._sharded(sampler, batches=edit == "batch_sampler", site=self.sites.get(sampler))
 
     def _sharded(
-        self, sampler: cst.BaseExpression, batches: bool = False, batch_size: cst.BaseExpression | None = None
+        self,
+        sampler: cst.BaseExpression,
+        batches: bool = False,
+        batch_size: cst.BaseExpression | None = None,
+        site: str | None = None,
     ) -> cst.Call:
         self.helpers_needed = True
         args = [cst.Arg(sampler)]
@@ -1049,6 +1102,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             args.append(keyword_arg("split_batches", cst.Name("True")))
         if batch_size is not None:
             args.append(keyword_arg("batch_size", batch_size.deep_clone()))
+        if site is not None:
+            args.append(keyword_arg("site", cst.SimpleString(f'"{site}"' if '"' not in site else repr(site))))
         return cst.Call(func=cst.Name(names.SHARDED_SAMPLER_HELPER), args=args)
 
     def _split_own_sampler(self, original_node: cst.Call, updated_node: cst.Call, plan: _LoaderPlan) -> cst.Call:
@@ -1058,7 +1113,19 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             keyword = arg.keyword.value if arg.keyword else ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler")[position]
             if keyword == "batch_size" and original_node not in self.per_process_calls:
                 arg = arg.with_changes(value=self._per_process(arg.value, original_node))
+            elif keyword == "shuffle" and original_node in self.maybe_none:
+                continue  # the shuffle goes into the order that stands in for a sampler of None
             elif keyword == plan.own_sampler and plan.wrap_at_loader:
+                if original_node in self.maybe_none:
+                    # `ShardedSampler(sampler if sampler is not None else RandomSampler(data))`
+                    shuffle = argument(original_node, SHUFFLE, "shuffle") or cst.Name("False")
+                    if m.matches(shuffle, m.Comparison(left=m.Name(code_of(arg.value)), comparisons=[m.ComparisonTarget(m.Is(), m.Name("None"))])):
+                        shuffle = cst.Name("True")  # `shuffle=(sampler is None)`, where it is None
+                    dataset = argument(updated_node, 0, "dataset")
+                    assert dataset is not None
+                    order = self._order(dataset, shuffle)
+                    absent = cst.Comparison(arg.value, [cst.ComparisonTarget(cst.IsNot(), cst.Name("None"))])
+                    arg = arg.with_changes(value=cst.IfExp(test=absent, body=arg.value, orelse=order))
                 batch = argument(original_node, BATCH_SIZE, "batch_size")
                 whole = None
                 if keyword == "sampler" and batch is not None:
@@ -1066,7 +1133,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     if self.keep_per_process_batch or original_node in self.per_process_calls:
                         # Each process keeps the batch: the global batch, cut into whole batches per process, is W of them.
                         whole = times_world_size(batch, self.distributed_at(original_node))
-                arg = arg.with_changes(value=self._sharded(arg.value, batches=keyword == "batch_sampler", batch_size=whole))
+                arg = arg.with_changes(
+                    value=self._sharded(
+                        arg.value, batches=keyword == "batch_sampler", batch_size=whole, site=self.sites.get(original_node)
+                    )
+                )
             args.append(arg)
         return updated_node.with_changes(args=args)
 
@@ -1102,13 +1173,20 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if loader not in self.self_advancing:
             return self._sampler(dataset, shuffle)
         # No epoch loop calls set_epoch: a sampler that reshuffles on every pass by itself.
-        AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "RandomSampler")
-        order: cst.BaseExpression = cst.Call(func=cst.Name("RandomSampler"), args=[cst.Arg(dataset)])
-        if not m.matches(shuffle, m.Name("True")):
-            AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "SequentialSampler")
-            sequential = cst.Call(func=cst.Name("SequentialSampler"), args=[cst.Arg(dataset)])
-            order = cst.IfExp(test=shuffle, body=order, orelse=sequential)
-        return self._sharded(order)
+        return self._sharded(self._order(dataset, shuffle), site=self.sites.get(loader))
+
+    def _order(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.BaseExpression:
+        """The sampler a DataLoader builds for itself from ``shuffle=``: ``RandomSampler`` or ``SequentialSampler``."""
+        random = cst.Call(func=cst.Name("RandomSampler"), args=[cst.Arg(dataset)])
+        sequential = cst.Call(func=cst.Name("SequentialSampler"), args=[cst.Arg(dataset)])
+        if not m.matches(shuffle, m.Name("False")):
+            AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "RandomSampler")
+        if m.matches(shuffle, m.Name("True")):
+            return random
+        AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "SequentialSampler")
+        if m.matches(shuffle, m.Name("False")):
+            return sequential
+        return cst.IfExp(test=shuffle, body=random, orelse=sequential)
 
     def _sampler(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:
         AddImportsVisitor.add_needed_import(self.context, "torch.utils.data.distributed", "DistributedSampler")

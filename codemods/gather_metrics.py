@@ -49,18 +49,59 @@ from dp2ddp.analysis.decisions import (
 from dp2ddp.analysis.results import batch_names, batch_sizes, in_inner_data_loop, is_bound_here, loop_results
 
 SUM_HELPER_SOURCE = f'''
-def {names.SUM_HELPER}(*values):
-    """Sum numbers or scalar tensors over all processes: one value in, one out; several in, a tuple out."""
+def {names.SUM_HELPER}(*values, divide_by=1):
+    """Sum values over all processes (divided by ``divide_by``): one value in, one out; several in, a tuple out.
+
+    A value is a number, a tensor, a NumPy array or scalar, or a list, tuple or dict of
+    them; each comes back with its type, shape and device. Anything else cannot be summed:
+    the values come back as they were, with a warning, and the run goes on.
+    """
+    leaves = []
+
+    def flatten(value):
+        if isinstance(value, dict):
+            return all([flatten(item) for item in value.values()])
+        if isinstance(value, (list, tuple)):
+            return all([flatten(item) for item in value])
+        if isinstance(value, (int, float, torch.Tensor)) or hasattr(value, "__array__"):
+            leaves.append(torch.as_tensor(value).detach().reshape(-1))
+            return True
+        return False
+
+    # Every process holds values of one structure, so every process takes the same branch here.
+    if not flatten(values):
+        import warnings
+        warnings.warn("a value to sum over processes is not a number, tensor or container of them; each process reports its own")
+        return values[0] if len(values) == 1 else values
     # float64 keeps counts such as correct and total exact up to 2**53.
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    sums = torch.tensor([float(value) for value in values], dtype=torch.float64, device=device)
+    sums = torch.cat([leaf.to(device=device, dtype=torch.float64) for leaf in leaves]) if leaves else torch.zeros(0, dtype=torch.float64, device=device)
     dist.all_reduce(sums)
-    results = []
-    for value, total in zip(values, sums.tolist()):
+    sums = sums / divide_by
+    position = 0
+
+    def rebuild(value):
+        nonlocal position
+        if isinstance(value, dict):
+            return type(value)((key, rebuild(item)) for key, item in value.items())
+        if isinstance(value, (list, tuple)):
+            items = [rebuild(item) for item in value]
+            if isinstance(value, list):
+                return items
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        size = torch.as_tensor(value).numel()
+        total = sums[position : position + size]
+        position += size
         if isinstance(value, torch.Tensor):
-            results.append(torch.tensor(total, dtype=value.dtype, device=value.device))
-        else:
-            results.append(type(value)(total))
+            exact = value.dtype.is_floating_point or value.dtype.is_complex or divide_by == 1
+            return total.reshape(value.shape).to(dtype=value.dtype if exact else torch.float64, device=value.device)
+        if isinstance(value, (int, float)):
+            number = total.item()
+            return type(value)(number) if isinstance(value, float) or divide_by == 1 else number
+        array = total.cpu().reshape(torch.as_tensor(value).shape).numpy()
+        return array.astype(value.dtype if divide_by == 1 else "float64")[()]
+
+    results = [rebuild(value) for value in values]
     return results[0] if len(results) == 1 else tuple(results)
 '''
 MEAN_HELPER_SOURCE = f'''
@@ -69,30 +110,46 @@ def {names.MEAN_HELPER}(value):
     # It equals the whole-data mean when every process averaged equally many samples, as
     # DistributedSampler gives each process in training; with uneven shards, as in exact
     # evaluation, each process counts equally whatever its share, so sum and count instead.
-    return {names.SUM_HELPER}(value) / dist.get_world_size()
+    return {names.SUM_HELPER}(value, divide_by=dist.get_world_size())
 '''
 METER_HELPER_SOURCE = f'''
 def {names.METER_HELPER}(*meters):
     """Make AverageMeter-style meters (sum, count, avg) cover the samples of every process."""
+
+    def average(total, count):
+        # A meter may sum lists or dicts of values (one per class, per loss term): average each.
+        if isinstance(total, dict):
+            return type(total)((key, average(item, count)) for key, item in total.items())
+        if isinstance(total, (list, tuple)):
+            return type(total)(average(item, count) for item in total)
+        return total / count
+
     for meter in meters:
         meter.sum, meter.count = {names.SUM_HELPER}(meter.sum, meter.count)
-        meter.avg = meter.sum / max(meter.count, 1)
+        meter.avg = average(meter.sum, max(meter.count, 1))
 '''
 METER_COPY_HELPER_SOURCE = f'''
 def {names.METER_COPY_HELPER}(meter):
     """A copy of an AverageMeter-style meter that covers every process's samples so far, for a progress line."""
     # The meter itself goes on counting this process's samples: reduced in place, the other
     # processes' shares would be added into it again at every report.
-    reduced = object.__new__(type(meter))
-    reduced.__dict__.update(meter.__dict__)
-    reduced.sum, reduced.count, last = {names.SUM_HELPER}(meter.sum, meter.count, getattr(meter, "val", 0.0))
-    reduced.avg = reduced.sum / max(reduced.count, 1)
+    import copy
+
+    reduced = copy.copy(meter)
+    {names.METER_HELPER}(reduced)
     if hasattr(meter, "val"):
         # The last batch's value: in training every process's share of it is equally large,
         # so the mean over processes is the whole batch's.
-        reduced.val = last / dist.get_world_size()
+        reduced.val = {names.MEAN_HELPER}(meter.val)
     return reduced
 '''
+
+# Helpers that call other helpers, which must then be added too.
+HELPER_NEEDS = {
+    names.MEAN_HELPER: {names.SUM_HELPER},
+    names.METER_HELPER: {names.SUM_HELPER},
+    names.METER_COPY_HELPER: {names.METER_HELPER, names.MEAN_HELPER, names.SUM_HELPER},
+}
 
 @dataclass
 class _LoopPlan:
@@ -474,6 +531,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         AddImportsVisitor.add_needed_import(self.context, "torch")
         import_torch_distributed(self.context, self.facts.distributed_alias)
         module = updated_node
+        used = self.helpers_used.union(*(HELPER_NEEDS.get(name, set()) for name in self.helpers_used))
         # Inserted in reverse, so the sum helper comes first.
         for name, source in (
             (names.METER_COPY_HELPER, METER_COPY_HELPER_SOURCE),
@@ -481,7 +539,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             (names.MEAN_HELPER, MEAN_HELPER_SOURCE),
             (names.SUM_HELPER, SUM_HELPER_SOURCE),
         ):
-            if name in self.helpers_used:
+            if name in used:
                 module = add_helper(module, self.facts, name, source)
         return module
 

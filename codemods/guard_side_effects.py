@@ -24,7 +24,7 @@ from libcst.metadata import ParentNodeProvider, ScopeProvider
 from dp2ddp.analysis import names
 from dp2ddp.analysis.module import Analysis
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, with_argument
-from dp2ddp.analysis.syntax import call_to, code_of, parameter_for
+from dp2ddp.analysis.syntax import MAIN_GUARD, call_to, code_of, parameter_for
 from dp2ddp.analysis.script import entry_point
 from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, under_rank_guard
 from dp2ddp.analysis.writers import attribute_read, imported_writer_calls, per_process_paths
@@ -72,7 +72,9 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
                 (role.unguarded_writer_site(q.name) for q in analysis.qualified_names(call.func) if role.unguarded_writer_site(q.name)), None
             )
             if unguarded is not None and not under_rank_guard(self, call):
-                self.report(call, "DDP108", call=code_of(call.func), site=unguarded)
+                used = not isinstance(analysis.parents.get(call), cst.Expr)
+                why = "its value is used here" if used else "it does more than write (it changes state every process needs)"
+                self.report(call, "DDP108", call=code_of(call.func), site=unguarded, why=why)
         if self.only_functions is None:
             self._report_unknown_writers(analysis)
             self._report_per_process_paths(analysis)
@@ -461,6 +463,8 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             # Module-level code runs at import, before setup_distributed() in the entry
             # block: no process group exists yet, so a guard would be true everywhere.
             for statement in original_node.body:
+                if m.matches(statement, MAIN_GUARD):
+                    continue  # a module's `__main__` self-test, which runs as a program of its own, not at import
                 if self._writer_assignment(statement) is not None or self._kind(statement) == EFFECT:
                     self.report(statement, "DDP216")
             module = updated_node

@@ -30,15 +30,27 @@ from ._base import Dp2ddpCodemod, add_helper, keyword_arg
 # One statement per line and a one-line docstring, so that LibCST renders the
 # helper in the script's own indentation and newline style.
 WRAP_HELPER_SOURCE = f'''
-def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> DistributedDataParallel:
+def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> torch.nn.Module:
     """Wrap ``model`` in DistributedDataParallel on this process's device."""
     # Stands in for nn.DataParallel: on GPUs the model moves to the GPU that
     # setup_distributed() selected, and DDP copies each batch there as DataParallel did.
-    if torch.cuda.is_available():
-        device = torch.cuda.current_device()
-        return DistributedDataParallel(model.to(device), device_ids=[device], **kwargs)
+    device = torch.cuda.current_device() if torch.cuda.is_available() else None
+    if device is not None:
+        model = model.to(device)
+    if not any(parameter.requires_grad for parameter in model.parameters()):
+        # Nothing trains in it (a frozen feature extractor), so there is nothing to
+        # synchronise, and DDP refuses such a module: it only keeps DataParallel's `.module`.
+        class Unwrapped(torch.nn.Module):
+            def __init__(self, module):
+                super().__init__()
+                self.module = module
+
+            def forward(self, *args, **kwargs):
+                return self.module(*args, **kwargs)
+
+        return Unwrapped(model)
     # On CPU, DDP must be given no device_ids.
-    return DistributedDataParallel(model, **kwargs)
+    return DistributedDataParallel(model, device_ids=None if device is None else [device], **kwargs)
 '''
 
 # "cuda:0" and .cuda(0) meant "the GPU DataParallel gathers on"; under DDP each

@@ -30,7 +30,7 @@ import libcst.matchers as m
 
 from dp2ddp.analysis import names
 from ._base import add_helper, import_torch_distributed
-from dp2ddp.analysis.syntax import call_to, code_of, parameter_for, resolves_to, script_functions
+from dp2ddp.analysis.syntax import MAIN_GUARD, call_to, code_of, parameter_for, resolves_to, script_functions
 from dp2ddp.analysis.module import Analysis
 from dp2ddp.analysis.results import is_bound_here, loop_results, owner_of
 from dp2ddp.analysis.decisions import ungathered_evaluations
@@ -124,6 +124,10 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
             return True
         stem = code_of(reference).rsplit(".", 1)[-1]
         loops, unknown = self._loops_over(stem)
+        if self.analysis.role.setup_elsewhere:
+            # The `__main__` self-test of a module the project's programs import runs apart from them: its
+            # loops say nothing of how those programs evaluate the loader.
+            loops = [loop for loop in loops if not any(self.matches(a, MAIN_GUARD) for a in self.analysis.ancestors(loop))]
         if unknown is not None:
             where, why = unknown
             return self._keep_whole(where, stem, loops, why)

@@ -96,9 +96,25 @@ def _convert_admitted(
     output, findings = _convert(analysis, codemod_groups, options)
     if output != source:
         _check_stable(source, output, codemod_groups, options, role)
+        if role is None and not options.attributing:
+            # A project's files are checked together, once their helpers have moved to the project's module.
+            output, findings = with_output_checked(source, output, findings, role)
     unique = sorted(set(findings), key=lambda f: (f.line, f.column, f.code))
     reason = None if output != source or any(f.severity == "error" for f in unique) else _unchanged(analysis, unique)
     return ConvertResult(source, output, tuple(unique), reason)
+
+
+def with_output_checked(
+    source: str, output: str, findings: list[Finding], role: ModuleRole | None
+) -> tuple[str, list[Finding]]:
+    """``output`` and ``findings`` with what check finds in the output and convert did not report; the source
+    unchanged, with every error and warning, when check finds an error there."""
+    from dp2ddp.output_check import unreported  # check reads convert's results: imported once both are loaded
+
+    checked, found = unreported(source, output, findings, role)
+    if any(finding.severity == "error" for finding in found):
+        return source, [finding for finding in findings + found if finding.severity != "note"]
+    return checked, findings + found
 
 
 def _unchanged(analysis: Analysis, findings: list[Finding]) -> str | None:

@@ -35,7 +35,7 @@ from dp2ddp.analysis.effects import (
     LOGGER_NAME, is_rank_guard, opens_for_writing, process_group_collective, tests_device_index, under_rank_guard,
 )
 from dp2ddp.analysis.training_batches import RANDOM_DRAWS, TrainingBatches
-from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle, one_sided_unwraps
+from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle, one_sided_unwraps, through_module
 from dp2ddp.analysis.loaders import is_placeholder, is_training_loader, sampler_built_at, unsplit_sampler
 from dp2ddp.analysis.results import loop_results
 from dp2ddp.analysis.writers import attribute_read, imported_writer_calls, per_process_paths
@@ -1179,6 +1179,7 @@ class DistributedHazards:
         """Convert's DDP208, found in DDP code by the same detection."""
         for branch, name in one_sided_unwraps(self.analysis, self.wraps + self.helper_wraps):
             self._report(branch.test, "DDP533", condition=code_of(branch.test), model=name)
+            self.fixes[branch] = through_module(branch, name)
 
     # -- losses each process computes on its share ----------------------------------------------
 

@@ -22,7 +22,7 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from dp2ddp.analysis import names
 from dp2ddp.analysis.project import Project
 from dp2ddp.analysis.roles import ModuleRole
-from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source, deeply
+from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source, deeply, with_output_checked
 from dp2ddp.codemods._base import helper_insertion_index
 from dp2ddp.conversion import DEFAULT_HELPERS_MODULE, NO_DATA_PARALLEL, HelpersMode
 
@@ -112,6 +112,8 @@ def convert_project(
     for path, converted in zip(paths, mapper(_convert_one, work)):
         result.files[path] = converted
     result.files = dict(sorted(result.files.items()))
+    if not options.attributing:
+        _check_outputs(root, sources, result)
     _hold_back_programs_with_a_refusal(project, result)
     named = result.files.get(entry) if entry is not None else None
     if isinstance(named, ConvertResult) and named.reason == NO_DATA_PARALLEL:
@@ -172,6 +174,26 @@ def _reached_from(project: Project, entry: Path) -> set[Path]:
                 reached |= its
                 grew = True
     return {project.modules[name].path for name in reached}
+
+
+def _check_outputs(root: Path, sources: Mapping[Path, str], result: ProjectResult) -> None:
+    """Run check on each converted file as the converted project imports it; what check finds there and
+    convert did not report joins the file's findings, and an error leaves the file as it was."""
+    changed = {path: r for path, r in result.files.items() if isinstance(r, ConvertResult) and r.changed}
+    if not changed:
+        return
+    outputs = {path: changed[path].output if path in changed else text for path, text in sources.items()}
+    roles = Project(root, outputs).check_roles()
+    for path, converted in changed.items():
+        try:
+            output, findings = deeply(
+                converted.output, with_output_checked, converted.source, converted.output, list(converted.findings), roles.get(path)
+            )
+        except ConversionError as error:
+            result.files[path] = error
+            continue
+        unique = tuple(sorted(set(findings), key=lambda f: (f.line, f.column, f.code)))
+        result.files[path] = ConvertResult(converted.source, output, unique, converted.reason)
 
 
 def _convert_one(work: _Work) -> ConvertResult | ConversionError:

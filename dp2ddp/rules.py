@@ -230,13 +230,15 @@ RULES: dict[str, Rule] = {
             "DDP108",
             "project-call-writes-unguarded",
             "warning",
-            "`{call}` writes ({site}) on every process, and its value is used here, so the call cannot run on the "
+            "`{call}` writes ({site}) on every process, and {why}, so the call cannot run on the "
             "main process only: put its writes under `if is_main_process():` inside it",
             doc=_doc(
                 "Finds a call, in converted code, of a project function that writes (prints, logs, saves) and "
-                "returns a value the caller uses, where code that is not converted calls it too.",
+                "returns a value the caller uses, or does more than write (merges a config, fills a cache), where "
+                "code that is not converted calls it too.",
                 "Guarding the call would leave the other processes without its value (a model, a dataset, a "
-                "logger), and guarding inside the function would change what its unconverted callers do. So it "
+                "logger) or its other effects (a configuration every process trains with), and guarding inside "
+                "the function would change what its unconverted callers do. So it "
                 "writes on every process: a line printed once per process, or a file written by each.",
                 "net = build_net(cfg)  # build_net prints the configuration",
                 "# in build_net: if is_main_process(): print(cfg)\nnet = build_net(cfg)",
@@ -259,6 +261,61 @@ RULES: dict[str, Rule] = {
                 "dp2ddp convert --skip replace_data_parallel train.py",
                 "dp2ddp convert train.py  # review the diff; skip only codemods whose work is optional (download_once)",
                 "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP110",
+            "converted-output-fails-check",
+            "error",
+            "check finds {check} in the converted script, at its line {line}, and convert did not report it: "
+            "{message}; the file is left as it was: change the line of this script it came from so that it holds "
+            "for the DataParallel model and for DDP alike (a model that may be wrapped is `getattr(model, \"module\", "
+            "model)`), then convert again, or report this script",
+            doc=_doc(
+                "Runs check on every script convert produces, before anything is written. Finds an error check "
+                "reports in that output (or a data split, an epoch advance or a use of the model the DDP script "
+                "cannot make) that no finding of convert's own accounts for.",
+                "convert and check share one analysis, but convert edits in many steps, and an edit can leave "
+                "what check sees as a hazard: a collective under a rank guard, a loader not split, a custom "
+                "method called on the DDP wrapper. Such a script would exit 0 from convert and then hang, crash "
+                "or train differently from the DataParallel run.",
+                "dp2ddp convert train.py  # the output would fail `dp2ddp check`",
+                "dp2ddp convert train.py  # after the line named is fixed by hand, or the script reported",
+                "No fix: the file is left as it was, and every finding is listed at once.",
+            ),
+        ),
+        Rule(
+            "DDP111",
+            "converted-output-warns",
+            "warning",
+            "check finds {check} in the converted script, at its line {line}, which convert did not report: "
+            "{message}",
+            doc=_doc(
+                "Runs check on every script convert produces, before anything is written, and passes on each "
+                "warning of check's that no finding of convert's own accounts for.",
+                "What convert cannot make safe it must say. A hazard check sees in the output and convert did not "
+                "name would otherwise reach the user only when they run check, or the script.",
+                "dp2ddp convert train.py  # a print of a per-process value check flags in the output",
+                "dp2ddp convert train.py && dp2ddp check train.py  # the same hazard, named by both",
+                "No fix: the converted script is written, with this warning at the line the hazard came from.",
+            ),
+        ),
+        Rule(
+            "DDP112",
+            "converted-output-fixed-as-check-fixes",
+            "note",
+            "check finds {check} in the converted script, at its line {line}, and convert made check's fix there: "
+            "{message}",
+            doc=_doc(
+                "Runs check on every script convert produces, and makes the fix check knows for a finding no "
+                "finding of convert's own accounts for: a branch that reads the model through `.module` on one "
+                "side and bare on the other becomes `.module` on both.",
+                "The conversion made a condition that once decided the wrap irrelevant: the model is DDP on "
+                "every path now. The side written for the bare model would call the model's own methods on the "
+                "DDP wrapper, which has none of them, and crash there.",
+                "if num_gpu == 1:\n    sample = model.reverse(z)\nelse:\n    sample = model.module.reverse(z)",
+                "if num_gpu == 1:\n    sample = model.module.reverse(z)\nelse:\n    sample = model.module.reverse(z)",
+                "Safe: the fix is check's own, made only where the model is DDP on both sides.",
             ),
         ),
         Rule(
@@ -2371,6 +2428,8 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP421": frozenset({"DDP542"}),
     "DDP424": frozenset({"DDP543"}),
 }
+# DDP111 passes on a warning of check's about the output: check finds it there, whichever it is.
+REPORTED_IN_OUTPUT["DDP111"] = frozenset(code for code, rule in RULES.items() if is_check_rule(code) and rule.severity == "warning")
 # Convert warnings that leave no hazard in the converted script for check to find, and why.
 NOT_IN_OUTPUT: dict[str, str] = {
     "DDP101": "the hazard is in the script that imports this module: a module with no entry point starts no "

@@ -56,8 +56,14 @@ def _analysis_of(reader: Analysis | Planner) -> Analysis:
 
 
 def opens_for_writing(reader: Analysis | Planner, node: cst.CSTNode) -> bool:
-    """``open(path, "w")`` and every other mode that creates or changes a file."""
-    if not isinstance(node, cst.Call) or not _analysis_of(reader).matches(node, call_to({"builtins.open"})):
+    """``open(path, "w")`` and every other mode that creates or changes a file; so too a library's file
+    opener given such a mode (``h5py.File(path, "w")``, ``tarfile.open(path, "w:gz")``, ``np.memmap(mode="w+")``)."""
+    if not isinstance(node, cst.Call):
+        return False
+    analysis = _analysis_of(reader)
+    if not analysis.matches(node, call_to({"builtins.open"})) and not any(
+        "." in q.name and q.name.rsplit(".", 1)[1] in names.FILE_OPENERS for q in analysis.qualified_names(node.func)
+    ):
         return False
     mode = argument(node, 1, "mode")
     return isinstance(mode, cst.SimpleString) and bool(WRITE_MODE.search(mode.evaluated_value))

@@ -116,6 +116,8 @@ class ModelLifecycle:
         # over processes, so every process skips the same backward passes.
         self.agreed_losses: set[cst.BaseExpression] = set()
         self._assignments: dict[str, list[cst.BaseExpression]] | None = None
+        # The command-line options among them (`args.parallel`): set by the user, whatever their default.
+        self._options: set[str] = set()
         # Set only while convert lists what a refused file would also report: the blockers
         # still stand and are reported, but the codemods plan as if they were fixed.
         self.blockers_waived = False
@@ -346,10 +348,8 @@ class ModelLifecycle:
         """
         if len(statement.body) != 1 or not m.matches(statement.body[0], m.Assign(targets=[m.AssignTarget(m.Name() | m.Attribute())])):
             return False
-        target = statement.body[0].targets[0].target  # type: ignore[attr-defined]
-        while isinstance(target, cst.Attribute):
-            target = target.value
-        name = target.value  # type: ignore[attr-defined]
+        # `self.s_net = DataParallel(self.s_net)`: the model is `self.s_net`, not every use of `self`.
+        name = code_of(statement.body[0].targets[0].target)  # type: ignore[attr-defined]
         node: cst.CSTNode = statement
         for condition in conditions:
             if condition.orelse is not None or not isinstance(condition.body, cst.IndentedBlock):
@@ -358,7 +358,7 @@ class ModelLifecycle:
             if node not in block:
                 return False
             later = block[block.index(node) + 1 :]  # type: ignore[arg-type]
-            if any(m.findall(s, m.Name(name)) and not self._moves_to_own_device(s, name) for s in later):
+            if any(_reads(s, name) and not self._moves_to_own_device(s, name) for s in later):
                 return False
             node = condition
         return True
@@ -368,8 +368,9 @@ class ModelLifecycle:
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return False
         small = statement.body[0]
-        move = m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("cuda") | m.Name("to")))
-        if m.matches(small, m.Assign(targets=[m.AssignTarget(m.Name(name))], value=move)):
+        spelled = m.MatchIfTrue(lambda node: code_of(node) == name)
+        move = m.Call(func=m.Attribute(value=spelled, attr=m.Name("cuda") | m.Name("to")))
+        if m.matches(small, m.Assign(targets=[m.AssignTarget(spelled)], value=move)):
             call = small.value  # type: ignore[attr-defined]
         elif m.matches(small, m.Expr(move)):
             call = small.value  # type: ignore[attr-defined]
@@ -401,9 +402,10 @@ class ModelLifecycle:
     # -- GPU conditions -------------------------------------------------------------------
 
     def is_gpu_condition(self, test: cst.BaseExpression) -> bool:
-        """Provably about GPUs or CUDA: every part a torch.cuda query, a literal, or a value
-        assigned only from those, or a name that says GPUs or CUDA; at least one part not a literal."""
-        return self._gpu(test, 0) is True
+        """Provably about GPUs or CUDA, or constant: every part a torch.cuda query, a literal, or a value
+        assigned only from those, or a name that says GPUs or CUDA. Either way it is the same on every
+        process (`device = "cuda"` ... `if device == "cuda":` always wraps)."""
+        return self._gpu(test, 0) is not None
 
     def _gpu(self, node: cst.BaseExpression, depth: int) -> bool | None:
         """True: about GPUs; False: a literal, neutral; None: unknown."""
@@ -420,6 +422,11 @@ class ModelLifecycle:
             return _combine(*parts)
         if isinstance(node, cst.IfExp):
             return _combine(self._gpu(node.test, depth), self._gpu(node.body, depth), self._gpu(node.orelse, depth))
+        if isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.SetComp)) and node.for_in.inner_for_in is None:
+            # `[i for i in range(torch.cuda.device_count())]`: as many items as its iterable has.
+            return self._gpu(node.for_in.iter, depth)
+        if isinstance(node, (cst.List, cst.Tuple)):
+            return _combine(*(self._gpu(e.value, depth) if isinstance(e, cst.Element) else None for e in node.elements))
         if isinstance(node, cst.Call):
             qualified = {q.name for q in self.analysis.qualified_names(node.func)}
             if any(q.startswith("torch.cuda.") for q in qualified):
@@ -436,7 +443,9 @@ class ModelLifecycle:
             values = self.assignments().get(spelled, [])
             if not values:
                 return None
-            return _combine(*(self._gpu(value, depth + 1) for value in values))
+            found = _combine(*(self._gpu(value, depth + 1) for value in values))
+            # A command-line option with a literal default holds whatever the user passes: not a constant.
+            return None if found is False and spelled in self._options else found
         return None
 
     def assignments(self) -> dict[str, list[cst.BaseExpression]]:
@@ -462,6 +471,7 @@ class ModelLifecycle:
                 default = argument(call, 99, "default")
                 for holder in ("args", "opt", "opts", "config", "cfg"):
                     found.setdefault(f"{holder}.{name}", []).append(default if default is not None else cst.Name("None"))
+                    self._options.add(f"{holder}.{name}")
             self._assignments = found
         return self._assignments
 
@@ -1348,6 +1358,26 @@ def one_sided_unwraps(analysis: Analysis, wraps: list[cst.Call]) -> list[tuple[c
                 found.append((branch, name))  # type: ignore[arg-type]
                 break
     return found
+
+
+def _reads(statement: cst.CSTNode, spelled: str) -> bool:
+    """Whether ``statement`` reads or binds the name or attribute chain ``spelled`` (``model``, ``self.s_net``)."""
+    kind = m.Attribute() if "." in spelled else m.Name()
+    return any(code_of(node) == spelled for node in m.findall(statement, kind))
+
+
+def through_module(branch: cst.If | cst.IfExp, name: str) -> cst.If | cst.IfExp:
+    """``branch`` with each attribute of ``name`` its sides read, other than ``module``, read through
+    ``name.module``: the side written for the bare model, when the model is DDP on both."""
+
+    class _ThroughModule(cst.CSTTransformer):
+        def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+            if code_of(original_node.value) != name or original_node.attr.value == "module":
+                return updated_node
+            return updated_node.with_changes(value=cst.Attribute(value=updated_node.value, attr=cst.Name("module")))
+
+    transformer = _ThroughModule()
+    return branch.with_changes(body=branch.body.visit(transformer), orelse=branch.orelse.visit(transformer))  # type: ignore[arg-type]
 
 
 def _model_uses(analysis: Analysis, side: cst.CSTNode, name: str) -> set[str]:

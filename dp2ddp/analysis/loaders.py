@@ -41,6 +41,16 @@ def is_training_loader(call: cst.Call, reference: cst.BaseExpression | None, onl
     return only_loader
 
 
+def in_evaluation_function(tree: Tree, call: cst.Call) -> bool:
+    """Whether the loader is built in a function named for evaluation (``val``, ``test``, ``evaluate``) that
+    neither runs ``backward()`` nor steps an optimizer: a shuffled loader there draws a random subset to evaluate."""
+    function = next((a for a in tree.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
+    if function is None or not EVALUATION_NAME.search(function.name.value):
+        return False
+    trains = m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))
+    return not tree.findall_in(function.body, trains)
+
+
 def splits_itself(built: cst.Call) -> bool:
     """A sampler that is told the process's rank, or is distributed by name, yields one process's share already."""
     keywords = {a.keyword.value for a in built.args if a.keyword is not None}

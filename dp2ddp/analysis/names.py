@@ -301,3 +301,7 @@ CYCLIC_SCHEDULERS: dict[str, tuple[str, ...]] = {
     "torch.optim.lr_scheduler.OneCycleLR": ("max_lr",),
     "torch.optim.lr_scheduler.CyclicLR": ("base_lr", "max_lr"),
 }
+
+# The last part of a library function or class that opens a file in the mode it is given (second argument
+# or `mode=`): `h5py.File`, `tarfile.open`, `gzip.open`, `zipfile.ZipFile`, `numpy.memmap`, `pandas.HDFStore`.
+FILE_OPENERS = frozenset({"open", "File", "ZipFile", "TarFile", "memmap", "HDFStore"})

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
+import libcst.matchers as m
 
 from . import names
 from .deep import run_deep
@@ -124,7 +125,13 @@ class Project:
         self.loading = {name for name in reached if self.modules[name].loaders} - self.wrapping
         # Every entry point that imports a converted module starts the process group, so the
         # converted code always finds one, also in a script that only evaluates or loads data.
-        self.drivers = {entry for entry, reached in self.reach.items() if reached & (self.wrapping | self.loading)}
+        # A module the project imports, whose `__main__` block only loads data (a data module's self-test), is
+        # no program of the project: its loaders are split for the programs that import it, and it is left so.
+        self.drivers = {
+            entry for entry, reached in self.reach.items()
+            if reached & (self.wrapping | self.loading)
+            and (reached & self.wrapping or self.modules[entry].path not in getattr(self, "_importers", {}))
+        }  # fmt: skip
         self.converted = self.wrapping | self.loading | self.drivers
         # Modules that wrap a model only in the self-test of their `__main__` block: left as they were.
         self.self_tests = {m.path for m in self.by_path.values() if m.self_test_wraps and m.name not in self.converted}
@@ -456,6 +463,65 @@ class Project:
                 return Site(self.modules[target].path.relative_to(self.root).as_posix(), line)
         return None
 
+    def only_writes(self, target: str, function: str, depth: int = 2) -> bool:
+        """Whether ``function`` of ``target`` does nothing but write: prints, logs, saves, files it opens
+        itself; so the other processes miss nothing when a call of it runs on the main process only.
+
+        A function that also assigns a global, changes an object it was handed or a module's own (a config
+        merged from a file), or calls what does not only write, is no such function.
+        """
+        analysis = self._analysis(target)
+        definition = next(
+            (s for s in analysis.module.body if isinstance(s, cst.FunctionDef) and s.name.value == function), None
+        ) if analysis is not None else None
+        if analysis is None or definition is None:
+            return False
+        local = {
+            code_of(t.target) for a in analysis.within(definition.body, cst.Assign) for t in a.targets if isinstance(t.target, cst.Name)
+        } | {
+            code_of(w.asname.name) for w in analysis.within(definition.body, cst.WithItem)
+            if w.asname is not None and isinstance(w.asname.name, cst.Name)
+        }  # fmt: skip
+        if analysis.within(definition.body, cst.Global) or analysis.within(definition.body, cst.Nonlocal):
+            return False
+
+        def call_only_writes(call: cst.Call) -> bool:
+            if analysis.effects.is_side_effect(call) or opens_for_writing(analysis, call):
+                return True
+            if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and call.func.value.value in local:
+                return True  # `f.write(...)`, `store.create_dataset(...)`: an object this function made
+            helper = call.func.value if isinstance(call.func, cst.Name) else None
+            return bool(depth) and helper in self.modules[target].functions and self.only_writes(target, helper, depth - 1)
+
+        def statement_only_writes(statement: cst.CSTNode) -> bool:
+            if isinstance(statement, cst.SimpleStatementLine):
+                return all(small_only_writes(small) for small in statement.body)
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                return True
+            if not isinstance(statement, (cst.If, cst.For, cst.While, cst.With, cst.Try)):
+                return False
+            if isinstance(statement, cst.With) and not all(
+                isinstance(item.item, cst.Call) and call_only_writes(item.item) for item in statement.items
+            ):
+                return False
+            blocks = [getattr(statement, field, None) for field in ("body", "orelse", "finalbody")]
+            blocks += list(getattr(statement, "handlers", ()))
+            return all(statement_only_writes(inner) for block in blocks if block is not None for inner in _statements(block))
+
+        def small_only_writes(small: cst.BaseSmallStatement) -> bool:
+            if isinstance(small, (cst.Pass, cst.Return, cst.Import, cst.ImportFrom, cst.Raise, cst.Assert, cst.Continue, cst.Break)):
+                return True
+            if isinstance(small, cst.Expr):
+                return isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)) or (
+                    isinstance(small.value, cst.Call) and call_only_writes(small.value)
+                )
+            if isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                return all(isinstance(t, (cst.Name, cst.Tuple)) and not m.findall(t, m.Attribute() | m.Subscript()) for t in targets)
+            return False
+
+        return all(statement_only_writes(s) for s in definition.body.body)
+
     def roles(self, helpers_module: str | None = None) -> dict[Path, ModuleRole]:
         """The role of every module the project changes, by path."""
         wraps: dict[str, list[tuple[str, Site]]] = {}
@@ -538,13 +604,17 @@ class Project:
                         # `net = build_ssd(...)`: guarded, the other processes would get no model.
                         if caller in converted:
                             unguarded.setdefault(caller, []).append((qualified, written))
+                    elif caller in converted and not self.only_writes(target, function):
+                        # `cfg_from_file(path)` merges a config every process needs; under a guard only the
+                        # main process would have it.
+                        unguarded.setdefault(caller, []).append((qualified, written))
                     elif caller in converted:
                         at_call.setdefault(caller, []).append((qualified, written))
         option_defaults = self._option_defaults()
         roles: dict[Path, ModuleRole] = {}
         for module in self.by_path.values():
             name = module.name
-            setup_elsewhere = (name in self.wrapping or name in self.loading or name in training) and not module.entry and any(
+            setup_elsewhere = (name in self.wrapping or name in self.loading or name in training) and name not in self.drivers and any(
                 name in self.reach[entry] for entry in self.drivers
             )
             role = ModuleRole(
@@ -710,7 +780,7 @@ class Project:
 
     def entry_folders(self, within: set[Path] | None = None) -> tuple[Path, ...]:
         """The folders the converted entry points run from (with ``within``, those among these files)."""
-        entries = self.drivers | (self.converted & set(self.reach))
+        entries = set(self.drivers)
         if within is not None:
             entries = {name for name in entries if self.modules[name].path in within}
         return tuple(sorted({self.modules[name].path.parent for name in entries}))
@@ -826,3 +896,14 @@ def _devnull_off_main(analysis: Analysis, call: cst.Call) -> bool:
         return False
     chosen = call.args[0].value
     return is_rank_guard(analysis, chosen.test) and "devnull" in code_of(chosen.orelse)
+
+
+def _statements(block: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements of a block, a one-line suite, an ``else``/``except``/``finally`` clause, or an ``elif``."""
+    if isinstance(block, cst.If):
+        return [block]
+    if isinstance(block, (cst.Else, cst.ExceptHandler, cst.Finally)):
+        block = block.body
+    if isinstance(block, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+        return list(block.body)
+    return []

@@ -1,0 +1,153 @@
+"""Shapes real scripts nobody on the project wrote showed, each as the mechanism it needed.
+
+Each case holds one obligation: refused where a senior engineer would refuse, converted where a
+safe edit exists, never exit 0 with training that differs from DataParallel's.
+"""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+import pytest
+
+from dp2ddp.api import convert_source
+
+TRAIN = """
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+HEADER = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+"""
+
+
+def _script(setup: str, rest: str = "") -> str:
+    return dedent(HEADER) + "\ndef main():\n" + dedent(setup).replace("\n", "\n    ").rstrip() + "\n" + dedent(TRAIN).replace(
+        "\n", "\n    "
+    ).rstrip() + "\n" + dedent(rest).replace("\n", "\n    ").rstrip() + '\n\n\nif __name__ == "__main__":\n    main()\n'
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        pytest.param(
+            """
+            device_ids = [i for i in range(torch.cuda.device_count())]
+            model = nn.Linear(4, 1)
+            if len(device_ids) > 1:
+                model = nn.DataParallel(model, device_ids=device_ids)
+            """,
+            id="a GPU count built through a list comprehension is about GPUs",
+        ),
+        pytest.param(
+            """
+            device = "cuda"
+            model = nn.Linear(4, 1)
+            if device == "cuda":
+                model = nn.DataParallel(model)
+            """,
+            id="a condition on a constant is the same on every process",
+        ),
+        pytest.param(
+            """
+            gpus = (0, 1)
+            model = nn.Linear(4, 1)
+            if len(gpus) > 1:
+                model = nn.DataParallel(model, device_ids=list(gpus))
+            """,
+            id="a literal tuple of GPU ids",
+        ),
+    ],
+)
+def test_a_wrap_under_a_condition_the_same_on_every_process_converts(setup: str) -> None:
+    """Should make the wrap unconditional: the test cannot differ between processes."""
+    result = convert_source(_script(setup))
+    assert result.changed, result.findings
+    assert "wrap_ddp(model" in result.output
+    assert not [f for f in result.findings if f.severity == "error"]
+
+
+def test_a_wrap_under_an_option_is_still_refused() -> None:
+    """Should refuse a wrap under a flag the user sets, which says nothing of GPUs (DDP207)."""
+    setup = """
+        import sys
+        model = nn.Linear(4, 1)
+        if "--parallel" in sys.argv:
+            model = nn.DataParallel(model)
+        """
+    result = convert_source(_script(setup))
+    assert not result.changed
+    assert {f.code for f in result.findings if f.severity == "error"} == {"DDP207"}
+
+
+def test_a_shuffled_loader_of_an_evaluation_function_stays_whole() -> None:
+    """Should not split the random subset a `val()` function draws: it never trains, and its accuracy is per process."""
+    source = dedent(HEADER) + dedent(
+        """
+        def val(model, dataset, max_iter=2):
+            model.eval()
+            loader = DataLoader(dataset, shuffle=True, batch_size=4)
+            correct = 0
+            for i, (x, y) in enumerate(loader):
+                if i == max_iter:
+                    break
+                correct += int((model(x) > 0).eq(y > 0).sum())
+            print("accuracy", correct / (max_iter * 4))
+
+
+        def main():
+            model = nn.DataParallel(nn.Linear(4, 1))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+            train_loader = DataLoader(data, batch_size=8, shuffle=True)
+            for epoch in range(2):
+                for x, y in train_loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                val(model, data)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    result = convert_source(source)
+    assert result.changed
+    assert "    loader = DataLoader(dataset, shuffle=True, batch_size=4)\n" in result.output
+    assert "train_loader = DataLoader(data, batch_size=8 // dist.get_world_size(), sampler=DistributedSampler(data, shuffle=True))" in result.output
+
+
+def test_a_library_file_opened_for_writing_is_written_once() -> None:
+    """Should treat `h5py.File(path, "w")` as `open(path, "w")`: made and written on the main process only."""
+    setup = """
+        import h5py
+        store = h5py.File("features.h5", "w")
+        store.create_dataset("x", data=[1, 2, 3])
+        store.close()
+        model = nn.DataParallel(nn.Linear(4, 1))
+        """
+    result = convert_source(_script(setup))
+    assert 'store = h5py.File("features.h5", "w") if is_main_process() else None' in result.output
+    assert "if is_main_process():\n        store.create_dataset" in result.output
+
+
+def test_a_library_file_opened_for_reading_is_read_everywhere() -> None:
+    """Should leave `h5py.File(path, "r")` on every process: each one reads its data from it."""
+    setup = """
+        import h5py
+        store = h5py.File("features.h5", "r")
+        model = nn.DataParallel(nn.Linear(4, 1))
+        """
+    result = convert_source(_script(setup))
+    assert '    store = h5py.File("features.h5", "r")\n' in result.output

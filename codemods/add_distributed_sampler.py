@@ -28,6 +28,7 @@ from dp2ddp.analysis.loaders import (
     EVALUATION_NAME,
     SAMPLER,
     SHUFFLE,
+    WORKERS,
     bindings_reaching,
     is_placeholder,
     in_evaluation_function,
@@ -39,7 +40,7 @@ from dp2ddp.analysis.training_batches import TrainingBatches
 from dp2ddp.analysis.module import Analysis, Holder
 from dp2ddp.analysis.batches import COMMON_WORLD_SIZES, divided_batch, gpu_count_scalings, literal_size
 from dp2ddp.analysis.options import integer_option_default
-from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, prepend_statements
+from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, prepend_statements, with_argument
 from dp2ddp.analysis.syntax import argument, call_to, code_of, main_guard, resolves_to
 from ._global_batch import add_batch_args, runs_after_setup, times_world_size
 
@@ -1039,9 +1040,22 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         edit = self.sampler_edits.get(original_node)
         if edit is not None:
             return self._split_sampler(updated_node, edit)
-        plan = self.plans.get(original_node)
-        if plan is None:
+        if original_node not in self.plans:
             return updated_node
+        split = self._split_loader(original_node, updated_node)
+        workers = argument(original_node, WORKERS, "num_workers")
+        if self.SHARDS_EVALUATION or workers is None or m.matches(workers, m.Integer("0")) or argument(original_node, 99, "generator"):
+            return split
+        if any(arg.star == "**" for arg in original_node.args):
+            return split  # the unpacked dict may hold a generator of its own
+        # The workers' seeds are drawn from the loader's generator: seeded alike on every process, they
+        # would draw the same augmentations for different samples. Each process draws its own.
+        seed = f"torch.Generator().manual_seed((torch.initial_seed() + {self.distributed_at(original_node)}.get_rank()) % 2**63)"
+        AddImportsVisitor.add_needed_import(self.context, "torch")
+        return with_argument(split, keyword_arg("generator", cst.parse_expression(seed)))
+
+    def _split_loader(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        plan = self.plans[original_node]
         if plan.own_sampler is not None:
             return self._split_own_sampler(original_node, updated_node, plan)
         if original_node in self.unpacked:

@@ -25,7 +25,7 @@ from dp2ddp.rules import RULES
 from dp2ddp.analysis import names
 from dp2ddp.analysis.module import Analysis
 from dp2ddp.analysis.syntax import DEVICE_MOVE, VISIBLE_DEVICES, argument, call_to, code_of, resolves_to, string_literal, without_device_move
-from ._base import Dp2ddpCodemod, add_helper, keyword_arg
+from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg
 
 # One statement per line and a one-line docstring, so that LibCST renders the
 # helper in the script's own indentation and newline style.
@@ -48,6 +48,10 @@ def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> torch.nn.Module:
             def forward(self, *args, **kwargs):
                 return self.module(*args, **kwargs)
 
+        # DDP would have copied rank 0's weights to every process: a frozen network drawn at random
+        # where the processes' seeds differ must still be one network.
+        for tensor in model.state_dict().values():
+            dist.broadcast(tensor, 0)
         return Unwrapped(model)
     # On CPU, DDP must be given no device_ids.
     return DistributedDataParallel(model, device_ids=None if device is None else [device], **kwargs)
@@ -270,6 +274,7 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         if self.conversions:
             self.needs_ddp_import = True
             AddImportsVisitor.add_needed_import(self.context, "torch")
+            import_torch_distributed(self.context, self.facts.distributed_alias)
             updated_node = add_helper(updated_node, self.facts, names.WRAP_HELPER, WRAP_HELPER_SOURCE)
             for module in DATA_PARALLEL_IMPORT_MODULES:
                 for alias in self._imported_aliases(original_node, module):

@@ -28,7 +28,7 @@ class AddDistributedSamplerTest(CodemodTest):
             from torch.utils.data.distributed import DistributedSampler
 
             model = wrap_ddp(model)
-            train_loader = DataLoader(train_set, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True), num_workers=4)
+            train_loader = DataLoader(train_set, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True), num_workers=4, generator=torch.Generator().manual_seed((torch.initial_seed() + dist.get_rank()) % 2**63))
             for epoch in range(args.epochs):
                 train_loader.sampler.set_epoch(epoch)
                 for x, y in train_loader:
@@ -789,8 +789,8 @@ class GpuCountScalingTest(CodemodTest):
                 workers = 4
                 other_workers = 2 * n_gpus
                 model = wrap_ddp(Net())
-                train_loader = DataLoader(train_set, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True), num_workers=workers)
-                other_loader = DataLoader(other_set, batch_size=BATCH // dist.get_world_size(), sampler=DistributedSampler(other_set, shuffle=True), num_workers=other_workers)
+                train_loader = DataLoader(train_set, batch_size=args.batch_size // dist.get_world_size(), sampler=DistributedSampler(train_set, shuffle=True), num_workers=workers, generator=torch.Generator().manual_seed((torch.initial_seed() + dist.get_rank()) % 2**63))
+                other_loader = DataLoader(other_set, batch_size=BATCH // dist.get_world_size(), sampler=DistributedSampler(other_set, shuffle=True), num_workers=other_workers, generator=torch.Generator().manual_seed((torch.initial_seed() + dist.get_rank()) % 2**63))
                 for epoch in range(args.epochs):
                     train_loader.sampler.set_epoch(epoch)
                     other_loader.sampler.set_epoch(epoch)

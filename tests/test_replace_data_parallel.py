@@ -24,6 +24,7 @@ class ReplaceDataParallelTest(CodemodTest):
         """
         after = f"""
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -48,6 +49,7 @@ class ReplaceDataParallelTest(CodemodTest):
         after = f"""
             import torch
             import torch.nn as nn
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -71,6 +73,7 @@ class ReplaceDataParallelTest(CodemodTest):
         """
         after = f"""
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -100,6 +103,7 @@ class ReplaceDataParallelTest(CodemodTest):
         """
         after = f"""
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -152,6 +156,7 @@ class ReplaceDataParallelTest(CodemodTest):
         after = f"""
             import torch.nn as nn
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -174,6 +179,7 @@ class ReplaceDataParallelTest(CodemodTest):
         """
         after = f"""
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -209,6 +215,7 @@ class ReplaceDataParallelTest(CodemodTest):
         after = f"""
             import torch
             import os
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -269,6 +276,7 @@ class ReplaceDataParallelTest(CodemodTest):
         """
         after = f"""
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -324,6 +332,7 @@ class ReplaceDataParallelTest(CodemodTest):
         after = f"""
             import os
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -377,6 +386,7 @@ class ReplaceDataParallelTest(CodemodTest):
         """Should change nothing in its own output, and still run to report the hazards left."""
         after = f"""
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -420,6 +430,7 @@ class ReplaceDataParallelTest(CodemodTest):
         """
         after = f"""
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 
@@ -442,6 +453,7 @@ class ReplaceDataParallelTest(CodemodTest):
         """
         after = f"""
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel
 
 

@@ -151,3 +151,26 @@ def test_a_library_file_opened_for_reading_is_read_everywhere() -> None:
         """
     result = convert_source(_script(setup))
     assert '    store = h5py.File("features.h5", "r")\n' in result.output
+
+
+@pytest.mark.parametrize(
+    ("arguments", "seeded"),
+    [
+        pytest.param("shuffle=True, num_workers=4", True, id="workers draw augmentations: each process seeds its own"),
+        pytest.param("shuffle=True, num_workers=0", False, id="no workers: nothing to seed"),
+        pytest.param("shuffle=True", False, id="the default of no workers"),
+        pytest.param("shuffle=True, num_workers=4, generator=g", False, id="a generator of the script's own is kept"),
+    ],
+)
+def test_loader_workers_draw_their_own_augmentations_on_each_process(arguments: str, seeded: bool) -> None:
+    """Should seed a split loader's workers per process, where a seeded script would give every process the same draws."""
+    setup = f"""
+        torch.manual_seed(0)
+        g = torch.Generator()
+        model = nn.DataParallel(nn.Linear(4, 1))
+        """
+    source = _script(setup).replace("batch_size=8, shuffle=True)", f"batch_size=8, {arguments})")
+    result = convert_source(source)
+    assert result.changed
+    per_process = "generator=torch.Generator().manual_seed((torch.initial_seed() + dist.get_rank()) % 2**63)"
+    assert (per_process in result.output) is seeded

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
-BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER = 1, 2, 3, 4
+BATCH_SIZE, SHUFFLE, SAMPLER, BATCH_SAMPLER, WORKERS = 1, 2, 3, 4, 5
 # Keywords by which a sampler of the script's own takes the process's rank: it splits the data itself.
 SPLITS_ITSELF = frozenset({"rank", "num_replicas", "world_size", "local_rank"})
 # Names a sampler class reads when it picks this process's share itself.

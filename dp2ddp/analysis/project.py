@@ -244,7 +244,7 @@ class Project:
                 if any(node.lineno in lines for lines in demo):
                     module.self_test_wraps += name in _WRAP_NAMES
                     continue
-                if name in _WRAP_NAMES:
+                if name in _WRAP_NAMES and not _wraps_part_of_a_model(node):
                     module.wraps.append(node)
                 elif name == "DataLoader":
                     module.loaders.append(node)
@@ -907,3 +907,12 @@ def _statements(block: cst.CSTNode) -> list[cst.CSTNode]:
     if isinstance(block, (cst.IndentedBlock, cst.SimpleStatementSuite)):
         return list(block.body)
     return []
+
+
+def _wraps_part_of_a_model(call: ast.Call) -> bool:
+    """``model.encoder = DataParallel(model.encoder)``: a sub-module, which convert leaves as it is (DDP201), so
+    the module does not wrap a model for the project; as the file's own analysis tells them apart."""
+    wrapped = call.args[0] if call.args else None
+    while isinstance(wrapped, ast.Call) and isinstance(wrapped.func, ast.Attribute) and wrapped.func.attr in ("cuda", "to"):
+        wrapped = wrapped.func.value
+    return isinstance(wrapped, ast.Attribute) and isinstance(wrapped.value, ast.Name) and wrapped.value.id != "self"

@@ -116,7 +116,12 @@ def convert_project(
         _check_outputs(root, sources, result)
     _hold_back_programs_with_a_refusal(project, result)
     named = result.files.get(entry) if entry is not None else None
-    if isinstance(named, ConvertResult) and named.reason == NO_DATA_PARALLEL:
+    unparsed = sorted(project.unparsed_imports({entry})) if entry is not None else []
+    if isinstance(named, ConvertResult) and named.reason == NO_DATA_PARALLEL and unparsed:
+        where = ", ".join(path.relative_to(root).as_posix() for path in unparsed)
+        reason = f"it imports {where}, which Python cannot parse (see the error): nothing is converted until it does"
+        result.files[entry] = ConvertResult(named.source, named.output, named.findings, reason)  # type: ignore[index]
+    elif isinstance(named, ConvertResult) and named.reason == NO_DATA_PARALLEL:
         reason = "neither it nor a module of its folder it imports wraps a model in nn.DataParallel: nothing to convert"
         result.files[entry] = ConvertResult(named.source, named.output, named.findings, reason)  # type: ignore[index]
     if helpers == "module" and helpers_path is None and any(
@@ -173,7 +178,9 @@ def _reached_from(project: Project, entry: Path) -> set[Path]:
             if not its <= reached and its & reached & project.converted:
                 reached |= its
                 grew = True
-    return {project.modules[name].path for name in reached}
+    paths = {project.modules[name].path for name in reached}
+    # A module it imports that does not parse is part of its program too: its error is the one to fix.
+    return paths | project.unparsed_imports(paths)
 
 
 def _check_outputs(root: Path, sources: Mapping[Path, str], result: ProjectResult) -> None:

@@ -828,6 +828,24 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP231",
+            "parameters-frozen-in-train",
+            "note",
+            "`{model}`'s `train()` sets parameters' requires_grad to False (a partial BatchNorm), after DDP hooked "
+            "them: DDP needs find_unused_parameters=True for that, now passed to the wrap",
+            doc=_doc(
+                "Finds a DataParallel wrap of a model whose class (of this file, or of another module of the "
+                "project) overrides `train()` to freeze some of its parameters.",
+                "DDP hooks every parameter that requires a gradient when it is built, then waits for each one's "
+                "gradient in every backward. `model.train()` freezes some of them after that, so they never get "
+                "one, and the second step stops with 'Expected to have finished reduction in the prior iteration'.",
+                "model = nn.DataParallel(TSN(num_class, partial_bn=True))",
+                "model = wrap_ddp(TSN(num_class, partial_bn=True), find_unused_parameters=True)",
+                "Safe: DDP then finds each step which parameters got no gradient; it costs a walk of the graph "
+                "per step.",
+            ),
+        ),
+        Rule(
             "DDP230",
             "set-device-in-another-module",
             "error",

@@ -33,7 +33,7 @@ TRAINED = [
     "set_device_first_gpu", "gan_noise_batch", "random_sampler_explicit", "unpacked_loader_kwargs", "weighted_loss_reported",
     "contrastive_in_batch_reported", "loader_from_factory", "part_replaced_after_wrap", "loop_filtered_wraps",
     "loader_kwargs_beside_shuffle", "eval_loader_in_kept_tuple", "loader_param_alias", "batch_option_default_one",
-    "frozen_feature_network", "meter_sums_per_class",
+    "frozen_feature_network", "meter_sums_per_class", "partial_batchnorm_frozen_in_train",
 ]  # fmt: skip
 
 

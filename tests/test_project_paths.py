@@ -222,3 +222,20 @@ def test_a_script_in_a_package_it_imports_by_name_is_converted_from_above_the_pa
     assert "would convert pkg/model.py" in completed.stderr and "would convert pkg/train.py" in completed.stderr
     (package / "train.py").write_text("from .model import build\n", encoding="utf-8")
     assert project_root(package / "train.py") == package
+
+
+def test_an_entry_whose_trainer_does_not_parse_names_that_file(tmp_path: Path) -> None:
+    """Should fail on the imported trainer's syntax error (exit 2), not say its program wraps nothing."""
+    (tmp_path / "trainer.py").write_text(
+        "import torch\n\n\ndef train(model, x):\n    model = torch.nn.DataParallel(model)\n    return x.cuda(async=True)\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "main.py").write_text(
+        "from trainer import train\n\nif __name__ == \"__main__\":\n    train(None, None)\n", encoding="utf-8"
+    )
+    completed = _cli(tmp_path, "convert", "--project", "main.py")
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    out = completed.stdout + completed.stderr
+    assert "trainer.py:6" in out and "non_blocking=" in out
+    assert "it imports trainer.py, which Python cannot parse" in out
+    assert "wraps a model in nn.DataParallel: nothing to convert" not in out

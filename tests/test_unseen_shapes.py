@@ -174,3 +174,37 @@ def test_loader_workers_draw_their_own_augmentations_on_each_process(arguments: 
     assert result.changed
     per_process = "generator=torch.Generator().manual_seed((torch.initial_seed() + dist.get_rank()) % 2**63)"
     assert (per_process in result.output) is seeded
+
+
+def test_a_model_of_another_module_that_freezes_parameters_in_train_finds_unused_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Should pass find_unused_parameters=True to the wrap of a project class whose train() freezes its BatchNorm."""
+    from dp2ddp.projects import convert_project
+
+    models = dedent(
+        """
+        import torch.nn as nn
+
+
+        class TSN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 1)
+                self.bn = nn.BatchNorm1d(4)
+
+            def forward(self, x):
+                return self.fc(self.bn(x))
+
+            def train(self, mode=True):
+                super().train(mode)
+                for module in self.modules():
+                    if isinstance(module, nn.BatchNorm1d):
+                        module.weight.requires_grad_(False)
+                return self
+        """
+    )
+    main = "from models import TSN\n" + _script("\nmodel = nn.DataParallel(TSN())\n")
+    sources = {tmp_path / "models.py": models, tmp_path / "main.py": main}
+    result = convert_project(tmp_path, sources, helpers="inline")
+    converted = result.files[tmp_path / "main.py"]
+    assert "model = wrap_ddp(TSN(), find_unused_parameters=True)" in converted.output  # type: ignore[union-attr]
+    assert any(f.code == "DDP231" for f in converted.findings)  # type: ignore[union-attr]

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 # A name that says it holds a GPU count, GPU ids or a CUDA switch: ngpu, args.cuda, gpu_ids.
 GPU_WORDS = re.compile(r"gpu|cuda", re.IGNORECASE)
+# `p.requires_grad = False`, `p.requires_grad_(False)`: a parameter frozen.
+FREEZES = m.Assign(
+    targets=[m.ZeroOrMore(), m.AssignTarget(m.Attribute(attr=m.Name("requires_grad"))), m.ZeroOrMore()], value=m.Name("False")
+) | m.Call(func=m.Attribute(attr=m.Name("requires_grad_")), args=[m.Arg(m.Name("False"))])
 CASTS = frozenset({"half", "float", "double", "bfloat16"})
 DTYPE = re.compile(r"^torch\.(half|float16|bfloat16|float|float32|float64|double)$")
 # In-place tensor methods that overwrite values; `requires_grad_` and friends do not.
@@ -788,8 +792,14 @@ class ModelLifecycle:
             return
         built = without_device_move(wrapped)
         if isinstance(built, cst.Name):
-            values = self.assignments().get(built.value, [])
+            # `model = TSN(...)`, then `model = DataParallel(model)`: what the name held before the wrap.
+            values = [v for v in self.assignments().get(built.value, []) if not m.findall(v, m.MatchIfTrue(lambda n: n is wrap.call))]
             built = without_device_move(values[0]) if len(values) == 1 else built
+        if isinstance(built, cst.Call) and self._freezes_in_train(built):
+            # Parameters frozen after DDP is built get no gradient, and DDP waits for every one it hooked.
+            self.unused_parameters.setdefault(wrap.call, code_of(built.func))
+            self.findings.append(Hazard(wrap.call, "DDP231", (("model", code_of(built.func)),)))
+            return
         if not isinstance(built, cst.Call) or not isinstance(built.func, cst.Name):
             return
         classes = [c for c in self.analysis.nodes(cst.ClassDef) if c.name.value == built.func.value]
@@ -823,6 +833,20 @@ class ModelLifecycle:
             if len(mentions) == 1:
                 self.unused_parameters.setdefault(wrap.call, f"self.{attribute}")
                 self.findings.append(Hazard(target, "DDP215", (("module", f"self.{attribute}"), ("model", cls.name.value))))
+
+    def _freezes_in_train(self, built: cst.Call) -> bool:
+        """Whether ``built`` makes a model whose class's ``train()`` freezes parameters: this file's class,
+        read here, or another project module's, as the project read it."""
+        qualified = {q.name for q in self.analysis.qualified_names(built.func)}
+        if qualified & self.analysis.role.freezing_classes:
+            return True
+        if not isinstance(built.func, cst.Name):
+            return False
+        own = [c for c in self.analysis.nodes(cst.ClassDef) if c.name.value == built.func.value]
+        if len(own) != 1 or not isinstance(own[0].body, cst.IndentedBlock):
+            return False
+        train = next((s for s in own[0].body.body if isinstance(s, cst.FunctionDef) and s.name.value == "train"), None)
+        return train is not None and bool(m.findall(train, FREEZES))
 
     def _optimizers(self) -> None:
         """An optimizer over a module no DDP wrap holds: its gradients are never averaged."""

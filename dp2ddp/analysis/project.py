@@ -62,6 +62,8 @@ class _Module:
     factories: dict[str, ast.Call] = field(default_factory=dict)
     # Classes that keep a running average as `sum`, `count` and `avg`, with an `update` method.
     meters: set[str] = field(default_factory=set)
+    # Classes whose `train()` sets parameters' requires_grad to False.
+    freezing: set[str] = field(default_factory=set)
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     # Classes that subclass DataParallel (`DataParallelWithCallback`), with their definitions.
     subclasses: dict[str, ast.ClassDef] = field(default_factory=dict)
@@ -153,6 +155,7 @@ class Project:
             for target in targets:
                 importers.setdefault(target, set()).add(path)
         self._importers = importers
+        self._imports = imports
         upstream = _closure(wrapping, importers)
         # What the programs that train a wrapped model import: their loaders, writers and meters.
         programs = {path for path in upstream if path not in importers or _MAIN_GUARD_TEXT.search(sources[path])}
@@ -225,6 +228,8 @@ class Project:
                 module.classes[statement.name] = statement
                 if _is_meter(statement):
                     module.meters.add(statement.name)
+                if freezes_in_train(statement):
+                    module.freezing.add(statement.name)
                 if any(_dotted(base) is not None and _dotted(base).rpartition(".")[2] == "DataParallel" for base in statement.bases):
                     module.subclasses[statement.name] = statement
             elif _is_main_guard(statement) or (isinstance(statement, (ast.For, ast.While)) and _trains(statement)):
@@ -528,6 +533,7 @@ class Project:
         loader_sources: dict[str, list[tuple[str, Site]]] = {}
         project_calls: dict[str, set[str]] = {}
         meters: dict[str, set[str]] = {}
+        freezing: dict[str, set[str]] = {}
         subclass_wraps: dict[str, list[tuple[str, Site]]] = {}
         callers: dict[tuple[str, str], list[tuple[str, str, Site]]] = {}
         # (caller, qualified) of calls of another module's function whose value the caller uses.
@@ -537,6 +543,8 @@ class Project:
                 project_calls.setdefault(module.name, set()).add(qualified)
                 if function in self.modules[target].meters:
                     meters.setdefault(module.name, set()).add(qualified)
+                if function in self.modules[target].freezing:
+                    freezing.setdefault(module.name, set()).add(qualified)
                 subclass = self.modules[target].subclasses.get(function)
                 if subclass is not None and target != module.name:
                     subclass_wraps.setdefault(module.name, []).append((qualified, self.site(self.modules[target], subclass)))
@@ -635,6 +643,7 @@ class Project:
                     else frozenset()
                 ),
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
+                freezing_classes=frozenset(freezing.get(name, ())),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 program_loaders=self._program_loaders(name) if name in self.converted else (),
                 option_defaults=option_defaults if name in self.converted else (),
@@ -778,6 +787,12 @@ class Project:
         folders = self.entry_folders(within)
         return folders[0] if len(folders) == 1 else None
 
+    def unparsed_imports(self, paths: set[Path]) -> set[Path]:
+        """The files ``paths`` import, directly or through the project's modules, that Python cannot parse."""
+        imports = getattr(self, "_imports", {})
+        reached = _closure(set(paths), imports)
+        return {path for path in reached if self._parses_as_python.get(path) is False}
+
     def entry_folders(self, within: set[Path] | None = None) -> tuple[Path, ...]:
         """The folders the converted entry points run from (with ``within``, those among these files)."""
         entries = set(self.drivers)
@@ -916,3 +931,21 @@ def _wraps_part_of_a_model(call: ast.Call) -> bool:
     while isinstance(wrapped, ast.Call) and isinstance(wrapped.func, ast.Attribute) and wrapped.func.attr in ("cuda", "to"):
         wrapped = wrapped.func.value
     return isinstance(wrapped, ast.Attribute) and isinstance(wrapped.value, ast.Name) and wrapped.value.id != "self"
+
+
+def freezes_in_train(cls: ast.ClassDef) -> bool:
+    """Whether the class's ``train()`` sets parameters' ``requires_grad`` to False (TSN's partial BatchNorm)."""
+    train = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "train"), None)
+    if train is None:
+        return False
+    for node in ast.walk(train):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in node.targets
+        ) and isinstance(node.value, ast.Constant) and node.value.value is False:
+            return True
+        if (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_"
+            and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value is False
+        ):  # fmt: skip
+            return True
+    return False

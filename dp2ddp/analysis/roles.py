@@ -58,6 +58,9 @@ class ModuleRole:
     # Meter classes of other project modules this module builds (`utils.AverageMeter(...)`): they keep
     # `sum` and `count`, so the reduction of AverageMeter-style meters applies to them.
     meter_classes: frozenset[str] = frozenset()
+    # Model classes of other project modules whose `train()` freezes parameters (a partial BatchNorm): a DDP
+    # wrap of one needs find_unused_parameters=True, since those parameters stop getting gradients.
+    freezing_classes: frozenset[str] = frozenset()
     # `torch.cuda.set_device(...)` calls in unconverted modules of this entry point's programs, with where: after
     # setup_distributed() they would move every process to one GPU.
     foreign_set_devices: tuple[tuple[str, Site], ...] = ()

@@ -66,6 +66,19 @@ def _script(setup: str, rest: str = "") -> str:
             """,
             id="a literal tuple of GPU ids",
         ),
+        pytest.param(
+            """
+            import sys
+            config = {}
+            gpus = sys.argv[1] if len(sys.argv) > 1 else "0"
+            if len(gpus.split(",")) > 1:
+                config["_parallel"] = True
+            model = nn.Linear(4, 1)
+            if config.get("_parallel"):
+                model = nn.DataParallel(model)
+            """,
+            id="a flag stored under a dict key only when a GPU list has several entries",
+        ),
     ],
 )
 def test_a_wrap_under_a_condition_the_same_on_every_process_converts(setup: str) -> None:

@@ -435,11 +435,21 @@ class ModelLifecycle:
             qualified = {q.name for q in self.analysis.qualified_names(node.func)}
             if any(q.startswith("torch.cuda.") for q in qualified):
                 return True
+            if m.matches(node.func, m.Attribute(attr=m.Name("get"))) and node.args and isinstance(node.args[0].value, cst.SimpleString):
+                # `config.get("_parallel")`: what the script stores under that key.
+                return self._gpu(cst.Subscript(node.func.value, [cst.SubscriptElement(cst.Index(node.args[0].value))]), depth)  # type: ignore[attr-defined]
+            if m.matches(node.func, m.Attribute(attr=m.Name("split") | m.Name("strip") | m.Name("keys") | m.Name("values"))):
+                return self._gpu(node.func.value, depth)  # type: ignore[attr-defined]  # `args.gpu.split(",")`: as many parts as GPUs
             if qualified & {"torch.device", "builtins.len", "builtins.int", "builtins.bool", "builtins.list", "builtins.range"}:
                 return _combine(*(self._gpu(arg.value, depth) for arg in node.args)) if node.args else None
             return None
         if isinstance(node, cst.Attribute) and node.attr.value == "type":
             return self._gpu(node.value, depth)  # device.type == "cuda"
+        if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+            key = node.slice[0].slice.value
+            if isinstance(key, cst.SimpleString):
+                stored = self._stored(code_of(node.value), key.evaluated_value)
+                return _combine(*(self._gpu(v, depth + 1) for v in stored)) if stored else None
         if isinstance(node, (cst.Name, cst.Attribute)):
             spelled = code_of(node)
             if GPU_WORDS.search(spelled.rsplit(".", 1)[-1]):
@@ -451,6 +461,23 @@ class ModelLifecycle:
             # A command-line option with a literal default holds whatever the user passes: not a constant.
             return None if found is False and spelled in self._options else found
         return None
+
+    def _stored(self, mapping: str, key: object) -> list[cst.BaseExpression]:
+        """What the file stores under ``mapping[key]``: each value, and True where a GPU condition guards
+        the store (``if len(gpus) > 1: config["_parallel"] = True`` stores a GPU count's verdict)."""
+        found: list[cst.BaseExpression] = []
+        for assign in self.analysis.nodes(cst.Assign):
+            for target in assign.targets:
+                subscript = target.target
+                if not (
+                    isinstance(subscript, cst.Subscript) and code_of(subscript.value) == mapping and len(subscript.slice) == 1
+                    and isinstance(subscript.slice[0].slice, cst.Index) and isinstance(subscript.slice[0].slice.value, cst.SimpleString)
+                    and subscript.slice[0].slice.value.evaluated_value == key
+                ):  # fmt: skip
+                    continue
+                tests = [a.test for a in self.analysis.ancestors(assign) if isinstance(a, cst.If)]
+                found.append(assign.value if not tests else cst.BooleanOperation(tests[0], cst.And(), assign.value))
+        return found
 
     def assignments(self) -> dict[str, list[cst.BaseExpression]]:
         """Every value assigned to each name or attribute in the file, argparse defaults included.

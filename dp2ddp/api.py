@@ -210,7 +210,10 @@ def _convert(
     facts = analysis.script_facts
     if facts.existing_distributed is not None or not (facts.converts_to_ddp or analysis.role.converts):
         # Settled by this analysis: the script is left as it is, and the codemods say why.
-        return analysis.code, [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
+        settled = [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
+        if facts.unresolved_wraps and facts.existing_distributed is None:
+            settled += _findings_with_torch_assumed(analysis, codemod_groups, options)
+        return analysis.code, settled
     if analysis.lifecycle.blocked:
         refusal = [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
         return analysis.code, refusal + _findings_past_the_refusal(analysis, codemod_groups, options)
@@ -288,6 +291,31 @@ def _groups_applied(
             edits.append(difflib.SequenceMatcher(None, code.splitlines(), output.splitlines(), autojunk=False).get_opcodes())
             code = output
         yield code, findings
+
+
+def _findings_with_torch_assumed(
+    analysis: Analysis, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
+) -> list[Finding]:
+    """What the conversion would also report once `torch` is imported by name (DDP102's advice), so that
+    following that advice surfaces nothing new: the file analysed with the usual torch names bound on the
+    line of its last star import, which keeps every line where it is. Notes go: nothing was changed."""
+    stars = [
+        node for node in analysis.nodes(cst.ImportFrom)
+        if isinstance(node.names, cst.ImportStar) and isinstance(analysis.parents.get(node), cst.SimpleStatementLine)
+    ]  # fmt: skip
+    if not stars:
+        return []
+    line = analysis.position(stars[-1]).end.line
+    lines = analysis.code.splitlines(keepends=True)
+    text = lines[line - 1]
+    ending = text[len(text.rstrip("\r\n")) :]
+    lines[line - 1] = text.rstrip("\r\n") + "; import torch; import torch.nn as nn; import torch.nn.functional as F" + ending
+    try:
+        assumed = Analysis(parse_admitted("".join(lines)), analysis.role)
+        _, found = _convert(assumed, codemod_groups, options)
+    except Exception:  # extra findings only: DDP102 alone still says why the file was left as it was
+        return []
+    return [finding for finding in found if finding.severity != "note" and finding.code != "DDP102"]
 
 
 def _findings_past_the_refusal(

@@ -54,7 +54,8 @@ def _script(body: str, train: str = TRAIN) -> str:
 CASES = [
     pytest.param(
         "DDP102",
-        "from mylib import *\n\nmodel = torch.nn.DataParallel(torch.nn.Linear(4, 1))\n" + dedent(TRAIN),
+        "from mylib import *\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))\n" + dedent(TRAIN),
         "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom mylib import *\n\n"
         "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))\n" + dedent(TRAIN),
         id="a wrap only a star import could bind converts once torch is imported by name",

@@ -221,3 +221,33 @@ def test_a_model_of_another_module_that_freezes_parameters_in_train_finds_unused
     converted = result.files[tmp_path / "main.py"]
     assert "model = wrap_ddp(TSN(), find_unused_parameters=True)" in converted.output  # type: ignore[union-attr]
     assert any(f.code == "DDP231" for f in converted.findings)  # type: ignore[union-attr]
+
+
+def test_a_wrap_behind_a_star_import_lists_every_finding_in_one_run() -> None:
+    """Should report with DDP102 what importing torch by name would then show, so one round of fixes is enough."""
+    source = dedent(
+        """\
+        from mylib import *
+
+
+        def main():
+            model = torch.nn.DataParallel(Net())
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in get_loader():
+                    loss = model(x).sum()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    first = convert_source(source)
+    assert not first.changed
+    errors = {(f.code, f.line) for f in first.findings if f.severity == "error"}
+    assert errors == {("DDP102", 5), ("DDP317", 8)}
+    advised = convert_source(source.replace("from mylib import *\n", "from mylib import *\nimport torch\n", 1))
+    assert {(f.code, f.line - 1) for f in advised.findings if f.severity == "error"} == {("DDP317", 8)}

@@ -251,3 +251,38 @@ def test_a_wrap_behind_a_star_import_lists_every_finding_in_one_run() -> None:
     assert errors == {("DDP102", 5), ("DDP317", 8)}
     advised = convert_source(source.replace("from mylib import *\n", "from mylib import *\nimport torch\n", 1))
     assert {(f.code, f.line - 1) for f in advised.findings if f.severity == "error"} == {("DDP317", 8)}
+
+
+def test_a_script_that_trains_through_an_alias_of_a_project_class_starts_the_process_group(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Should take a script calling `Exp = Exp_Trainer; Exp(args).train()` at top level for the program that runs."""
+    from dp2ddp.projects import convert_project
+
+    (tmp_path / "exp").mkdir()
+    trainer = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Exp_Trainer:
+            def __init__(self, epochs):
+                self.epochs = epochs
+                self.model = nn.DataParallel(nn.Linear(4, 1))
+
+            def train(self):
+                optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+                for epoch in range(self.epochs):
+                    for x, y in loader:
+                        loss = nn.functional.mse_loss(self.model(x), y)
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+        """
+    )
+    main = "from exp.trainer import Exp_Trainer\n\nExp = Exp_Trainer\nfor run in range(2):\n    Exp(2).train()\n"
+    sources = {tmp_path / "exp" / "__init__.py": "", tmp_path / "exp" / "trainer.py": trainer, tmp_path / "main.py": main}
+    result = convert_project(tmp_path, sources, helpers="inline")
+    converted = result.files[tmp_path / "main.py"]
+    assert "setup_distributed()" in converted.output  # type: ignore[union-attr]

@@ -846,13 +846,21 @@ def _destination(call: ast.Call) -> str | None:
 
 
 def _calls_at_top_level(module: _Module) -> bool:
-    """Whether statements outside any function or class call something imported from the project."""
+    """Whether statements outside any function or class call something imported from the project, directly
+    or through a module-level alias of it (`Exp = Exp_Informer`, then `exp = Exp(args)`)."""
+    called = set(module.bindings) | {
+        target.id
+        for statement in module.tree.body
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Name) and statement.value.id in module.bindings
+        for target in statement.targets
+        if isinstance(target, ast.Name)
+    }
     for statement in module.tree.body:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
             continue
         for node in ast.walk(statement):
             if isinstance(node, ast.Call) and (spelled := _dotted(node.func)) is not None:
-                if spelled in module.bindings or spelled.rpartition(".")[0] in module.bindings:
+                if spelled in called or spelled.rpartition(".")[0] in called:
                     return True
     return False
 

@@ -899,6 +899,15 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     def _rebuilt(self, node: cst.CSTNode, depth: int) -> bool:
         """Whether ``node`` runs again for every turn of a loop: in one, or in a function called once, from one."""
+        return self._in_a_loop(node, depth) is True
+
+    def _runs_once(self, node: cst.CSTNode, depth: int) -> bool:
+        """Whether ``node`` runs at most once per run: in no loop, in functions each called once."""
+        return self._in_a_loop(node, depth) is False
+
+    def _in_a_loop(self, node: cst.CSTNode, depth: int) -> bool | None:
+        """Whether ``node`` runs in a loop, followed out through functions called from one place only, up to
+        ``depth`` callers: None where a function has several callers, or the depth runs out."""
         for ancestor in self.analysis.ancestors(node):
             if isinstance(ancestor, (cst.For, cst.While)):
                 return True
@@ -908,22 +917,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     c for c in self.analysis.nodes(cst.Call)
                     if m.matches(c.func, m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
                 ]  # fmt: skip
-                return depth > 0 and len(callers) == 1 and self._rebuilt(callers[0], depth - 1)
+                if depth == 0 or len(callers) != 1:
+                    return None
+                return self._in_a_loop(callers[0], depth - 1)
         return False
-
-    def _runs_once(self, node: cst.CSTNode, depth: int) -> bool:
-        """Whether ``node`` runs at most once per run: in no loop, in functions each called once."""
-        for ancestor in self.analysis.ancestors(node):
-            if isinstance(ancestor, (cst.For, cst.While)):
-                return False
-            if isinstance(ancestor, cst.FunctionDef):
-                name = ancestor.name.value
-                callers = [
-                    c for c in self.analysis.nodes(cst.Call)
-                    if m.matches(c.func, m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
-                ]  # fmt: skip
-                return depth > 0 and len(callers) == 1 and self._runs_once(callers[0], depth - 1)
-        return True
 
     # -- training data from elsewhere ------------------------------------------------
 

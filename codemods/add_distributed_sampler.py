@@ -131,6 +131,38 @@ class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
                 if own_state is not None:
                     generator.set_state(own_state)
 '''
+SPLIT_LOADER_SOURCE = f'''
+def {names.SPLIT_LOADER_HELPER}(loader, keep_batch=False):
+    """This process's share of ``loader``, built by a function that also builds loaders for evaluation.
+
+    The loader is built again over its dataset, with its own arguments, and its sampler (or
+    batch sampler) split by ShardedSampler, so the evaluation loaders the function builds stay
+    whole. Each process loads its part of every batch, so the global batch stays the loader's,
+    unless ``keep_batch``.
+    """
+    if type(loader) is not torch.utils.data.DataLoader or isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        raise TypeError(f"expected a DataLoader over a map-style dataset, got {{type(loader).__name__}}")
+    rebuilt = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+    kept = {{
+        name: getattr(loader, name) for name in inspect.signature(torch.utils.data.DataLoader).parameters
+        if name not in rebuilt and hasattr(loader, name)
+    }}
+    if kept.get("num_workers") and kept.get("generator") is None:
+        # The workers' seeds come from the generator: each process draws its own augmentations.
+        kept["generator"] = torch.Generator().manual_seed((torch.initial_seed() + dist.get_rank()) % 2**63)
+    if loader.batch_size is None and loader.batch_sampler is not None:
+        sampler = {names.SHARDED_SAMPLER_HELPER}(loader.batch_sampler, split_batches=True)
+        return torch.utils.data.DataLoader(loader.dataset, batch_sampler=sampler, **kept)
+    batch_size = loader.batch_size
+    if batch_size is None or keep_batch:
+        sampler = {names.SHARDED_SAMPLER_HELPER}(loader.sampler)
+    else:
+        sampler = {names.SHARDED_SAMPLER_HELPER}(loader.sampler, batch_size=batch_size)
+        batch_size = max(1, batch_size // dist.get_world_size())
+    return torch.utils.data.DataLoader(
+        loader.dataset, batch_size=batch_size, sampler=sampler, drop_last=loader.drop_last, **kept
+    )
+'''
 # Calls whose arguments size a tensor or a buffer for one step.
 _TENSOR_FACTORIES = frozenset(
     f"torch.{name}" for name in ("zeros", "ones", "full", "empty", "randn", "rand", "randint", "arange", "eye", "tensor", "Tensor")
@@ -157,6 +189,19 @@ class _LoaderPlan:
     own_sampler: str | None = None
     wrap_at_loader: bool = False
     built: cst.Call | None = None  # where that sampler is built, if in this file
+
+
+@dataclass(frozen=True)
+class _Site:
+    """Where a caller binds a loader that a function of the file returns."""
+
+    target: cst.BaseExpression
+    assign: cst.Assign
+    statement: cst.SimpleStatementLine
+
+
+# What a caller asking a loader function for evaluation data names it or asks with.
+EVALUATION_REQUEST = re.compile(r"val|test|eval|pred|infer", re.IGNORECASE)
 
 
 class AddDistributedSamplerCommand(Dp2ddpCodemod):
@@ -198,6 +243,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # Loaders (as the epoch loop names them) whose batch sampler carries the epoch.
         self.batch_sampled: set[str] = set()
         self.helpers_needed = False
+        self.split_helper_needed = False
+        # Statements binding a loader that a function also builds for evaluation, with the names
+        # (`train_loader`) that take this process's share of it after them.
+        self.split_at_use: dict[cst.SimpleStatementLine, list[tuple[str, bool]]] = {}
         # Loaders whose batches reach a backward(): they train, whatever their name says.
         self.trained: set[cst.CSTNode] = set()
         # Loaders whose arguments come from a dict the file shows whole, with its keys.
@@ -237,11 +286,77 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             dataset = argument(call, 0, "dataset")
             if dataset is not None and self._is_iterable_dataset(node, dataset, splitting):
                 continue  # its `__iter__` yields this process's share already
+            if dataset is not None and not self._is_iterable_dataset(node, dataset, iterable_classes):
+                sites = self._shared_factory_sites(call)
+                if sites is not None:
+                    self._plan_split_at_use(call, *sites)
+                    continue
             self._plan_loader(node, call, only_loader=len(loaders) == 1, iterable_classes=iterable_classes)
         if not self.SHARDS_EVALUATION:
             analysis.sharded_loaders.update(self.plans)
             if not self.keep_per_process_batch:
                 analysis.per_process_loaders.update({call: self._kept_because(call) for call in self.per_process_calls})
+
+    # -- loaders built by one function for training and for evaluation ---------------------------------
+
+    def _shared_factory_sites(self, call: cst.Call) -> tuple[list[_Site], list[_Site]] | None:
+        """Where a function returning the loader ``call`` is called for training, and where for evaluation.
+
+        ``_get_data(flag)`` builds the train, validation, test and prediction loaders alike.
+        Split inside it, every one of them would be: each process would validate on its own
+        shard, stop early on its own, and predict with a batch of ``1 // world_size``. Each of
+        its callers is judged instead: a caller's loader that feeds a ``backward()`` trains, one
+        that does not and is named for evaluation (or asked for with such a name, ``flag="val"``)
+        evaluates. None when the callers are not all of one or the other, or not of both.
+        """
+        function = next((a for a in self.analysis.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
+        if function is None or call not in self.trained:
+            return None
+        returned = [call, *(r for h in self.analysis.holders(call, depth=0) if h.scope is function for r in h.reads)]
+        training: list[_Site] = []
+        evaluation: list[_Site] = []
+        for value in returned:
+            for target, assign in self.analysis.returned_to(value):
+                holders = self.batches.loader_holders([], self.analysis.target_holders(target))
+                statement = self.analysis.parents.get(assign)
+                if self.batches.feeds_backward(holders):
+                    if not m.matches(target, m.Name() | m.Attribute(value=m.Name())) or not isinstance(statement, cst.SimpleStatementLine):
+                        return None
+                    training.append(_Site(target, assign, statement))
+                elif self._asks_for_evaluation(target, assign.value):
+                    evaluation.append(_Site(target, assign, statement))  # type: ignore[arg-type]
+                else:
+                    return None
+        return (training, evaluation) if training and evaluation else None
+
+    def _asks_for_evaluation(self, target: cst.BaseExpression, request: cst.BaseExpression) -> bool:
+        """``val_loader = ...``, or a call asking for it by a string (``get_data(flag="test")``)."""
+        asked = [s.evaluated_value for s in self.analysis.within(request, cst.SimpleString)]
+        return any(isinstance(text, str) and EVALUATION_REQUEST.search(text) for text in [code_of(target), *asked])
+
+    def _plan_split_at_use(self, call: cst.Call, training: list[_Site], evaluation: list[_Site]) -> None:
+        """Leave the loader whole where it is built; each training caller takes its share after the call."""
+        if self.SHARDS_EVALUATION:
+            return
+        sizing = self._sizes_per_step(call)
+        keep = self.keep_per_process_batch or sizing is not None
+        if sizing is not None and not self.keep_per_process_batch:
+            self.report(sizing, "DDP312", batch=code_of(argument(call, BATCH_SIZE, "batch_size")))  # type: ignore[arg-type]
+        lines = ", ".join(sorted({str(self.analysis.position(site.assign).start.line) for site in evaluation}, key=int))
+        for site in training:
+            if not self._split_already(site.target):
+                self.split_at_use.setdefault(site.statement, []).append((code_of(site.target), keep))
+                self.helpers_needed = self.split_helper_needed = True
+            self.analysis.sharded_names.add(code_of(site.target).rsplit(".", 1)[-1])
+            self.report(site.assign, "DDP327", loader=code_of(site.target), builder=code_of(site.assign.value.func), lines=lines)  # type: ignore[attr-defined]
+
+    def _split_already(self, target: cst.BaseExpression) -> bool:
+        """``train_loader = split_loader(train_loader)`` follows where ``target`` is bound: converted already."""
+        splitting = m.Call(func=m.Name(names.SPLIT_LOADER_HELPER))
+        return any(
+            isinstance(arg := self.analysis.parents.get(read), cst.Arg) and self.matches(self.analysis.parents.get(arg), splitting)
+            for holder in self.analysis.target_holders(target, depth=0) for read in holder.reads
+        )  # fmt: skip
 
     def _plan_loader(self, module: cst.Module, call: cst.Call, only_loader: bool, iterable_classes: set[str]) -> None:
         for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):
@@ -1223,6 +1338,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         if original_node in self.dropped_lines:
             return cst.RemoveFromParent()  # type: ignore[return-value]
+        if original_node in self.split_at_use:
+            splits = [
+                cst.parse_statement(f"{target} = {names.SPLIT_LOADER_HELPER}({target}{', keep_batch=True' if keep else ''})")
+                for target, keep in self.split_at_use[original_node]
+            ]
+            return cst.FlattenSentinel([updated_node, *splits])
         plan = self.hoists.get(original_node)
         if plan is None or plan.hoisted_dataset is None:
             return updated_node
@@ -1272,5 +1393,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         for module_name in ("random", "sys", "torch"):
             AddImportsVisitor.add_needed_import(self.context, module_name)
         import_torch_distributed(self.context, self.facts.distributed_alias)
-        return add_helper(updated_node, self.facts, names.SHARDED_SAMPLER_HELPER, SHARDED_SAMPLER_SOURCE)
+        module = updated_node
+        if self.split_helper_needed:
+            AddImportsVisitor.add_needed_import(self.context, "inspect")
+            module = add_helper(module, self.facts, names.SPLIT_LOADER_HELPER, SPLIT_LOADER_SOURCE)
+        return add_helper(module, self.facts, names.SHARDED_SAMPLER_HELPER, SHARDED_SAMPLER_SOURCE)
 

@@ -3,7 +3,8 @@
 The script gains a ``setup_distributed()`` helper, called first thing in the
 ``if __name__ == "__main__":`` entry, or after the imports of a script with
 no entry guard. It joins the process group (NCCL with CUDA, else gloo),
-selects this process's GPU, and destroys the group at exit.
+selects this process's GPU, gives every process rank 0's random state, and
+destroys the group at exit.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def {names.SETUP_HELPER}() -> None:
     else:
         # A single process: an in-memory store needs no address or port.
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    # Every process goes on from rank 0's random state, as the one DataParallel process did: what
+    # the script draws before training (a shuffled file list, a random split) is then one draw.
+    numpy = sys.modules.get("numpy")
+    states = [(random.getstate(), torch.get_rng_state(), numpy.random.get_state() if numpy is not None else None)]
+    dist.broadcast_object_list(states, src=0)
+    random.setstate(states[0][0])
+    torch.set_rng_state(states[0][1])
+    if numpy is not None:
+        numpy.random.set_state(states[0][2])
     atexit.register(dist.destroy_process_group)
     # Runs first at exit: leaving while other processes still talk to this one makes gloo
     # abort ("terminate called without an active exception"); after a crash, leave at once.
@@ -123,7 +133,7 @@ class AddLaunchWrapperCommand(Dp2ddpCodemod):
             position = _after_last(body, targets, index + 1)
             spacing = [cst.EmptyLine(), cst.EmptyLine()] if position == index + 1 else []
             body.insert(position, call.with_changes(leading_lines=spacing))
-        for module_name in ("atexit", "os", "subprocess", "sys", "torch"):
+        for module_name in ("atexit", "os", "random", "subprocess", "sys", "torch"):
             AddImportsVisitor.add_needed_import(self.context, module_name)
         import_torch_distributed(self.context, self.facts.distributed_alias)
         return module.with_changes(body=body)

@@ -24,7 +24,7 @@ from libcst.metadata import ParentNodeProvider, ScopeProvider
 from dp2ddp.analysis import names
 from dp2ddp.analysis.module import Analysis
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, with_argument
-from dp2ddp.analysis.syntax import MAIN_GUARD, call_to, code_of, parameter_for
+from dp2ddp.analysis.syntax import MAIN_GUARD, argument, call_to, code_of, parameter_for
 from dp2ddp.analysis.script import entry_point
 from dp2ddp.analysis.effects import is_rank_guard, opens_for_writing, under_rank_guard
 from dp2ddp.analysis.writers import attribute_read, imported_writer_calls, per_process_paths
@@ -209,6 +209,21 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         for original, statement in zip(originals, updated):
             writer = self._writer_assignment(original)
             kind = OTHER if writer else self._kind(original)
+            read_back = self._reads_back(run, original) if run and kind != EFFECT else None
+            if read_back is not None and self._is_discarded_call(original):
+                # `run_coco_eval(labels, output_name)` on the file the guard writes: only the main process
+                # has it, and no other process needs what the call does with it.
+                self.report(original, "DDP405", call=code_of(original.body[0].value.func), path=read_back)  # type: ignore[attr-defined]
+                run.append((original, statement, EFFECT))
+                continue
+            if read_back is not None and self._every_process_reaches(original):
+                # Every process reads what the main process has just written: the others wait for it.
+                body += self._close(run)
+                run = []
+                self.report(original, "DDP406", path=read_back)
+                body += [cst.parse_statement(f"{self.facts.distributed_alias}.barrier()"), statement]
+                import_torch_distributed(self.context, self.facts.distributed_alias)
+                continue
             if kind in (EFFECT, NEUTRAL) and (run or kind == EFFECT):
                 run.append((original, statement, kind))
                 continue
@@ -225,6 +240,49 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             else:
                 body.append(statement)
         return body + self._close(run)
+
+    def _reads_back(self, run: list[tuple[cst.BaseStatement, cst.BaseStatement, str]], statement: cst.BaseStatement) -> str | None:
+        """The path a statement about to be guarded in ``run`` writes and ``statement`` then reads, by its spelling.
+
+        A path is a name, attribute or string (``output_name``, ``args.out``, ``"last.pth"``) handed to ``open(path, "w")`` or
+        ``torch.save(obj, path)``; ``statement`` reads it back when it hands the same spelling to a call.
+        """
+        written: set[str] = set()
+        for original, _, kind in run:
+            if kind != EFFECT:
+                continue
+            for call in self.analysis.within(original, cst.Call):
+                if opens_for_writing(self, call):
+                    path = argument(call, 0, "file")
+                elif self.analysis.matches(call, call_to({"torch.save"})):
+                    path = argument(call, 1, "f")
+                else:
+                    continue
+                if path is not None and m.matches(path, m.Name() | m.Attribute() | m.SimpleString()):
+                    written.add(code_of(path))
+        if not written or self.effects.collectives_in(statement):
+            return None
+        handed = {
+            code_of(arg.value) for call in self.analysis.within(statement, cst.Call)
+            if not self.analysis.matches(call, call_to({"torch.load"}))  # secure_checkpoints waits before a load
+            for arg in call.args
+        }  # fmt: skip
+        return next(iter(sorted(written & handed)), None)
+
+    def _every_process_reaches(self, statement: cst.BaseStatement) -> bool:
+        """Whether no caller in this file runs ``statement``'s function under a rank condition: a barrier there
+        would wait for processes that never come. A module converted only for its writers has its callers elsewhere."""
+        if self.only_functions is not None:
+            return False
+        function = next((a for a in self.analysis.ancestors(statement) if isinstance(a, cst.FunctionDef)), None)
+        return function is None or not any(under_rank_guard(self, call) for call in self.analysis.callers(function))
+
+    def _is_discarded_call(self, statement: cst.BaseStatement) -> bool:
+        """One call on its line whose value is thrown away."""
+        return (
+            isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call)
+        )  # fmt: skip
 
     def _split_or_report(self, statement: cst.SimpleStatementLine) -> list[cst.Call] | None:
         """The collectives to move out of a side-effect line; a line where they cannot move is reported."""

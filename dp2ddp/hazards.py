@@ -718,7 +718,7 @@ class DistributedHazards:
             sampler = self._given_sampler(call, 3, "sampler")
             batch_sampler = self._given_sampler(call, 4, "batch_sampler")
             if sampler is None and batch_sampler is None and not any(a.star for a in call.args):
-                if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(call):
+                if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(call) and not self._split_where_used(call):
                     self._report(call, "DDP504", loader=code_of(reference) if reference is not None else "this loader", **NO_SAMPLER)
                 continue
             self._unsplit_sampler(call, reference, sampler, batch_sampler, only_loader=len(loaders) == 1)
@@ -871,6 +871,15 @@ class DistributedHazards:
             if holder is not None:
                 found.append((loop, holder))
         return found
+
+    def _split_where_used(self, call: cst.Call) -> bool:
+        """A loader a function returns to callers, one of which takes its share (``x = split_loader(x)``): the
+        function also builds evaluation loaders, which stay whole."""
+        splitting = m.Call(func=m.Name(names.SPLIT_LOADER_HELPER))
+        return any(
+            isinstance(arg := self.analysis.parents.get(read), cst.Arg) and m.matches(self.analysis.parents.get(arg), splitting)
+            for holder in self.analysis.holders(call) for read in holder.reads
+        )  # fmt: skip
 
     def _trains_on(self, call: cst.Call) -> bool:
         """Whether some loop over the loader calls ``backward()``: only then does an unsplit loader repeat the work."""

@@ -44,6 +44,7 @@ _ORDER = (
     names.METER_COPY_HELPER,
     names.EVALUATION_SHARD_HELPER,
     names.SHARDED_SAMPLER_HELPER,
+    names.SPLIT_LOADER_HELPER,
 )
 
 
@@ -149,7 +150,10 @@ def convert_project(
                 )
             for name, code in moved.items():
                 definitions.setdefault(name, code)
-            result.files[path] = _recheck(converted, output, options, roles.get(path))
+            try:
+                result.files[path] = _recheck(converted, output, options, roles.get(path))
+            except ConversionError as error:
+                result.files[path] = error  # reported for this file, which is left as it was
     if definitions:
         after = existing if edited else _helpers_module(definitions)
         assert after is not None
@@ -338,7 +342,7 @@ def _aliases(statement: cst.SimpleStatementLine) -> list[tuple[str, str | None, 
 
 
 # Every import a helper may need, by the name it binds; the module keeps those its helpers use.
-_STANDARD_IMPORTS = {name: f"import {name}" for name in ("atexit", "contextlib", "math", "os", "random", "subprocess", "sys")}
+_STANDARD_IMPORTS = {name: f"import {name}" for name in ("atexit", "contextlib", "inspect", "math", "os", "random", "subprocess", "sys")}
 _TORCH_IMPORTS = {
     "torch": "import torch",
     "dist": "import torch.distributed as dist",

@@ -1252,6 +1252,30 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP327",
+            "loader-split-where-used",
+            "note",
+            "`{loader}` takes this process's share of the loader `{builder}` returns, here where it trains: "
+            "`{builder}` also builds the evaluation loaders of line {lines}, which stay whole",
+            doc=_doc(
+                "Finds a function that builds and returns a DataLoader, called both for training (its loader "
+                "feeds a `backward()`) and for evaluation (named `val`, `test` or `pred`, or asked for with "
+                "such a string, and never trained on).",
+                "Split inside the function, every loader it builds would be: each process would validate on "
+                "its own shard and stop early on its own number, and a prediction loader's batch of 1 would "
+                "become `1 // world_size`.",
+                "train_data, train_loader = self._get_data(flag='train')\n"
+                "vali_data, vali_loader = self._get_data(flag='val')",
+                "train_data, train_loader = self._get_data(flag='train')\n"
+                "train_loader = split_loader(train_loader)\n"
+                "vali_data, vali_loader = self._get_data(flag='val')",
+                "Safe: `split_loader` builds the loader again over the same dataset with the same arguments, its "
+                "sampler split by ShardedSampler (one order drawn alike on every process, a new one each pass) "
+                "and each process's part of every batch, so the global batch is the loader's. It stops with a "
+                "TypeError on anything but a DataLoader over a map-style dataset.",
+            ),
+        ),
+        Rule(
             "DDP319",
             "weighted-loss-per-process",
             "warning",
@@ -1509,6 +1533,40 @@ RULES: dict[str, Rule] = {
                 "for step, (x, y) in enumerate(val_loader):\n    print(step, correct / total)",
                 "# the numbers after the loop are gathered from every process",
                 "Safe: the line shows per-process values; nothing is changed.",
+            ),
+        ),
+        Rule(
+            "DDP405",
+            "read-back-with-its-write",
+            "note",
+            "`{call}` reads `{path}`, which only the main process writes now: it runs under the same guard, "
+            "after the write",
+            doc=_doc(
+                "Finds a call, its value unused, that is handed the path a guarded write just wrote "
+                "(`open(path, \"w\")`, `torch.save(obj, path)`).",
+                "Only the main process writes the file now. Every other process would read a file that is not "
+                "there yet, half written, or left from an earlier run.",
+                "with open(output_name, \"w\") as f:\n    json.dump(results, f)\nrun_coco_eval(labels, output_name)",
+                "if is_main_process():\n    with open(output_name, \"w\") as f:\n        json.dump(results, f)\n"
+                "    run_coco_eval(labels, output_name)",
+                "Safe: the call runs once, on the process that wrote the file, as it ran in the one DataParallel "
+                "process; its value was not used, and a call that reaches a collective is never guarded.",
+            ),
+        ),
+        Rule(
+            "DDP406",
+            "barrier-before-read-back",
+            "note",
+            "every process reads `{path}` here, which only the main process writes now: `barrier()` makes "
+            "the others wait until it is written",
+            doc=_doc(
+                "Finds a statement that uses its value and reads the path a guarded write just wrote.",
+                "Only the main process writes the file now. Without waiting, every other process would read a "
+                "file that is not there yet, half written, or left from an earlier run.",
+                "torch.save(state, path)\nstate = torch.load(path)",
+                "if is_main_process():\n    torch.save(state, path)\ndist.barrier()\nstate = torch.load(path)",
+                "Safe where every process reaches the write, as each did before the guard; the write's own "
+                "function is not called under a rank condition in the file.",
             ),
         ),
         Rule(

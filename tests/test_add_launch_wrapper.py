@@ -10,7 +10,7 @@ from libcst.codemod import CodemodTest
 
 # Indented to sit inside the dedented test strings below.
 HELPER = textwrap.indent(SETUP_HELPER_SOURCE.strip("\n"), " " * 12).lstrip()
-IMPORTS = "import atexit\n            import os\n            import subprocess\n            import sys\n            import torch.distributed as dist"
+IMPORTS = "import atexit\n            import os\n            import random\n            import subprocess\n            import sys\n            import torch.distributed as dist"
 
 
 class AddLaunchWrapperTest(CodemodTest):

@@ -33,7 +33,8 @@ TRAINED = [
     "set_device_first_gpu", "gan_noise_batch", "random_sampler_explicit", "unpacked_loader_kwargs", "weighted_loss_reported",
     "contrastive_in_batch_reported", "loader_from_factory", "part_replaced_after_wrap", "loop_filtered_wraps",
     "loader_kwargs_beside_shuffle", "eval_loader_in_kept_tuple", "loader_param_alias", "batch_option_default_one",
-    "frozen_feature_network", "meter_sums_per_class", "partial_batchnorm_frozen_in_train",
+    "frozen_feature_network", "meter_sums_per_class", "partial_batchnorm_frozen_in_train", "results_file_read_back",
+    "startup_split_unseeded", "count_through_batch_name",
 ]  # fmt: skip
 
 
@@ -280,6 +281,41 @@ def test_guards_never_race_or_crash_the_other_process(tmp_path: Path) -> None:
         # 64 samples, 8 per process per step: 4 steps an epoch, shown by the main process only.
         assert completed.stdout.count("step ") == 8, completed.stdout
         assert [len(rank["saves"]) for rank in ranks] == [2, 0]
+
+
+def test_loader_function_shared_with_evaluation_splits_only_where_it_trains(tmp_path: Path) -> None:
+    """One ``_get_data(flag)`` builds every loader: validation and prediction stay whole, as the original ran them."""
+    before, script = tmp_path / "before.py", tmp_path / "train.py"
+    shutil.copy(FIXTURES / "loader_factory_for_every_split" / "before.py", before)
+    shutil.copy(FIXTURES / "loader_factory_for_every_split" / "after.py", script)
+    reference = run_bounded([sys.executable, str(before)], tmp_path)
+    assert reference.returncode == 0, reference.stderr
+    completed, ranks = run_under_torchrun(script, tmp_path)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    printed = [line for line in completed.stdout.splitlines() if line.startswith(("validate", "predicted"))]
+    # Every process validates on all 48 windows (so they stop early together), and predicts with batches of 1.
+    assert printed == [line for line in reference.stdout.splitlines() if line.startswith(("validate", "predicted"))]
+    assert "predicted 5 windows" in printed
+    assert ranks[0]["replicas"] == ranks[1]["replicas"], "the ranks ended with different weights"
+
+
+def test_unseeded_split_at_start_up_is_one_draw_on_every_process(tmp_path: Path) -> None:
+    """A file list split with an unseeded ``np.random`` before training: every process holds the same split."""
+    shutil.copy(FIXTURES / "startup_split_unseeded" / "after.py", tmp_path / "train.py")
+    runner = tmp_path / "run.py"
+    runner.write_text(
+        "import json, os, runpy\n"
+        "names = runpy.run_path('train.py', run_name='__main__')\n"
+        "with open(f\"split{os.environ['RANK']}.json\", 'w') as out:\n"
+        "    json.dump(names['train_files'], out)\n",
+        encoding="utf-8",
+    )
+    completed, ranks = run_under_torchrun(runner, tmp_path)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    splits = [json.loads((tmp_path / f"split{rank}.json").read_text()) for rank in range(2)]
+    assert splits[0] == splits[1], "the processes split the files differently, so their shards overlap and miss files"
+    assert 0 < len(splits[0]) < 60
+    assert ranks[0]["replicas"] == ranks[1]["replicas"], "the ranks ended with different weights"
 
 
 def test_converted_script_runs_as_a_single_plain_process(tmp_path: Path) -> None:

@@ -286,3 +286,33 @@ def test_a_script_that_trains_through_an_alias_of_a_project_class_starts_the_pro
     result = convert_project(tmp_path, sources, helpers="inline")
     converted = result.files[tmp_path / "main.py"]
     assert "setup_distributed()" in converted.output  # type: ignore[union-attr]
+
+
+def test_a_gpu_selection_in_a_function_nobody_calls_does_not_refuse(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Should convert a script importing one helper from a module whose unused `init_distributed_mode()` sets a GPU."""
+    from dp2ddp.projects import convert_project
+
+    utils = dedent(
+        """
+        import torch
+
+
+        def collate_fn(batch):
+            return tuple(zip(*batch))
+
+
+        def init_distributed_mode(args):
+            torch.cuda.set_device(args.gpu)
+        """
+    )
+    main = "from utils import collate_fn\n" + _script("\nmodel = nn.DataParallel(nn.Linear(4, 1))\n")
+    sources = {tmp_path / "utils.py": utils, tmp_path / "main.py": main}
+    converted = convert_project(tmp_path, sources, helpers="inline").files[tmp_path / "main.py"]
+    assert "DDP230" not in {f.code for f in converted.findings}  # type: ignore[union-attr]
+    assert "wrap_ddp(nn.Linear(4, 1))" in converted.output  # type: ignore[union-attr]
+    called = "from utils import collate_fn, init_distributed_mode\n" + _script(
+        "\ninit_distributed_mode(None)\nmodel = nn.DataParallel(nn.Linear(4, 1))\n"
+    )
+    sources[tmp_path / "main.py"] = called
+    refused = convert_project(tmp_path, sources, helpers="inline").files[tmp_path / "main.py"]
+    assert "DDP230" in {f.code for f in refused.findings}  # type: ignore[union-attr]

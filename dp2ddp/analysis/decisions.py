@@ -48,10 +48,11 @@ def split_loader_names(analysis: Analysis) -> set[str]:
     by_name = m.Name(m.MatchIfTrue(lambda name: name in bound))
     sampler = m.Arg(splitting | by_name, keyword=m.Name("sampler") | m.Name("batch_sampler"))
     sharded = m.Call(args=[m.ZeroOrMore(), sampler, m.ZeroOrMore()])
-    found = set()
+    split_where_used = m.Call(func=m.Name(names.SPLIT_LOADER_HELPER))
+    found = set(analysis.sharded_names)
     for assign in analysis.findall(m.Assign(targets=[m.AssignTarget()])):
         assert isinstance(assign, cst.Assign)
-        if assign.value in analysis.sharded_loaders or analysis.matches(assign.value, sharded):
+        if assign.value in analysis.sharded_loaders or analysis.matches(assign.value, sharded | split_where_used):
             found.add(code_of(assign.targets[0].target).rsplit(".", 1)[-1])
     return found
 

@@ -66,6 +66,7 @@ EVALUATION_SHARD_HELPER = "evaluation_shard"
 LOCAL_DEVICE_HELPER = "local_device"
 LOAD_STATE_HELPER = "load_model_state"
 SHARDED_SAMPLER_HELPER = "ShardedSampler"
+SPLIT_LOADER_HELPER = "split_loader"
 HELPERS = frozenset(
     {
         SETUP_HELPER,
@@ -80,6 +81,7 @@ HELPERS = frozenset(
         LOCAL_DEVICE_HELPER,
         LOAD_STATE_HELPER,
         SHARDED_SAMPLER_HELPER,
+        SPLIT_LOADER_HELPER,
     }
 )
 # Helpers that every process must call together.

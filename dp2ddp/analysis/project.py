@@ -27,6 +27,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import libcst as cst
@@ -702,11 +703,35 @@ class Project:
         for name in sorted(self.reach[entry] - self.converted - also_converted):
             module = self.modules[name]
             for call, spelled in module.calls:
-                if spelled.endswith("cuda.set_device") and call.args:
+                if spelled.endswith("cuda.set_device") and call.args and not self._never_called(module, call):
                     argument = ast.unparse(call.args[0])
                     if not LOCAL_RANK_TEXT.search(argument):
                         found.append((ast.unparse(call), self.site(module, call)))
         return tuple(found)
+
+    def _never_called(self, module: _Module, call: ast.Call) -> bool:
+        """Whether ``call`` is in a function of ``module`` that no module of the project names: it never runs.
+
+        ``from utils import collate_fn`` reaches ``utils``, not its ``init_distributed_mode()``.
+        """
+        function = next(
+            (f for f in module.functions.values() if f.lineno <= call.lineno <= (f.end_lineno or f.lineno)), None
+        )  # fmt: skip
+        return function is not None and function.name not in self._named_anywhere
+
+    @cached_property
+    def _named_anywhere(self) -> frozenset[str]:
+        """Every name, attribute and imported name the project's modules spell."""
+        found: set[str] = set()
+        for module in self.by_path.values():
+            for node in ast.walk(module.tree):
+                if isinstance(node, ast.Name):
+                    found.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    found.add(node.attr)
+                elif isinstance(node, ast.alias):
+                    found.add(node.name.rpartition(".")[2])
+        return frozenset(found)
 
     def _option_defaults(self) -> tuple[tuple[str, int], ...]:
         """Each option the project's modules declare with integer literal defaults only: the smallest default."""

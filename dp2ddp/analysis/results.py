@@ -63,7 +63,11 @@ def loop_results(analysis: Analysis, loop: cst.For, training: bool) -> LoopResul
             continue  # Counts steps, which every process takes alike in training.
         if _reduced_already(analysis, owner, name, loop) or not _initialised_before(analysis, owner, name, loop):
             continue
-        sums = any(SUM_INCREMENT.search(code_of(v)) or m.matches(v, m.Integer()) or _summed_loss(analysis, v, loop) for v in values)
+        sums = any(
+            SUM_INCREMENT.search(code_of(v)) or m.matches(v, m.Integer()) or _summed_loss(analysis, v, loop)
+            or _holds_a_count(analysis, v, loop)
+            for v in values
+        )  # fmt: skip
         kind = "sum" if sums else "mean"
         if _read_after(analysis, owner, name, loop):
             (results.sums if kind == "sum" else results.means).append(name)
@@ -71,6 +75,16 @@ def loop_results(analysis: Analysis, loop: cst.For, training: bool) -> LoopResul
     results.meters = _meters(analysis, loop, owner)
     results.ungathered = _ungathered(analysis, loop, owner, results)
     return results
+
+
+def _holds_a_count(analysis: Analysis, value: cst.BaseExpression, loop: cst.For) -> bool:
+    """``count += batch_size`` where the loop binds ``batch_size = data.size()[0]``: a count over samples."""
+    read = {n.value for n in analysis.within(value, cst.Name)}
+    return any(
+        SUM_INCREMENT.search(code_of(assign.value))
+        for assign in analysis.within(loop.body, cst.Assign)
+        if any(isinstance(t.target, cst.Name) and t.target.value in read for t in assign.targets)
+    )
 
 
 def _summed_loss(analysis: Analysis, value: cst.BaseExpression, loop: cst.For) -> bool:

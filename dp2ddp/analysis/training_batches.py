@@ -10,6 +10,7 @@ detection, so the two cannot disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -162,8 +163,16 @@ class TrainingBatches:
         ``next(valid_queue_iter)`` inside the weights' training loop: that "valid"
         loader trains too, and left whole every process would draw its own batches.
         """
-        fed: set[cst.CSTNode] = set()
-        holders = {id(loader): self.loader_holders([loader]) for loader in loaders}
+        return {loader for loader in loaders if self.feeds_backward(self.loader_holders([loader]))}
+
+    def feeds_backward(self, holders: list[Holder]) -> bool:
+        """Whether a training loop draws its batches from the object ``holders`` spell."""
+        return any(self.analysis.reads_any(source, holders) for source in self._backward_sources)
+
+    @cached_property
+    def _backward_sources(self) -> list[cst.CSTNode]:
+        """What the loops around each ``backward()`` draw their batches from: the loop's iterable, or ``next(it)``."""
+        sources: list[cst.CSTNode] = []
         for backward in self.analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward")))):
             loop = next((a for a in self.analysis.ancestors(backward) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
             if not isinstance(loop, (cst.For, cst.While)):
@@ -171,19 +180,19 @@ class TrainingBatches:
             loss = self.analysis.reads(backward.func.value)  # type: ignore[attr-defined]
             assigns = list(self.analysis.within(loop.body, cst.Assign))
             copies = [e.value for e in self.analysis.within(loop.body, cst.Expr) if isinstance(e.value, cst.Call)]
-            sources: list[cst.CSTNode] = [loop.iter] if isinstance(loop, cst.For) else []
+            sources += [loop.iter] if isinstance(loop, cst.For) else []
             sources += [
                 a.value for a in assigns
                 if m.matches(a.value, m.Call(func=m.Name("next"))) and self.flows_into(a, assigns, copies) & loss
             ]  # fmt: skip
-            for loader in loaders:
-                if any(self.analysis.reads_any(source, holders[id(loader)]) for source in sources):
-                    fed.add(loader)
-        return fed
+        return sources
 
-    def loader_holders(self, loaders: list[cst.CSTNode]) -> list[Holder]:
-        """Where the file's loaders, and iterators over them (``it = iter(loader)``), are read."""
-        holders = [h for loader in loaders for h in self.analysis.holders(loader)]  # type: ignore[arg-type]
+    def loader_holders(self, loaders: list[cst.CSTNode], holders: list[Holder] | None = None) -> list[Holder]:
+        """Where the file's loaders, and iterators over them (``it = iter(loader)``), are read.
+
+        ``holders``, where given, are where the loaders are known to be read already.
+        """
+        holders = [*(holders or []), *(h for loader in loaders for h in self.analysis.holders(loader))]  # type: ignore[arg-type]
         for _ in range(2):
             derived = [
                 a.value for a in self.analysis.nodes(cst.Assign)

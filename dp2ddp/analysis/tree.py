@@ -219,6 +219,8 @@ class Tree:
         # codemod plans against the script as the earlier ones will have changed it.
         # DataLoader calls that get a DistributedSampler:
         self.sharded_loaders: set[cst.Call] = set()
+        # Names of loaders split where a function that also builds evaluation loaders returns them:
+        self.sharded_names: set[str] = set()
         # Those of them that keep their batch per process under `--batch global`, with why (DDP308):
         self.per_process_loaders: dict[cst.Call, str] = {}
         # backward() calls whose loss is multiplied by the world size first:
@@ -425,6 +427,12 @@ class Tree:
         """
         found: dict[tuple[str, int], Holder] = {}
         self._follow(value, depth, found, set())
+        return list(found.values())
+
+    def target_holders(self, target: cst.BaseExpression, depth: int = 4) -> list[Holder]:
+        """Every spelling under which what is assigned to ``target`` (a name, ``self.x``) reaches code of this file."""
+        found: dict[tuple[str, int], Holder] = {}
+        self._hold(target, depth, found, set())
         return list(found.values())
 
     def _follow(self, value: cst.CSTNode, depth: int, found: dict[tuple[str, int], Holder], seen: set[int]) -> None:

@@ -163,6 +163,28 @@ def {names.SPLIT_LOADER_HELPER}(loader, keep_batch=False):
         loader.dataset, batch_size=batch_size, sampler=sampler, drop_last=loader.drop_last, **kept
     )
 '''
+WORKER_INIT_SOURCE = f'''
+class {names.WORKER_INIT_HELPER}:
+    """Runs the script's ``worker_init_fn``, then mixes this process's rank into what it seeded.
+
+    A worker_init_fn that seeds from a fixed seed and the worker id would give the workers of
+    every process the same augmentations, for different samples. Rank 0 draws as the script did.
+    """
+
+    def __init__(self, function, rank):
+        self.function = function
+        self.rank = rank
+
+    def __call__(self, worker_id):
+        if self.function is not None:
+            self.function(worker_id)
+        if self.rank:
+            random.seed(random.getrandbits(64) + self.rank)
+            numpy = sys.modules.get("numpy")
+            if numpy is not None:
+                numpy.random.seed((int(numpy.random.randint(0, 2**31)) + self.rank) % 2**32)
+            torch.manual_seed((torch.initial_seed() + self.rank) % 2**63)
+'''
 # Calls whose arguments size a tensor or a buffer for one step.
 _TENSOR_FACTORIES = frozenset(
     f"torch.{name}" for name in ("zeros", "ones", "full", "empty", "randn", "rand", "randint", "arange", "eye", "tensor", "Tensor")
@@ -244,6 +266,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.batch_sampled: set[str] = set()
         self.helpers_needed = False
         self.split_helper_needed = False
+        self.worker_helper_needed = False
         # Statements binding a loader that a function also builds for evaluation, with the names
         # (`train_loader`) that take this process's share of it after them.
         self.split_at_use: dict[cst.SimpleStatementLine, list[tuple[str, bool]]] = {}
@@ -269,6 +292,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._report_gpu_count_scaling(analysis)
         if not loaders:
             return
+        if not self.SHARDS_EVALUATION:
+            self._report_per_process_state(analysis)
         self.trained = self.batches.feeding_backward(loaders)
         iterable = [
             c for c in analysis.nodes(cst.ClassDef) if any(self.matches(b.value, resolves_to(names.ITERABLE_DATASET)) for b in c.bases)
@@ -296,6 +321,42 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             analysis.sharded_loaders.update(self.plans)
             if not self.keep_per_process_batch:
                 analysis.per_process_loaders.update({call: self._kept_because(call) for call in self.per_process_calls})
+
+    def _report_per_process_state(self, analysis: Analysis) -> None:
+        """A tensor the training loop updates per sample and reads into the loss: a center-loss table, a memory bank.
+
+        ``feature_center[y] += beta * (features - feature_center[y])``: each process now updates
+        it from its own share of the batch, so the processes keep different tables, where
+        DataParallel kept one updated from the whole batch, and the loss differs.
+        """
+        for backward in analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward")))):
+            loop = next((a for a in analysis.ancestors(backward) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
+            if not isinstance(loop, (cst.For, cst.While)):
+                continue
+            loss = analysis.reads(backward.func.value)  # type: ignore[attr-defined]
+            assigns = list(analysis.within(loop.body, cst.Assign))
+            for update in [*analysis.within(loop.body, cst.AugAssign), *assigns]:
+                targets = [update.target] if isinstance(update, cst.AugAssign) else [t.target for t in update.targets]
+                for target in targets:
+                    if not isinstance(target, cst.Subscript) or not m.matches(target.value, m.Name() | m.Attribute()):
+                        continue
+                    table = code_of(target.value)
+                    bound_in_loop = any(code_of(t.target) == table for a in assigns for t in a.targets) or (
+                        isinstance(loop, cst.For) and any(code_of(n) == table for n in analysis.within(loop.target, cst.Name))
+                    )
+                    indexed_by_batch = analysis.reads(target.slice[0].slice) & analysis.flows_from(self._batch_names(loop), assigns)  # type: ignore[attr-defined]
+                    if not bound_in_loop and indexed_by_batch and analysis.flows_from({table}, assigns) & loss:
+                        self.report(update, "DDP337", table=table)
+
+    def _batch_names(self, loop: cst.For | cst.While) -> set[str]:
+        """What the loop binds from its batch: the for loop's target names, or what ``next(...)`` gives."""
+        if isinstance(loop, cst.For):
+            return {n.value for n in self.analysis.within(loop.target, cst.Name)}
+        return {
+            code_of(t.target) for a in self.analysis.within(loop.body, cst.Assign)
+            if m.matches(a.value, m.Call(func=m.Name("next"))) for t in a.targets
+        } | {n.value for a in self.analysis.within(loop.body, cst.Assign) if m.matches(a.value, m.Call(func=m.Name("next")))
+             for t in a.targets for n in self.analysis.within(t.target, cst.Name)}
 
     # -- loaders built by one function for training and for evaluation ---------------------------------
 
@@ -346,7 +407,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         for site in training:
             if not self._split_already(site.target):
                 self.split_at_use.setdefault(site.statement, []).append((code_of(site.target), keep))
-                self.helpers_needed = self.split_helper_needed = True
+                self.split_helper_needed = True
             self.analysis.sharded_names.add(code_of(site.target).rsplit(".", 1)[-1])
             self.report(site.assign, "DDP327", loader=code_of(site.target), builder=code_of(site.assign.value.func), lines=lines)  # type: ignore[attr-defined]
 
@@ -367,6 +428,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 return  # Converted already.
         parent = self.get_metadata(ParentNodeProvider, call)
         statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, (cst.Assign, cst.Return)) else None
+        values = self.analysis.parents.get(parent) if isinstance(parent, cst.Element) else None
+        if isinstance(values, cst.Tuple) and isinstance(assign := self.analysis.parents.get(values), cst.Assign) and assign.value is values:
+            statement = self.analysis.parents.get(assign)  # `train_loader, val_loader = DataLoader(...), DataLoader(...)`
         reference, bound_at = self._binding(module, call, parent)
         trained = call in self.trained
         if self.SHARDS_EVALUATION:
@@ -1156,15 +1220,36 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return updated_node
         split = self._split_loader(original_node, updated_node)
         workers = argument(original_node, WORKERS, "num_workers")
-        if self.SHARDS_EVALUATION or workers is None or m.matches(workers, m.Integer("0")) or argument(original_node, 99, "generator"):
+        if self.SHARDS_EVALUATION or workers is None or m.matches(workers, m.Integer("0")):
             return split
-        if any(arg.star == "**" for arg in original_node.args):
-            return split  # the unpacked dict may hold a generator of its own
+        split = self._worker_init_per_process(split)
+        if argument(original_node, 99, "generator") or any(arg.star == "**" for arg in original_node.args):
+            return split  # a generator of its own, or an unpacked dict that may hold one
         # The workers' seeds are drawn from the loader's generator: seeded alike on every process, they
         # would draw the same augmentations for different samples. Each process draws its own.
         seed = f"torch.Generator().manual_seed((torch.initial_seed() + {self.distributed_at(original_node)}.get_rank()) % 2**63)"
         AddImportsVisitor.add_needed_import(self.context, "torch")
         return with_argument(split, keyword_arg("generator", cst.parse_expression(seed)))
+
+    def _worker_init_per_process(self, loader: cst.Call) -> cst.Call:
+        """``worker_init_fn=seed_worker`` becomes ``WorkerInitPerProcess(seed_worker, rank)``.
+
+        A script's worker_init_fn commonly seeds ``random`` and NumPy from a fixed seed and the
+        worker id (``random.seed(args.seed + worker_id)``): alike on every process, so each would
+        draw the same crops and flips for different samples. After it runs, the rank is mixed in.
+        """
+        index = next((i for i, a in enumerate(loader.args) if a.keyword is not None and a.keyword.value == "worker_init_fn"), None)
+        if index is None:
+            return loader
+        given = loader.args[index]
+        if m.matches(given.value, m.Name("None") | m.Call(func=m.Name(names.WORKER_INIT_HELPER))):
+            return loader
+        self.worker_helper_needed = True
+        wrapped = cst.parse_expression(f"{names.WORKER_INIT_HELPER}(__f, {self.facts.distributed_alias}.get_rank())")
+        wrapped = wrapped.with_changes(args=[cst.Arg(given.value, comma=wrapped.args[0].comma), wrapped.args[1]])  # type: ignore[attr-defined]
+        args = list(loader.args)
+        args[index] = given.with_changes(value=wrapped)
+        return loader.with_changes(args=args)
 
     def _split_loader(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         plan = self.plans[original_node]
@@ -1388,14 +1473,18 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if not self.helpers_needed:
+        if not (self.helpers_needed or self.split_helper_needed or self.worker_helper_needed):
             return updated_node
         for module_name in ("random", "sys", "torch"):
             AddImportsVisitor.add_needed_import(self.context, module_name)
         import_torch_distributed(self.context, self.facts.distributed_alias)
         module = updated_node
+        if self.worker_helper_needed:
+            module = add_helper(module, self.facts, names.WORKER_INIT_HELPER, WORKER_INIT_SOURCE)
         if self.split_helper_needed:
             AddImportsVisitor.add_needed_import(self.context, "inspect")
             module = add_helper(module, self.facts, names.SPLIT_LOADER_HELPER, SPLIT_LOADER_SOURCE)
+        if not (self.helpers_needed or self.split_helper_needed):
+            return module
         return add_helper(module, self.facts, names.SHARDED_SAMPLER_HELPER, SHARDED_SAMPLER_SOURCE)
 

@@ -272,7 +272,9 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             read = {n.value for n in m.findall(line, m.Name()) if isinstance(n, cst.Name)}  # type: ignore[union-attr]
             wraps = {name: helper for name, helper in accumulators.items() if name in read}
             wraps.update(self._loss_reads(line, losses))
-            shows_meter = any(meter in read for meter in meters)
+            # `log = "loss {:.4f}".format(losses.avg)` then `print(log)`: the line shows what it was built from.
+            built_from = self._built_from(loop, line, read)
+            shows_meter = any(meter in read | built_from for meter in meters) or bool(built_from & accumulators.keys())
             if training:
                 # A progress line reads a reduced copy; the meter is reduced in place once, after the loop.
                 wraps.update({meter: names.METER_COPY_HELPER for meter in meters if meter in read})
@@ -289,6 +291,22 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 self.report(line, "DDP403", why="as convert cannot prove every process reaches this line at the same step")
             else:
                 self.report(line, "DDP403", why="as evaluation shards may give processes different numbers of steps")
+
+    def _built_from(self, loop: cst.For | cst.While, line: cst.SimpleStatementLine, read: set[str]) -> set[str]:
+        """Names that the values of ``read``, as the loop binds them before ``line``, are computed from."""
+        found: set[str] = set()
+        frontier = set(read)
+        for _ in range(3):  # a string built from a string built from a meter
+            reached: set[str] = set()
+            for assign in self.analysis.within(loop.body, cst.Assign):
+                if not self.analysis.is_before(assign, line) or not any(
+                    isinstance(t.target, cst.Name) and t.target.value in frontier for t in assign.targets
+                ):
+                    continue
+                reached |= {n.value for n in self.analysis.within(assign.value, cst.Name)}
+            frontier = reached - found - read
+            found |= reached
+        return found
 
     def _plan_reports_after(self, loop: cst.For) -> None:
         """Average the last step's loss that lines right after the loop print: ``print(f"loss {loss.item()}")``.

@@ -118,9 +118,14 @@ def project_root(script: Path) -> Path:
         re.search(rf"^\s*(?:from|import)\s+{re.escape(top.name)}\b", text, re.M) for text in texts
     ):
         top = top.parent
+    # `sys.path.append(".")` names the folder the script is run from, which is where convert is run from
+    # when that folder holds the script's own (`python tools/train.py` from the repository's top).
+    here = Path(os.path.abspath("."))
+    starts = [folder] + ([here] if here in list(folder.parents)[:2] else [])
     for text in texts:
-        for added in sys_path_folders(text, folder):
-            if added.is_dir():
+        for added in (joined for start in starts for joined in sys_path_folders(text, start)):
+            # Only a folder of Python code widens the project: any other name on such a line is no import root.
+            if added.is_dir() and (next(added.glob("*.py"), None) or next(added.glob("*/__init__.py"), None)):
                 top = Path(os.path.commonpath([top, added]))
     if script.is_absolute():
         return top

@@ -45,6 +45,7 @@ _ORDER = (
     names.EVALUATION_SHARD_HELPER,
     names.SHARDED_SAMPLER_HELPER,
     names.SPLIT_LOADER_HELPER,
+    names.WORKER_INIT_HELPER,
 )
 
 

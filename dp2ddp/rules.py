@@ -1276,6 +1276,24 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP337",
+            "per-process-training-state",
+            "warning",
+            "`{table}` is updated here from this process's samples and read into the loss: each process now keeps "
+            "its own, where DataParallel kept one updated from the whole batch; average the update over processes "
+            "(gather the indices and values with `dist.all_gather`) to keep one",
+            doc=_doc(
+                "Finds a tensor bound outside a training loop, updated inside it at indices read from the batch "
+                "(`feature_center[y] += ...`, `memory[index] = features`), whose values reach the loss.",
+                "Under DDP each process sees its share of the batch, so each updates the table from different "
+                "samples. The tables drift apart, and each process computes its loss against its own.",
+                "feature_center[y] += beta * (features.detach() - feature_center[y])",
+                "ys = [torch.empty_like(y) for _ in range(dist.get_world_size())]\ndist.all_gather(ys, y)\n"
+                "# ... gather the features the same way, then update the table from all of them",
+                "No fix: the update is left as it was, and the conversion goes on.",
+            ),
+        ),
+        Rule(
             "DDP319",
             "weighted-loss-per-process",
             "warning",

@@ -239,3 +239,51 @@ def test_an_entry_whose_trainer_does_not_parse_names_that_file(tmp_path: Path) -
     assert "trainer.py:6" in out and "non_blocking=" in out
     assert "it imports trainer.py, which Python cannot parse" in out
     assert "wraps a model in nn.DataParallel: nothing to convert" not in out
+
+
+TRAINER = (
+    "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+    "class Trainer:\n    def __init__(self, argv=None):\n        self.model = nn.DataParallel(nn.Linear(4, 1))\n\n"
+    "    def start(self):\n        optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)\n"
+    "        loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n"
+    "        for epoch in range(2):\n            for x, y in loader:\n"
+    "                loss = nn.functional.mse_loss(self.model(x), y)\n"
+    "                optimizer.zero_grad()\n                loss.backward()\n                optimizer.step()\n"
+)
+
+
+def test_an_entry_run_from_the_top_with_its_packages_there_is_converted_with_them(tmp_path: Path) -> None:
+    """`python tools/train.py` with `sys.path.append('.')` imports packages of the folder it is run from; a
+    `"/"` on a line mentioning a path is no folder of the project (it once made the whole disk the project)."""
+    root = tmp_path / "repo"
+    (root / "engine").mkdir(parents=True)
+    (root / "tools").mkdir()
+    (root / "engine" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "engine" / "trainer.py").write_text(TRAINER, encoding="utf-8")
+    (root / "tools" / "train.py").write_text(
+        "import sys\nsys.path.append('.')\nfrom engine.trainer import Trainer\n\n"
+        "if __name__ == '__main__':\n    out_path = 'runs/x'.split('/')\n    Trainer().start()\n",
+        encoding="utf-8",
+    )
+    completed = _cli(root, "convert", "--project", "tools/train.py")
+    assert completed.returncode == 0, completed.stderr
+    assert "setup_distributed()" in (root / "tools" / "train.py").read_text(encoding="utf-8")
+    assert "wrap_ddp(" in (root / "engine" / "trainer.py").read_text(encoding="utf-8")
+
+
+def test_modules_an_entry_loads_by_a_dotted_name_are_part_of_its_program(tmp_path: Path) -> None:
+    """`import_class("processor.recognition.Trainer")` imports that module at run time: its wrap is converted."""
+    root = tmp_path / "repo"
+    (root / "processor").mkdir(parents=True)
+    (root / "processor" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "processor" / "recognition.py").write_text(TRAINER, encoding="utf-8")
+    (root / "main.py").write_text(
+        "import importlib\n\n\ndef import_class(name):\n    module, _, cls = name.rpartition('.')\n"
+        "    return getattr(importlib.import_module(module), cls)\n\n\n"
+        "if __name__ == '__main__':\n    processor = import_class('processor.recognition.Trainer')\n    processor().start()\n",
+        encoding="utf-8",
+    )
+    completed = _cli(root, "convert", "--project", "main.py")
+    assert completed.returncode == 0, completed.stderr
+    assert "setup_distributed()" in (root / "main.py").read_text(encoding="utf-8")
+    assert "wrap_ddp(" in (root / "processor" / "recognition.py").read_text(encoding="utf-8")

@@ -316,3 +316,43 @@ def test_a_gpu_selection_in_a_function_nobody_calls_does_not_refuse(tmp_path) ->
     sources[tmp_path / "main.py"] = called
     refused = convert_project(tmp_path, sources, helpers="inline").files[tmp_path / "main.py"]
     assert "DDP230" in {f.code for f in refused.findings}  # type: ignore[union-attr]
+
+
+def test_a_worker_init_fn_seeding_without_the_rank_draws_per_process() -> None:
+    """Should wrap a worker_init_fn that seeds from a fixed seed, so workers of different ranks draw differently."""
+    import random
+
+    import numpy as np
+    import torch
+
+    setup = """
+        def seed_worker(worker_id):
+            random.seed(7 + worker_id)
+            np.random.seed(7 + worker_id)
+        model = nn.DataParallel(nn.Linear(4, 1))
+        """
+    source = "import random\nimport numpy as np\n" + _script(setup).replace(
+        "batch_size=8, shuffle=True)", "batch_size=8, shuffle=True, num_workers=2, worker_init_fn=seed_worker)"
+    )
+    result = convert_source(source)
+    assert "worker_init_fn=WorkerInitPerProcess(seed_worker, dist.get_rank())" in result.output
+    assert convert_source(result.output).output == result.output
+    namespace: dict = {}
+    exec(compile(result.output.split("\n\ndef main")[0], "converted", "exec"), namespace)
+
+    def seed_worker(worker_id: int) -> None:
+        random.seed(7 + worker_id)
+        np.random.seed(7 + worker_id)
+
+    draws = []
+    state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    try:
+        for rank in (0, 1, 0):
+            namespace["WorkerInitPerProcess"](seed_worker, rank)(3)
+            draws.append((random.random(), float(np.random.uniform()), float(torch.rand(1))))
+    finally:
+        random.setstate(state[0]), np.random.set_state(state[1]), torch.set_rng_state(state[2])
+    seed_worker(3)
+    assert draws[0][:2] == (random.random(), float(np.random.uniform()))  # rank 0 draws as the script did
+    assert draws[0][:2] == draws[2][:2]  # and the same on every run
+    assert all(a != b for a, b in zip(draws[0], draws[1]))  # another rank draws its own

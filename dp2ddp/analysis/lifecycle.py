@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 # A name that says it holds a GPU count, GPU ids or a CUDA switch: ngpu, args.cuda, gpu_ids.
 GPU_WORDS = re.compile(r"gpu|cuda", re.IGNORECASE)
+# A list of devices, counted with len(): `arg.device` given with nargs="+", `device_ids`.
+DEVICE_LIST = re.compile(r"^devices?(_ids?)?$", re.IGNORECASE)
 # `p.requires_grad = False`, `p.requires_grad_(False)`: a parameter frozen.
 FREEZES = m.Assign(
     targets=[m.ZeroOrMore(), m.AssignTarget(m.Attribute(attr=m.Name("requires_grad"))), m.ZeroOrMore()], value=m.Name("False")
@@ -440,6 +442,11 @@ class ModelLifecycle:
                 return self._gpu(cst.Subscript(node.func.value, [cst.SubscriptElement(cst.Index(node.args[0].value))]), depth)  # type: ignore[attr-defined]
             if m.matches(node.func, m.Attribute(attr=m.Name("split") | m.Name("strip") | m.Name("keys") | m.Name("values"))):
                 return self._gpu(node.func.value, depth)  # type: ignore[attr-defined]  # `args.gpu.split(",")`: as many parts as GPUs
+            if (
+                "builtins.len" in qualified and len(node.args) == 1 and m.matches(node.args[0].value, m.Name() | m.Attribute())
+                and DEVICE_LIST.search(code_of(node.args[0].value).rsplit(".", 1)[-1])
+            ):  # fmt: skip
+                return True  # `len(arg.device) > 1`, `len(device_ids)`: how many devices it was given
             if qualified & {"torch.device", "builtins.len", "builtins.int", "builtins.bool", "builtins.list", "builtins.range"}:
                 return _combine(*(self._gpu(arg.value, depth) for arg in node.args)) if node.args else None
             return None

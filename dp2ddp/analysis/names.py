@@ -67,6 +67,7 @@ LOCAL_DEVICE_HELPER = "local_device"
 LOAD_STATE_HELPER = "load_model_state"
 SHARDED_SAMPLER_HELPER = "ShardedSampler"
 SPLIT_LOADER_HELPER = "split_loader"
+WORKER_INIT_HELPER = "WorkerInitPerProcess"
 HELPERS = frozenset(
     {
         SETUP_HELPER,
@@ -82,6 +83,7 @@ HELPERS = frozenset(
         LOAD_STATE_HELPER,
         SHARDED_SAMPLER_HELPER,
         SPLIT_LOADER_HELPER,
+        WORKER_INIT_HELPER,
     }
 )
 # Helpers that every process must call together.

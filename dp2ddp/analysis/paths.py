@@ -24,5 +24,7 @@ def sys_path_folders(source: str, start: Path) -> Iterator[Path]:
             continue
         joined = start
         for literal in _LITERAL.findall(line):
+            if literal.startswith("/"):
+                break  # an absolute path (or a separator, `.split("/")`) names no folder of the project
             joined = Path(os.path.normpath(joined / literal))
             yield joined

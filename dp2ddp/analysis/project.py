@@ -45,6 +45,11 @@ from .syntax import code_of
 _WRAP_NAMES = frozenset({"DataParallel", names.WRAP_HELPER})
 
 
+# A dotted name in a string: `"processor.recognition.REC_Processor"`.
+DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+_DOTTED_STRING = re.compile(r"""['"]([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)['"]""")
+
+
 @dataclass
 class _Module:
     name: str
@@ -175,6 +180,8 @@ class Project:
             else:
                 for dotted in re.findall(r"[A-Za-z_][\w.]*", match.group("plain").split(" as ")[0]):
                     found |= self._resolve_path(path, dotted, 0)
+        for dotted in _DOTTED_STRING.findall(source):  # a module named by a string, imported at run time
+            found |= self._resolve_path(path, dotted, 0) or self._resolve_path(path, dotted.rpartition(".")[0], 0)
         return found
 
     def _resolve_path(self, path: Path, dotted: str, level: int) -> set[Path]:
@@ -266,6 +273,13 @@ class Project:
 
     def _bind(self, module: _Module) -> None:
         """What each import binds, once every module's functions are known (``from x import *``)."""
+        for node in ast.walk(module.tree):
+            # `import_class("processor.recognition.REC_Processor")`, `importlib.import_module("models.resnet")`:
+            # a module of the project named by a string is imported at run time all the same.
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED_NAME.match(node.value):
+                named = self._resolve(module, node.value, 0) or self._resolve(module, node.value.rpartition(".")[0], 0)
+                if named is not None and named != module.name:
+                    module.imports.add(named)
         for node in module.import_nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:

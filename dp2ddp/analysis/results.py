@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 SUM_INCREMENT = re.compile(
     r"\.sum\(|reduction\s*=\s*['\"]sum|size_average\s*=\s*False|\.size\(|\bsize\(|len\(|\.shape\b|\.numel\(|\*"
 )
+# A value that counts the samples of a batch: `data.size()[0]`, `len(labels)`, `x.shape[0]`.
+SAMPLE_COUNT = re.compile(r"\.size\(|\bsize\(|len\(|\.shape\b|\.numel\(")
 LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
 NUMBER = m.Integer() | m.Float() | m.UnaryOperation(expression=m.Integer() | m.Float())
 REDUCTION = m.Call(func=m.Name(m.MatchIfTrue(lambda f: f in names.COLLECTIVE_HELPERS)))
@@ -81,7 +83,7 @@ def _holds_a_count(analysis: Analysis, value: cst.BaseExpression, loop: cst.For)
     """``count += batch_size`` where the loop binds ``batch_size = data.size()[0]``: a count over samples."""
     read = {n.value for n in analysis.within(value, cst.Name)}
     return any(
-        SUM_INCREMENT.search(code_of(assign.value))
+        SAMPLE_COUNT.search(code_of(assign.value))
         for assign in analysis.within(loop.body, cst.Assign)
         if any(isinstance(t.target, cst.Name) and t.target.value in read for t in assign.targets)
     )

@@ -445,11 +445,26 @@ class Tree:
         if isinstance(parent, cst.Assign) and parent.value is value:
             for target in parent.targets:
                 self._hold(target.target, depth, found, seen)
+        elif (
+            isinstance(parent, cst.Element) and isinstance(values := self.parents.get(parent), cst.Tuple)
+            and isinstance(assign := self.parents.get(values), cst.Assign) and assign.value is values
+        ):  # fmt: skip
+            # `train_loader, val_loader = DataLoader(...), DataLoader(...)`
+            position = list(values.elements).index(parent)
+            for target in assign.targets:
+                if isinstance(target.target, (cst.Tuple, cst.List)) and len(target.target.elements) == len(values.elements):
+                    self._hold(target.target.elements[position].value, depth, found, seen)
         elif isinstance(parent, cst.Arg) and isinstance(call := self.parents.get(parent), cst.Call) and not parent.star:
             function = self.callee(call)
             param = self._parameter(function, call, parent) if function is not None else None
             if param is not None:
                 self._add(param.name.value, function, param, self.references(param.name), depth - 1, found, seen)  # type: ignore[arg-type]
+            elif function is not None and parent.keyword is not None and isinstance(function.params.star_kwarg, cst.Param):
+                # `train(data_loader=loader)` into `def train(**kwargs)`, read as `kwargs["data_loader"]`.
+                kwargs = function.params.star_kwarg.name
+                reads = [r for r in self.references(kwargs) if self._keyed(r, parent.keyword.value)]
+                spelled = f'{kwargs.value}["{parent.keyword.value}"]'
+                self._add(spelled, function, kwargs, [self.parents[r] for r in reads], depth - 1, found, seen)
         elif isinstance(parent, cst.DictElement) and isinstance(parent.key, cst.SimpleString):
             table = self.parents.get(parent)
             assign = self.parents.get(table) if isinstance(table, cst.Dict) else None
@@ -481,8 +496,34 @@ class Tree:
         position = positional.index(arg)
         return parameters[position] if position < len(parameters) else None
 
+    def _keyed(self, read: cst.CSTNode, key: str) -> bool:
+        """Whether ``read`` is the object of ``read["key"]``."""
+        subscript = self.parents.get(read)
+        return (
+            isinstance(subscript, cst.Subscript) and subscript.value is read and len(subscript.slice) == 1
+            and isinstance(index := subscript.slice[0].slice, cst.Index)
+            and isinstance(index.value, cst.SimpleString) and index.value.evaluated_value == key
+        )  # fmt: skip
+
     def _hold(self, target: cst.BaseExpression, depth: int, found: dict[tuple[str, int], Holder], seen: set[int]) -> None:
-        """The object is assigned to ``target``: a name, or ``self.x`` read by the methods of its class."""
+        """The object is assigned to ``target``: a name, ``self.x`` read by the methods of its class, or
+        ``table["key"]`` of such a name or attribute, read with the same key."""
+        if (
+            isinstance(target, cst.Subscript) and len(target.slice) == 1 and isinstance(index := target.slice[0].slice, cst.Index)
+            and isinstance(index.value, cst.SimpleString) and isinstance(key := index.value.evaluated_value, str)
+            and m.matches(target.value, m.Name() | m.Attribute(value=m.Name("self"), attr=m.Name()))
+        ):  # fmt: skip
+            # `self.data_loader["train"] = DataLoader(...)`, read as `self.data_loader["train"]`.
+            table = code_of(target.value)
+            scope = next((a for a in self.ancestors(target) if isinstance(a, cst.ClassDef)), None) if table.startswith("self.") else self.owner(target)
+            if scope is None:
+                return
+            reads = [
+                self.parents[n] for n in self.within(scope, type(target.value))
+                if code_of(n) == table and self._keyed(n, key) and self.parents[n] is not target
+            ]  # fmt: skip
+            self._add(f'{table}["{key}"]', scope, target, reads, depth, found, seen)
+            return
         if isinstance(target, cst.Name):
             self._add(target.value, self.owner(target), target, self.references(target), depth, found, seen)
         elif m.matches(target, m.Attribute(value=m.Name("self"))):

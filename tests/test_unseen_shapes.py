@@ -50,6 +50,17 @@ def _script(setup: str, rest: str = "") -> str:
         ),
         pytest.param(
             """
+            import sys
+            device = [int(d) for d in sys.argv[1:]] or 0
+            model = nn.Linear(4, 1)
+            if type(device) is list:
+                if len(device) > 1:
+                    model = nn.DataParallel(model, device_ids=device)
+            """,
+            id="a device option given as one id or a list of them",
+        ),
+        pytest.param(
+            """
             device = "cuda"
             model = nn.Linear(4, 1)
             if device == "cuda":

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 # A name that says it holds a GPU count, GPU ids or a CUDA switch: ngpu, args.cuda, gpu_ids.
 GPU_WORDS = re.compile(r"gpu|cuda", re.IGNORECASE)
+BUILTIN_TYPES = frozenset(f"builtins.{name}" for name in ("list", "tuple", "int", "str", "dict", "float", "bool"))
 # A list of devices, counted with len(): `arg.device` given with nargs="+", `device_ids`.
 DEVICE_LIST = re.compile(r"^devices?(_ids?)?$", re.IGNORECASE)
 # `p.requires_grad = False`, `p.requires_grad_(False)`: a parameter frozen.
@@ -419,6 +420,8 @@ class ModelLifecycle:
             return None
         if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)) or m.matches(node, m.Name("True") | m.Name("False") | m.Name("None")):
             return False
+        if isinstance(node, cst.Name) and {q.name for q in self.analysis.qualified_names(node)} & BUILTIN_TYPES:
+            return False  # `type(arg.device) is list`: a type, the same everywhere
         if isinstance(node, cst.BooleanOperation):
             return _combine(self._gpu(node.left, depth), self._gpu(node.right, depth))
         if isinstance(node, cst.UnaryOperation):
@@ -443,10 +446,13 @@ class ModelLifecycle:
             if m.matches(node.func, m.Attribute(attr=m.Name("split") | m.Name("strip") | m.Name("keys") | m.Name("values"))):
                 return self._gpu(node.func.value, depth)  # type: ignore[attr-defined]  # `args.gpu.split(",")`: as many parts as GPUs
             if (
-                "builtins.len" in qualified and len(node.args) == 1 and m.matches(node.args[0].value, m.Name() | m.Attribute())
+                qualified & {"builtins.len", "builtins.type", "builtins.isinstance"} and node.args
+                and m.matches(node.args[0].value, m.Name() | m.Attribute())
                 and DEVICE_LIST.search(code_of(node.args[0].value).rsplit(".", 1)[-1])
             ):  # fmt: skip
-                return True  # `len(arg.device) > 1`, `len(device_ids)`: how many devices it was given
+                # `len(arg.device) > 1`, `len(device_ids)`: how many devices it was given; `type(arg.device) is list`:
+                # whether it was given several.
+                return True
             if qualified & {"torch.device", "builtins.len", "builtins.int", "builtins.bool", "builtins.list", "builtins.range"}:
                 return _combine(*(self._gpu(arg.value, depth) for arg in node.args)) if node.args else None
             return None

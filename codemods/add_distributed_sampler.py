@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar, TypeVar
 
 import libcst as cst
@@ -425,6 +426,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if sampler is not None and self._is_sharded(sampler):
                 if not self.SHARDS_EVALUATION and not self.matches(sampler, m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER))):
                     self._report_converted_batch(call)
+                    self._report_augmentations_alike(call)
                 return  # Converted already.
         parent = self.get_metadata(ParentNodeProvider, call)
         statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, (cst.Assign, cst.Return)) else None
@@ -495,6 +497,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         else:
             plan = _LoaderPlan(dataset, hoisted_dataset)
         self.plans[call] = plan
+        if not self.SHARDS_EVALUATION:
+            self._report_augmentations_alike(call)
         sizing = self._sizes_per_step(call)
         if sizing is not None:
             self.per_process_calls.add(call)
@@ -1230,6 +1234,28 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         seed = f"torch.Generator().manual_seed((torch.initial_seed() + {self.distributed_at(original_node)}.get_rank()) % 2**63)"
         AddImportsVisitor.add_needed_import(self.context, "torch")
         return with_argument(split, keyword_arg("generator", cst.parse_expression(seed)))
+
+    def _report_augmentations_alike(self, call: cst.Call) -> None:
+        """A split training loader with no workers, in a file that draws augmentations (DDP338)."""
+        workers = argument(call, WORKERS, "num_workers")
+        no_workers = workers is None or m.matches(workers, m.Integer("0"))
+        if no_workers and not any(a.star for a in call.args) and self._draws_augmentations:
+            # The main process draws the augmentations, from the random state every process shares.
+            self.report(call, "DDP338")
+
+    @cached_property
+    def _draws_augmentations(self) -> bool:
+        """Whether the file draws random augmentations: a torchvision ``Random*`` transform, or a dataset's
+        ``__getitem__`` that calls ``random`` or ``numpy.random``."""
+        for call in self.analysis.nodes(cst.Call):
+            qualified = {q.name for q in self.analysis.qualified_names(call.func)}
+            if any(q.startswith("torchvision.transforms.") and q.rsplit(".", 1)[-1].startswith("Random") for q in qualified):
+                return True
+            if any(q.startswith(("random.", "numpy.random.")) for q in qualified) and any(
+                isinstance(a, cst.FunctionDef) and a.name.value == "__getitem__" for a in self.analysis.ancestors(call)
+            ):
+                return True
+        return False
 
     def _worker_init_per_process(self, loader: cst.Call) -> cst.Call:
         """``worker_init_fn=seed_worker`` becomes ``WorkerInitPerProcess(seed_worker, rank)``.

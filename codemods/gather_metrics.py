@@ -74,9 +74,12 @@ def {names.SUM_HELPER}(*values, divide_by=1):
         warnings.warn("a value to sum over processes is not a number, tensor or container of them; each process reports its own")
         return values[0] if len(values) == 1 else values
     # float64 keeps counts such as correct and total exact up to 2**53.
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    # Without a process group (code of the project that an unconverted script calls) this process is the whole.
+    grouped = dist.is_initialized()
+    device = torch.device("cuda", torch.cuda.current_device()) if grouped and dist.get_backend() == "nccl" else torch.device("cpu")
     sums = torch.cat([leaf.to(device=device, dtype=torch.float64) for leaf in leaves]) if leaves else torch.zeros(0, dtype=torch.float64, device=device)
-    dist.all_reduce(sums)
+    if grouped:
+        dist.all_reduce(sums)
     sums = sums / divide_by
     position = 0
 
@@ -110,7 +113,7 @@ def {names.MEAN_HELPER}(value):
     # It equals the whole-data mean when every process averaged equally many samples, as
     # DistributedSampler gives each process in training; with uneven shards, as in exact
     # evaluation, each process counts equally whatever its share, so sum and count instead.
-    return {names.SUM_HELPER}(value, divide_by=dist.get_world_size())
+    return {names.SUM_HELPER}(value, divide_by=dist.get_world_size() if dist.is_initialized() else 1)
 '''
 METER_HELPER_SOURCE = f'''
 def {names.METER_HELPER}(*meters):

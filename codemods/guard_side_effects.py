@@ -470,6 +470,11 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         if self.effects.makes_directory_everywhere(original_node):
             return self._make_directory_everywhere(original_node, updated_node)
+        if self._pathlib_mkdir(original_node):
+            # `output_dir.mkdir()` after `if not output_dir.exists():`: two processes can both find it missing.
+            if not self._checked_first(original_node, receiver=True):
+                self.report(original_node, "DDP417", call=code_of(original_node.func))
+            return with_argument(updated_node, keyword_arg("exist_ok", cst.Name("True")))
         if not self.matches(original_node, call_to(names.TQDM)):
             return updated_node
         disable = next((a for a in updated_node.args if a.keyword and a.keyword.value == "disable"), None)
@@ -505,9 +510,19 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         args = [a for a in updated_node.args if a is not exist_ok]
         return with_argument(updated_node.with_changes(func=func, args=args), keyword_arg("exist_ok", cst.Name("True")))
 
-    def _checked_first(self, call: cst.Call) -> bool:
+    def _pathlib_mkdir(self, call: cst.Call) -> bool:
+        """``path.mkdir()`` or ``path.mkdir(parents=True)`` on a pathlib path, without ``exist_ok``."""
+        if not m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))) or self.matches(call, call_to(names.MAKE_DIRECTORY)):
+            return False
+        if self.only_functions is not None and not any(
+            isinstance(a, cst.FunctionDef) and a.name.value in self.only_functions for a in self.analysis.ancestors(call)
+        ):
+            return False
+        return all(a.keyword is not None and a.keyword.value in ("parents", "mode") for a in call.args)
+
+    def _checked_first(self, call: cst.Call, receiver: bool = False) -> bool:
         """Whether the call runs only when a test on its own path found no directory there."""
-        path = code_of(call.args[0].value) if call.args else None
+        path = code_of(call.func.value) if receiver else code_of(call.args[0].value) if call.args else None  # type: ignore[attr-defined]
         for ancestor in self.analysis.ancestors(call):
             if isinstance(ancestor, cst.If):
                 test = code_of(ancestor.test)

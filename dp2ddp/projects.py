@@ -231,10 +231,20 @@ def _hold_back_programs_with_a_refusal(project: Project, result: ProjectResult) 
     when one imports the other and the conversion changes or refuses both, or when one entry
     point reaches both.
     """
+    def blocks(path: Path, converted: ConvertResult | ConversionError) -> bool:
+        # A module left as it was because it runs DDP already, but which still wraps in DataParallel on its
+        # other path (`if opt["dist"]: DDP(...) else: DataParallel(...)`): the entries the others convert would
+        # start the process group and split the data around an unsynchronised DataParallel model.
+        kept_data_parallel = (
+            isinstance(converted, ConvertResult) and not converted.changed and project.by_path[path].name in project.wrapping
+            and any(f.code == "DDP001" for f in converted.findings)
+        )  # fmt: skip
+        return _refused(converted) or kept_data_parallel
+
     touched = {
         project.by_path[path].name
         for path, converted in result.files.items()
-        if path in project.by_path and (_refused(converted) or (isinstance(converted, ConvertResult) and converted.changed))
+        if path in project.by_path and (blocks(path, converted) or (isinstance(converted, ConvertResult) and converted.changed))
     }
     group = {name: name for name in touched}
 
@@ -256,7 +266,7 @@ def _hold_back_programs_with_a_refusal(project: Project, result: ProjectResult) 
     refused = {
         find(project.by_path[path].name): path
         for path, converted in result.files.items()
-        if path in project.by_path and project.by_path[path].name in touched and _refused(converted)
+        if path in project.by_path and project.by_path[path].name in touched and blocks(path, converted)
     }
     for path, converted in list(result.files.items()):
         module = project.by_path.get(path)
@@ -265,7 +275,13 @@ def _hold_back_programs_with_a_refusal(project: Project, result: ProjectResult) 
         blocker = refused.get(find(module.name))
         if blocker is not None:
             where = blocker.relative_to(project.root).as_posix()
-            reason = f"{where}, which is part of the same program, is refused: converting this file alone would break it"
+            if _refused(result.files[blocker]):
+                reason = f"{where}, which is part of the same program, is refused: converting this file alone would break it"
+            else:
+                reason = (
+                    f"{where}, which is part of the same program, runs DDP already but still wraps in DataParallel on "
+                    "its other path (DDP001): run the program in its own distributed mode, or convert that wrap by hand"
+                )
             result.files[path] = ConvertResult(converted.source, converted.source, (), reason)
 
 

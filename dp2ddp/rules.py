@@ -1294,6 +1294,24 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP338",
+            "augmentations-drawn-alike",
+            "warning",
+            "this training loader draws its random augmentations in the main process (no `num_workers`), from the "
+            "random state every process starts with, so every process draws the same crops and flips for "
+            "different samples; give it `num_workers=` so each process's workers draw their own",
+            doc=_doc(
+                "Finds a split training loader without worker processes in a file that draws random augmentations "
+                "(a torchvision `Random*` transform, `random` or `numpy.random` in a dataset's `__getitem__`).",
+                "Every process starts from rank 0's random state, so that a split drawn at start-up is one split. "
+                "The main process then draws the same sequence of augmentations on every process, where "
+                "DataParallel drew one sequence for the whole batch.",
+                "loader = DataLoader(train_set, batch_size=64, shuffle=True)",
+                "loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4)",
+                "No fix: the loader keeps no workers; with workers, convert seeds each process's own.",
+            ),
+        ),
+        Rule(
             "DDP319",
             "weighted-loss-per-process",
             "warning",

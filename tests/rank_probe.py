@@ -63,7 +63,9 @@ def _recording_optimizer_init(self, params, defaults, *args, **kwargs):  # type:
 
 
 def _recording_save(obj, f, *args, **kwargs):  # type: ignore[no-untyped-def]
-    saves.append(str(f))
+    if isinstance(f, (str, os.PathLike)):
+        # A save to a file; torch.distributed pickles objects it sends (broadcast_object_list) into memory.
+        saves.append(str(f))
     return _torch_save(obj, f, *args, **kwargs)
 
 

@@ -35,7 +35,8 @@ TRAINED = [
     "loader_kwargs_beside_shuffle", "eval_loader_in_kept_tuple", "loader_param_alias", "batch_option_default_one",
     "frozen_feature_network", "meter_sums_per_class", "partial_batchnorm_frozen_in_train", "results_file_read_back",
     "startup_split_unseeded", "count_through_batch_name", "worker_init_seeds_without_rank",
-    "loader_through_kwargs", "center_table_per_process",
+    "loader_through_kwargs", "center_table_per_process", "pathlib_directories_made_everywhere",
+    "augmented_without_workers",
 ]  # fmt: skip
 
 

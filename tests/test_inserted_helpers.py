@@ -38,6 +38,21 @@ def _helpers() -> dict[str, Any]:
     return namespace
 
 
+def test_without_a_process_group_the_reductions_are_this_processs_values() -> None:
+    """Runs before the module's process group exists (tests run in file order). A converted module's evaluation called by a script of the project that was not converted (one process,
+    no group) reports its own values, where the reduction used to raise 'Default process group has not been
+    initialized'."""
+    assert not dist.is_initialized()
+    namespace = _helpers()
+    meter = SimpleNamespace(sum=6.0, count=3, avg=2.0, val=1.5)
+    namespace["all_reduce_meter"](meter)
+    assert (meter.sum, meter.count, meter.avg) == (6.0, 3, 2.0)
+    assert namespace["all_reduce_sum"](3, 2.5) == (3, 2.5)
+    assert namespace["all_reduce_mean"](torch.tensor(0.25)) == torch.tensor(0.25)
+    copy = namespace["all_reduce_meter_copy"](meter)
+    assert (copy.avg, copy.val) == (2.0, 1.5)
+
+
 @pytest.fixture(scope="module")
 def helpers() -> Any:
     if not dist.is_initialized():
@@ -129,3 +144,4 @@ def test_sums_and_means_over_two_processes() -> None:
     assert values == "([3, array([1, 2])], {'n': tensor(3)})"
     assert mean == "[0.5, tensor([1.])]"
     assert average == "[0.3333333333333333, 1.3333333333333333]"
+

@@ -850,7 +850,9 @@ _IMPORT_LINE = re.compile(
 
 # A wrap, in the text: a call of DataParallel or of the wrap helper, or a class that subclasses DataParallel.
 _WRAP_CALL = re.compile(r"\b(?:DataParallel|data_parallel|" + names.WRAP_HELPER + r")\s*\(|^class\s+\w+\s*\([^)]*DataParallel", re.M)
-LOCAL_RANK_TEXT = re.compile(r"local_rank|LOCAL_RANK|current_device")
+# A GPU picked by the process's local rank: named so, or the global rank modulo the GPUs of a node
+# (`rank % num_gpus`, `proc_id % torch.cuda.device_count()`), as distributed launch code writes it.
+LOCAL_RANK_TEXT = re.compile(r"local_rank|LOCAL_RANK|current_device|\b\w*(rank|proc_id|procid)\w*\s*%\s*\w+", re.IGNORECASE)
 _MAIN_GUARD_TEXT = re.compile(r"""__name__\s*==\s*['"]__main__['"]|['"]__main__['"]\s*==\s*__name__""")
 
 

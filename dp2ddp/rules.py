@@ -2570,6 +2570,15 @@ NOT_IN_OUTPUT: dict[str, str] = {
         "a cyclic schedule's bounds tuned for the per-process batch are an ordinary choice in a DDP script; only "
         "against the DataParallel run, whose global batch was world_size times smaller, are they unscaled"
     ),
+    "DDP337": (
+        "a table each process updates from its own samples is ordinary state of a DDP script (a per-process "
+        "memory bank is a design choice); only against the DataParallel run, which updated one table from the "
+        "whole batch, does it differ, and check cannot tell which the script meant"
+    ),
+    "DDP338": (
+        "augmentations drawn from the same random state on every process are legal in a DDP script; only against "
+        "the DataParallel run, which drew one sequence for the whole batch, do they differ"
+    ),
     "DDP306": (
         "this file builds no DataLoader and runs no training loop: the data is loaded by code in another file, "
         "which convert neither read nor changed, so nothing in the converted file iterates data for check to "

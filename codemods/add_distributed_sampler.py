@@ -35,6 +35,7 @@ from dp2ddp.analysis.loaders import (
     in_evaluation_function,
     is_training_loader,
     sampler_built_at,
+    split_where_used,
     splits_itself,
 )
 from dp2ddp.analysis.training_batches import TrainingBatches
@@ -350,14 +351,13 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                         self.report(update, "DDP337", table=table)
 
     def _batch_names(self, loop: cst.For | cst.While) -> set[str]:
-        """What the loop binds from its batch: the for loop's target names, or what ``next(...)`` gives."""
+        """What the loop binds from its batch: the for loop's target names, or the names ``next(...)`` is unpacked to."""
         if isinstance(loop, cst.For):
             return {n.value for n in self.analysis.within(loop.target, cst.Name)}
-        return {
-            code_of(t.target) for a in self.analysis.within(loop.body, cst.Assign)
-            if m.matches(a.value, m.Call(func=m.Name("next"))) for t in a.targets
-        } | {n.value for a in self.analysis.within(loop.body, cst.Assign) if m.matches(a.value, m.Call(func=m.Name("next")))
-             for t in a.targets for n in self.analysis.within(t.target, cst.Name)}
+        fetches = [a for a in self.analysis.within(loop.body, cst.Assign) if m.matches(a.value, m.Call(func=m.Name("next")))]
+        return {code_of(t.target) for a in fetches for t in a.targets} | {
+            n.value for a in fetches for t in a.targets for n in self.analysis.within(t.target, cst.Name)
+        }
 
     # -- loaders built by one function for training and for evaluation ---------------------------------
 
@@ -406,19 +406,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(sizing, "DDP312", batch=code_of(argument(call, BATCH_SIZE, "batch_size")))  # type: ignore[arg-type]
         lines = ", ".join(sorted({str(self.analysis.position(site.assign).start.line) for site in evaluation}, key=int))
         for site in training:
-            if not self._split_already(site.target):
+            if not split_where_used(self.analysis, self.analysis.target_holders(site.target, depth=0)):  # converted already
                 self.split_at_use.setdefault(site.statement, []).append((code_of(site.target), keep))
                 self.split_helper_needed = True
             self.analysis.sharded_names.add(code_of(site.target).rsplit(".", 1)[-1])
             self.report(site.assign, "DDP327", loader=code_of(site.target), builder=code_of(site.assign.value.func), lines=lines)  # type: ignore[attr-defined]
-
-    def _split_already(self, target: cst.BaseExpression) -> bool:
-        """``train_loader = split_loader(train_loader)`` follows where ``target`` is bound: converted already."""
-        splitting = m.Call(func=m.Name(names.SPLIT_LOADER_HELPER))
-        return any(
-            isinstance(arg := self.analysis.parents.get(read), cst.Arg) and self.matches(self.analysis.parents.get(arg), splitting)
-            for holder in self.analysis.target_holders(target, depth=0) for read in holder.reads
-        )  # fmt: skip
 
     def _plan_loader(self, module: cst.Module, call: cst.Call, only_loader: bool, iterable_classes: set[str]) -> None:
         for position, keyword in ((SAMPLER, "sampler"), (BATCH_SAMPLER, "batch_sampler")):

@@ -36,7 +36,7 @@ from dp2ddp.analysis.effects import (
 )
 from dp2ddp.analysis.training_batches import RANDOM_DRAWS, TrainingBatches
 from dp2ddp.analysis.lifecycle import Hazard, ModelLifecycle, one_sided_unwraps, through_module
-from dp2ddp.analysis.loaders import is_placeholder, is_training_loader, sampler_built_at, unsplit_sampler
+from dp2ddp.analysis.loaders import is_placeholder, is_training_loader, sampler_built_at, split_where_used, unsplit_sampler
 from dp2ddp.analysis.results import loop_results
 from dp2ddp.analysis.writers import attribute_read, imported_writer_calls, per_process_paths
 
@@ -718,7 +718,7 @@ class DistributedHazards:
             sampler = self._given_sampler(call, 3, "sampler")
             batch_sampler = self._given_sampler(call, 4, "batch_sampler")
             if sampler is None and batch_sampler is None and not any(a.star for a in call.args):
-                if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(call) and not self._split_where_used(call):
+                if is_training_loader(call, reference, len(loaders) == 1) and self._trains_on(call) and not split_where_used(self.analysis, self.analysis.holders(call)):
                     self._report(call, "DDP504", loader=code_of(reference) if reference is not None else "this loader", **NO_SAMPLER)
                 continue
             self._unsplit_sampler(call, reference, sampler, batch_sampler, only_loader=len(loaders) == 1)
@@ -871,15 +871,6 @@ class DistributedHazards:
             if holder is not None:
                 found.append((loop, holder))
         return found
-
-    def _split_where_used(self, call: cst.Call) -> bool:
-        """A loader a function returns to callers, one of which takes its share (``x = split_loader(x)``): the
-        function also builds evaluation loaders, which stay whole."""
-        splitting = m.Call(func=m.Name(names.SPLIT_LOADER_HELPER))
-        return any(
-            isinstance(arg := self.analysis.parents.get(read), cst.Arg) and m.matches(self.analysis.parents.get(arg), splitting)
-            for holder in self.analysis.holders(call) for read in holder.reads
-        )  # fmt: skip
 
     def _trains_on(self, call: cst.Call) -> bool:
         """Whether some loop over the loader calls ``backward()``: only then does an unsplit loader repeat the work."""

@@ -12,7 +12,7 @@ from . import names
 from .syntax import argument, call_to, code_of, resolves_to
 
 if TYPE_CHECKING:
-    from .tree import Tree
+    from .tree import Holder, Tree
 
 EVALUATION_NAME = re.compile(r"val|test|eval", re.IGNORECASE)
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
@@ -49,6 +49,15 @@ def in_evaluation_function(tree: Tree, call: cst.Call) -> bool:
         return False
     trains = m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))
     return not tree.findall_in(function.body, trains)
+
+
+def split_where_used(tree: Tree, holders: list[Holder]) -> bool:
+    """Whether a read of the loader ``holders`` spell is handed to ``split_loader(...)``: the caller takes its share."""
+    splitting = m.Call(func=m.Name(names.SPLIT_LOADER_HELPER))
+    return any(
+        isinstance(arg := tree.parents.get(read), cst.Arg) and m.matches(tree.parents.get(arg), splitting)
+        for holder in holders for read in holder.reads
+    )  # fmt: skip
 
 
 def splits_itself(built: cst.Call) -> bool:

@@ -472,12 +472,7 @@ class Tree:
                 name = assign.targets[0].target
                 key = parent.key.evaluated_value
                 if isinstance(name, cst.Name):
-                    reads = [
-                        self.parents[r] for r in self.references(name)
-                        if isinstance(sub := self.parents.get(r), cst.Subscript) and sub.value is r and len(sub.slice) == 1
-                        and isinstance(index := sub.slice[0].slice, cst.Index)
-                        and isinstance(index.value, cst.SimpleString) and index.value.evaluated_value == key
-                    ]  # fmt: skip
+                    reads = [self.parents[r] for r in self.references(name) if self._keyed(r, key)]
                     spelled = f"{name.value}[{self.module.code_for_node(parent.key)}]"
                     self._add(spelled, self.owner(assign), name, reads, depth, found, seen)
 

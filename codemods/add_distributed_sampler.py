@@ -187,6 +187,51 @@ class {names.WORKER_INIT_HELPER}:
                 numpy.random.seed((int(numpy.random.randint(0, 2**31)) + self.rank) % 2**32)
             torch.manual_seed((torch.initial_seed() + self.rank) % 2**63)
 '''
+DRAWN_PER_PROCESS_SOURCE = f'''
+class {names.DRAWN_PER_PROCESS_HELPER}(torch.utils.data.Dataset):
+    """The dataset, drawing its random augmentations from a stream of this process's own.
+
+    With no loader workers, the main process draws the augmentations, from the random state
+    every process shares (so that a split made at start-up is one split): every process would
+    draw the same crops and flips for different samples. Each item is drawn here from Python's,
+    NumPy's and torch's generators seeded by the rank; the shared state is put back after it, so
+    the rest of the script draws as before, alike on every process.
+    """
+
+    def __init__(self, dataset, rank):
+        self.dataset = dataset
+        seed = (torch.initial_seed() + 1 + rank) % 2**32
+        self._random = random.Random(seed).getstate()
+        self._torch = torch.Generator().manual_seed(seed).get_state()
+        numpy = sys.modules.get("numpy")
+        self._numpy = numpy.random.RandomState(seed).get_state() if numpy is not None else None
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getattr__(self, name):
+        # `loader.dataset.classes`: what the script reads of its dataset.
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __getitem__(self, index):
+        numpy = sys.modules.get("numpy") if self._numpy is not None else None
+        shared = random.getstate(), torch.get_rng_state(), numpy.random.get_state() if numpy is not None else None
+        random.setstate(self._random)
+        torch.set_rng_state(self._torch)
+        if numpy is not None:
+            numpy.random.set_state(self._numpy)
+        try:
+            return self.dataset[index]
+        finally:
+            self._random, self._torch = random.getstate(), torch.get_rng_state()
+            random.setstate(shared[0])
+            torch.set_rng_state(shared[1])
+            if numpy is not None:
+                self._numpy = numpy.random.get_state()
+                numpy.random.set_state(shared[2])
+'''
 # Calls whose arguments size a tensor or a buffer for one step.
 _TENSOR_FACTORIES = frozenset(
     f"torch.{name}" for name in ("zeros", "ones", "full", "empty", "randn", "rand", "randint", "arange", "eye", "tensor", "Tensor")
@@ -269,6 +314,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.helpers_needed = False
         self.split_helper_needed = False
         self.worker_helper_needed = False
+        # Split training loaders with no workers whose augmentations each process draws on its own.
+        self.drawn_per_process: set[cst.Call] = set()
+        self.drawn_helper_needed = False
         # Statements binding a loader that a function also builds for evaluation, with the names
         # (`train_loader`) that take this process's share of it after them.
         self.split_at_use: dict[cst.SimpleStatementLine, list[tuple[str, bool]]] = {}
@@ -418,7 +466,6 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             if sampler is not None and self._is_sharded(sampler):
                 if not self.SHARDS_EVALUATION and not self.matches(sampler, m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER))):
                     self._report_converted_batch(call)
-                    self._report_augmentations_alike(call)
                 return  # Converted already.
         parent = self.get_metadata(ParentNodeProvider, call)
         statement = self.get_metadata(ParentNodeProvider, parent) if isinstance(parent, (cst.Assign, cst.Return)) else None
@@ -489,8 +536,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         else:
             plan = _LoaderPlan(dataset, hoisted_dataset)
         self.plans[call] = plan
-        if not self.SHARDS_EVALUATION:
-            self._report_augmentations_alike(call)
+        if not self.SHARDS_EVALUATION and self._draws_alike(call):
+            # The main process draws the augmentations, from the random state every process shares.
+            self.drawn_per_process.add(call)
+            self.report(call, "DDP338")
         sizing = self._sizes_per_step(call)
         if sizing is not None:
             self.per_process_calls.add(call)
@@ -1215,6 +1264,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if original_node not in self.plans:
             return updated_node
         split = self._split_loader(original_node, updated_node)
+        if original_node in self.drawn_per_process:
+            split = self._drawn_per_process(original_node, split)
         workers = argument(original_node, WORKERS, "num_workers")
         if self.SHARDS_EVALUATION or workers is None or m.matches(workers, m.Integer("0")):
             return split
@@ -1227,13 +1278,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         AddImportsVisitor.add_needed_import(self.context, "torch")
         return with_argument(split, keyword_arg("generator", cst.parse_expression(seed)))
 
-    def _report_augmentations_alike(self, call: cst.Call) -> None:
+    def _draws_alike(self, call: cst.Call) -> bool:
         """A split training loader with no workers, in a file that draws augmentations (DDP338)."""
         workers = argument(call, WORKERS, "num_workers")
         no_workers = workers is None or m.matches(workers, m.Integer("0"))
-        if no_workers and not any(a.star for a in call.args) and self._draws_augmentations:
-            # The main process draws the augmentations, from the random state every process shares.
-            self.report(call, "DDP338")
+        return no_workers and not any(a.star for a in call.args) and self._draws_augmentations
 
     @cached_property
     def _draws_augmentations(self) -> bool:
@@ -1248,6 +1297,20 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             ):
                 return True
         return False
+
+    def _drawn_per_process(self, original: cst.Call, loader: cst.Call) -> cst.Call:
+        """``DataLoader(data, ...)`` becomes ``DataLoader(DrawnPerProcess(data, rank), ...)``; the sampler keeps ``data``."""
+        index = next((i for i, a in enumerate(loader.args) if (a.keyword is None and i == 0) or (a.keyword is not None and a.keyword.value == "dataset")), None)
+        if index is None or m.matches(loader.args[index].value, m.Call(func=m.Name(names.DRAWN_PER_PROCESS_HELPER))):
+            return loader
+        self.drawn_helper_needed = True
+        wrapped = cst.Call(
+            func=cst.Name(names.DRAWN_PER_PROCESS_HELPER),
+            args=[cst.Arg(loader.args[index].value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(cst.parse_expression(f"{self.distributed_at(original)}.get_rank()"))],
+        )
+        args = list(loader.args)
+        args[index] = args[index].with_changes(value=wrapped)
+        return loader.with_changes(args=args)
 
     def _worker_init_per_process(self, loader: cst.Call) -> cst.Call:
         """``worker_init_fn=seed_worker`` becomes ``WorkerInitPerProcess(seed_worker, rank)``.
@@ -1491,7 +1554,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if not (self.helpers_needed or self.split_helper_needed or self.worker_helper_needed):
+        if not (self.helpers_needed or self.split_helper_needed or self.worker_helper_needed or self.drawn_helper_needed):
             return updated_node
         for module_name in ("random", "sys", "torch"):
             AddImportsVisitor.add_needed_import(self.context, module_name)
@@ -1499,6 +1562,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         module = updated_node
         if self.worker_helper_needed:
             module = add_helper(module, self.facts, names.WORKER_INIT_HELPER, WORKER_INIT_SOURCE)
+        if self.drawn_helper_needed:
+            module = add_helper(module, self.facts, names.DRAWN_PER_PROCESS_HELPER, DRAWN_PER_PROCESS_SOURCE)
         if self.split_helper_needed:
             AddImportsVisitor.add_needed_import(self.context, "inspect")
             module = add_helper(module, self.facts, names.SPLIT_LOADER_HELPER, SPLIT_LOADER_SOURCE)

@@ -96,6 +96,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         for call in self.facts.subclass_wraps:
             site = next(role.subclass_site(q.name) for q in analysis.qualified_names(call.func) if role.subclass_site(q.name))
             self.report(call, "DDP229", call=code_of(call.func), site=site)
+        for call in self.facts.foreign_wraps:
+            self.report(call, "DDP234", call=code_of(call.func))
         # A file that wraps no whole model is not a training script to migrate, and
         # one whose model life-cycle has a hazard no edit makes safe is left as it
         # was: what could not be converted is reported, and nothing is edited.

@@ -13,6 +13,7 @@ from libcst.codemod import Codemod, CodemodContext, SkipFile
 
 from dp2ddp.codemods import codemods, groups
 from dp2ddp.analysis.module import Analysis
+from dp2ddp.analysis.names import is_data_parallel_like
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.codemods._base import FINDINGS_KEY, QUIET_KEY, Finding
 from dp2ddp.analysis import names
@@ -161,7 +162,7 @@ class _CandidateFinder(cst.CSTVisitor):
 
 def _spelled(expression: cst.BaseExpression) -> bool:
     name = expression.attr if isinstance(expression, cst.Attribute) else expression
-    return isinstance(name, cst.Name) and name.value in _CANDIDATE_WORDS
+    return isinstance(name, cst.Name) and (name.value in _CANDIDATE_WORDS or is_data_parallel_like(name.value))
 
 
 # -- converting -------------------------------------------------------------------------

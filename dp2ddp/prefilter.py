@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import tokenize
 
-from dp2ddp.analysis.names import WRAP_HELPER
+from dp2ddp.analysis.names import WRAP_HELPER, is_data_parallel_like
 
 # A file none of whose tokens is one of these has nothing check looks at.
 # `get_world_size`: a loader module of a DDP program divides its batch by the world size (DDP530, DDP531).
@@ -59,7 +59,7 @@ def needs_analysis(source: str) -> bool:
         return False
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.NAME and token.string in CONVERT_WORDS:
+            if token.type == tokenize.NAME and (token.string in CONVERT_WORDS or is_data_parallel_like(token.string)):
                 return True
     except (tokenize.TokenError, SyntaxError):
         return True  # Let the parser name the error.

@@ -46,6 +46,7 @@ _ORDER = (
     names.SHARDED_SAMPLER_HELPER,
     names.SPLIT_LOADER_HELPER,
     names.WORKER_INIT_HELPER,
+    names.DRAWN_PER_PROCESS_HELPER,
 )
 
 

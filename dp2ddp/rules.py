@@ -595,15 +595,57 @@ RULES: dict[str, Rule] = {
             "DDP215",
             "unused-parameters",
             "note",
-            "`{model}` builds `{module}`, which its forward never uses: DDP needs "
+            "`{model}`'s forward may leave `{module}` without a gradient: DDP needs "
             "find_unused_parameters=True for that, now passed to the wrap",
             doc=_doc(
-                "Finds a sub-module built in the `__init__` of a model class of the script that no other method uses.",
+                "Finds a wrapped model whose class (of the script, or of a module it imports) builds a sub-module "
+                "that a training forward may not reach: no method but `__init__` names it; a walk of a "
+                "sub-module's children stops early (`for name, layer in self.base._modules.items(): if name == "
+                "'avgpool': break`); every use is under a condition other than `self.training` while `__init__` "
+                "builds it unconditionally; or it is built from another class of which one of these holds.",
                 "DDP waits for a gradient of every parameter; one that never gets one stops training at "
                 "the second step with an error that names find_unused_parameters.",
                 "self.pooler = nn.Linear(768, 768)  # never called in forward",
                 "wrap_ddp(model, find_unused_parameters=True)",
-                "Safe, and a little slower. Deleting the unused module is faster.",
+                "Safe, and a little slower: DDP walks the graph once per step to find the parameters that "
+                "got no gradient. Deleting the unused module is faster.",
+            ),
+        ),
+        Rule(
+            "DDP232",
+            "unused-parameters-possible",
+            "note",
+            "the wrapped model comes from `{source}`, which convert cannot follow to its class, and `{model}` "
+            "({where}) may leave `{module}` without a gradient: find_unused_parameters=True is now passed to the wrap",
+            doc=_doc(
+                "Finds a wrapped model built by a call or a name convert cannot follow to one class (a factory "
+                "such as `models.create(args.arch)`, a name bound on two branches), in a file or project with a "
+                "model class whose forward may leave a sub-module without a gradient (as DDP215 reads it).",
+                "Whether every parameter gets a gradient is not known, and DDP stops at the second step if one "
+                "does not. The safe assumption is that the wrapped model is that class.",
+                "model = models.create(args.arch)  # reid/models/resnet.py: forward stops before base.fc\n"
+                "model = nn.DataParallel(model)",
+                "model = wrap_ddp(model, find_unused_parameters=True)",
+                "Safe, and a little slower: DDP walks the graph once per step. When the wrapped model reaches "
+                "every parameter, DDP says so in a warning at the first step, and the argument can be removed.",
+            ),
+        ),
+        Rule(
+            "DDP233",
+            "unused-parameters-unknown",
+            "note",
+            "the wrapped model comes from `{source}`, whose code convert does not read: whether its forward reaches "
+            "every parameter is not known, so find_unused_parameters=True is now passed to the wrap",
+            doc=_doc(
+                "Finds a wrapped model built by a call into code convert does not read: a module outside the "
+                "file or project it converts, other than torch, torchvision and timm.",
+                "DDP stops at the second step if a parameter gets no gradient (a head the forward skips, a "
+                "backbone whose classifier is cut off), and nothing read says that cannot happen.",
+                "from reid import models\nmodel = nn.DataParallel(models.create(args.arch))",
+                "model = wrap_ddp(models.create(args.arch), find_unused_parameters=True)",
+                "Safe, and a little slower: DDP walks the graph once per step. Convert the project "
+                "(`dp2ddp convert .`) so its model classes are read, or remove the argument when DDP warns at "
+                "the first step that it found no unused parameter.",
             ),
         ),
         Rule(
@@ -824,6 +866,26 @@ RULES: dict[str, Rule] = {
                 "# trainer.py\nfrom sync_batchnorm import DataParallelWithCallback\n"
                 "model = DataParallelWithCallback(net, device_ids=gpus)",
                 "# trainer.py\nmodel = nn.DataParallel(net, device_ids=gpus)  # nn.SyncBatchNorm after the DDP conversion",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP234",
+            "foreign-data-parallel-class",
+            "error",
+            "`{call}` wraps the model in a DataParallel-like class whose code convert does not read; the file is "
+            "left as it was: what it overrides (callbacks on each replica, a custom scatter, a gathered loss) cannot "
+            "be told: wrap the model in `nn.DataParallel` itself, or convert the folder that defines `{call}`, then "
+            "run convert again",
+            doc=_doc(
+                "Finds a call of a class named after DataParallel (`DataParallelWithCallback`, `DataParallelModel`, "
+                "`BalancedDataParallel`) that is neither torch's nor defined in the file or project convert reads.",
+                "Such a class replaces DataParallel in the script, so the script trains on several GPUs through "
+                "it. Leaving it alone would say 'nothing to convert' of a multi-GPU script; converting it blind "
+                "would drop what it does across the replicas.",
+                "from sync_batchnorm import DataParallelWithCallback\n"
+                "model = DataParallelWithCallback(net, device_ids=gpus)",
+                "model = nn.DataParallel(net, device_ids=gpus)  # nn.SyncBatchNorm after the DDP conversion",
                 "No fix: the file is left as it was.",
             ),
         ),
@@ -1295,20 +1357,24 @@ RULES: dict[str, Rule] = {
         ),
         Rule(
             "DDP338",
-            "augmentations-drawn-alike",
-            "warning",
+            "augmentations-drawn-per-process",
+            "note",
             "this training loader draws its random augmentations in the main process (no `num_workers`), from the "
-            "random state every process starts with, so every process draws the same crops and flips for "
-            "different samples; give it `num_workers=` so each process's workers draw their own",
+            "random state every process shares: its dataset now draws them from a stream of each process's own "
+            "(`DrawnPerProcess`), so the processes do not draw the same crops and flips for different samples",
             doc=_doc(
                 "Finds a split training loader without worker processes in a file that draws random augmentations "
                 "(a torchvision `Random*` transform, `random` or `numpy.random` in a dataset's `__getitem__`).",
                 "Every process starts from rank 0's random state, so that a split drawn at start-up is one split. "
-                "The main process then draws the same sequence of augmentations on every process, where "
+                "The main process would then draw the same sequence of augmentations on every process, where "
                 "DataParallel drew one sequence for the whole batch.",
                 "loader = DataLoader(train_set, batch_size=64, shuffle=True)",
-                "loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4)",
-                "No fix: the loader keeps no workers; with workers, convert seeds each process's own.",
+                "loader = DataLoader(DrawnPerProcess(train_set, dist.get_rank()), batch_size=64 // dist.get_world_size(),\n"
+                "                    sampler=DistributedSampler(train_set, shuffle=True))",
+                "Safe: each item is drawn from Python's, NumPy's and torch's generators seeded by the rank, and the "
+                "shared state is put back after it, so everything else the script draws stays alike on every "
+                "process. The augmentations differ from the DataParallel run's draw for draw, as they would with "
+                "loader workers.",
             ),
         ),
         Rule(

@@ -37,6 +37,7 @@ TRAINED = [
     "startup_split_unseeded", "count_through_batch_name", "worker_init_seeds_without_rank",
     "loader_through_kwargs", "center_table_per_process", "pathlib_directories_made_everywhere",
     "augmented_without_workers",
+    "forward_stops_before_the_head",
 ]  # fmt: skip
 
 
@@ -455,3 +456,32 @@ def test_lazily_created_writers_write_one_event_file_each_per_run(tmp_path: Path
     # 48 samples, a global batch of 8: 6 steps an epoch, 2 epochs, each written once.
     lines = sorted(line.split()[0] for e in events for line in e.read_text(encoding="utf-8").splitlines())
     assert lines == ["loss"] * 12 + ["lr"] * 12
+
+
+def test_augmentations_drawn_in_the_main_process_differ_between_processes(tmp_path: Path) -> None:
+    """A loader with no workers: each process draws its own augmentations, and the state every process shares
+    stays shared, so what the script draws after them is still one draw."""
+    shutil.copy(FIXTURES / "augmented_without_workers" / "after.py", tmp_path / "train.py")
+    runner = tmp_path / "run.py"
+    runner.write_text(
+        "import json, os, random\nimport numpy as np\nimport runpy\nimport torch\n"
+        "names = runpy.run_path('train.py')\n"
+        "names['setup_distributed']()\n"
+        "class Draws(torch.utils.data.Dataset):\n"
+        "    def __len__(self):\n        return 8\n"
+        "    def __getitem__(self, index):\n"
+        "        return [random.random(), float(np.random.uniform()), float(torch.rand(()))]\n"
+        "data = names['DrawnPerProcess'](Draws(), int(os.environ['RANK']))\n"
+        "items = [data[i] for i in range(len(data))]\n"
+        "after = [random.random(), float(np.random.uniform()), float(torch.rand(()))]\n"
+        "with open(f\"draws{os.environ['RANK']}.json\", 'w') as out:\n"
+        "    json.dump({'items': items, 'after': after}, out)\n",
+        encoding="utf-8",
+    )
+    completed, _ = run_under_torchrun(runner, tmp_path)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    draws = [json.loads((tmp_path / f"draws{rank}.json").read_text()) for rank in range(2)]
+    for generator in range(3):
+        first, second = ([item[generator] for item in d["items"]] for d in draws)
+        assert first != second, "both processes drew the same augmentations for different samples"
+    assert draws[0]["after"] == draws[1]["after"], "the state every process shares no longer agrees"

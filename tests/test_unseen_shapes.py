@@ -367,3 +367,180 @@ def test_a_worker_init_fn_seeding_without_the_rank_draws_per_process() -> None:
     assert draws[0][:2] == (random.random(), float(np.random.uniform()))  # rank 0 draws as the script did
     assert draws[0][:2] == draws[2][:2]  # and the same on every run
     assert all(a != b for a, b in zip(draws[0], draws[1]))  # another rank draws its own
+
+
+# -- every parameter the forward may skip is found (obligation 3) --------------------------------------
+
+
+def _model_class(body: str) -> str:
+    return "class Net(nn.Module):\n" + dedent(body).replace("\n", "\n    ").rstrip() + "\n\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "skipped"),
+    [
+        # A per-run option decides whether the head is used: off, it never gets a gradient.
+        (
+            """
+            def __init__(self, use_head=False):
+                super().__init__()
+                self.body = nn.Linear(4, 1)
+                self.use_head = use_head
+                self.head = nn.Linear(1, 1)
+            def forward(self, x):
+                x = self.body(x)
+                if self.use_head:
+                    x = self.head(x)
+                return x
+            """,
+            "self.head",
+        ),
+        # An early return on an option ends the forward before the head.
+        (
+            """
+            def __init__(self, cut=False):
+                super().__init__()
+                self.body = nn.Linear(4, 1)
+                self.cut = cut
+                self.head = nn.Linear(1, 1)
+            def forward(self, x):
+                x = self.body(x)
+                if self.cut:
+                    return x
+                return self.head(x)
+            """,
+            "self.head",
+        ),
+        # Used only by a method forward never calls (an embedding for retrieval).
+        (
+            """
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(4, 1)
+                self.projection = nn.Linear(1, 1)
+            def forward(self, x):
+                return self.body(x)
+            def embed(self, x):
+                return self.projection(self.body(x))
+            """,
+            "self.projection",
+        ),
+        # A parameter tensor of the class itself counts as much as a layer.
+        (
+            """
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(4, 1)
+                self.scale = nn.Parameter(torch.ones(1))
+            def forward(self, x):
+                return self.body(x) * self.scale if x.sum() > 0 else self.body(x)
+            """,
+            "self.scale",
+        ),
+    ],
+)
+def test_a_sub_module_the_forward_may_skip_gets_find_unused_parameters(body: str, skipped: str) -> None:
+    """Should pass find_unused_parameters=True and name the sub-module: DDP stops at the second step otherwise."""
+    result = convert_source(_script("\nmodel = nn.DataParallel(Net())").replace("\ndef main", "\n" + _model_class(body) + "\ndef main"))
+    assert "wrap_ddp(Net(), find_unused_parameters=True)" in result.output
+    assert any(f.code == "DDP215" and skipped in f.message for f in result.findings)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Read on both branches of the same `if`.
+        """
+        def __init__(self, pre_norm=False):
+            super().__init__()
+            self.body = nn.Linear(4, 1)
+            self.norm = nn.LayerNorm(1)
+            self.pre_norm = pre_norm
+        def forward(self, x):
+            if self.pre_norm:
+                return self.body(x) + self.norm(x.sum(1, keepdim=True))
+            else:
+                return self.norm(self.body(x))
+        """,
+        # Built under the option that guards its use.
+        """
+        def __init__(self, use_head=False):
+            super().__init__()
+            self.body = nn.Linear(4, 1)
+            self.use_head = use_head
+            if use_head:
+                self.head = nn.Linear(1, 1)
+        def forward(self, x):
+            x = self.body(x)
+            if self.use_head:
+                x = self.head(x)
+            return x
+        """,
+        # Only the training flag decides, and training always takes that branch; layers without parameters never count.
+        """
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(4, 1)
+            self.drop = nn.Dropout(0.5)
+            self.aux = nn.Linear(1, 1)
+        def forward(self, x):
+            x = self.body(x)
+            if self.training:
+                x = self.aux(x)
+            if x.sum() > 0:
+                x = self.drop(x)
+            return x
+        """,
+    ],
+)
+def test_a_forward_that_reaches_every_parameter_keeps_the_plain_wrap(body: str) -> None:
+    """Should wrap without find_unused_parameters, which costs a walk of the graph on every step."""
+    result = convert_source(_script("\nmodel = nn.DataParallel(Net())").replace("\ndef main", "\n" + _model_class(body) + "\ndef main"))
+    assert "wrap_ddp(Net())" in result.output
+    assert not any(f.code in ("DDP215", "DDP232", "DDP233") for f in result.findings)
+
+
+def test_a_model_from_code_convert_does_not_read_gets_find_unused_parameters() -> None:
+    """Should not assume every parameter gets a gradient when the model's class is out of sight (DDP233)."""
+    result = convert_source("from reid import models\n" + _script("\nmodel = nn.DataParallel(models.create('resnet50'))"))
+    assert "wrap_ddp(models.create('resnet50'), find_unused_parameters=True)" in result.output
+    assert any(f.code == "DDP233" and "models.create(...)" in f.message for f in result.findings)
+
+
+@pytest.mark.parametrize(
+    "setup",
+    ["\nimport torchvision\nmodel = nn.DataParallel(torchvision.models.resnet18())", "\nmodel = nn.DataParallel(nn.Linear(4, 1))"],
+)
+def test_a_library_model_keeps_the_plain_wrap(setup: str) -> None:
+    """torch's and torchvision's models reach every parameter: no argument, no finding."""
+    result = convert_source(_script(setup))
+    assert "find_unused_parameters" not in result.output
+
+
+# -- a DataParallel-like class convert cannot read is never "nothing to convert" ----------------------------
+
+
+def test_a_data_parallel_like_class_from_unread_code_is_refused_and_its_advice_converts() -> None:
+    """Should refuse with DDP234, not say 'nothing to convert' of a multi-GPU script; with `nn.DataParallel` in
+    its place, as the finding advises, the file converts."""
+    setup = "\nfrom sync_batchnorm import DataParallelWithCallback\nmodel = DataParallelWithCallback(nn.Linear(4, 1), device_ids=[0, 1])"
+    refused = convert_source(_script(setup))
+    assert refused.output == refused.source
+    assert [f.code for f in refused.findings if f.severity == "error"] == ["DDP234"]
+    advised = convert_source(_script("\nmodel = nn.DataParallel(nn.Linear(4, 1), device_ids=[0, 1])"))
+    assert "wrap_ddp(nn.Linear(4, 1))" in advised.output
+
+
+def test_a_project_whose_trainer_wraps_in_an_unread_data_parallel_class_is_held_back(tmp_path) -> None:
+    """Should name the wrap in the trainer module and leave the whole program as it was."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    trainer = "from sync_batchnorm import DataParallelWithCallback\n\n\nclass Trainer:\n    def __init__(self, net):\n        self.net = DataParallelWithCallback(net, device_ids=[0, 1])\n"
+    main = "import torch.nn as nn\nfrom trainer import Trainer\n\nif __name__ == '__main__':\n    Trainer(nn.Linear(4, 1))\n"
+    sources = {tmp_path / "trainer.py": trainer, tmp_path / "train.py": main}
+    result = convert_project(tmp_path, sources, helpers="inline")
+    refused = result.files[tmp_path / "trainer.py"]
+    assert isinstance(refused, ConvertResult) and refused.output == trainer
+    assert any(f.code == "DDP234" for f in refused.findings)
+    assert all(not isinstance(r, ConvertResult) or r.output == sources[p] for p, r in result.files.items())

@@ -18,9 +18,11 @@ parameters, and when every process runs every backward pass the same number of t
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -28,6 +30,7 @@ import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from . import names
+from .parameters import skipping_classes
 from .syntax import DEVICE_MOVE, MAIN_GUARD, REDUCTION, argument, call_to, code_of, parameter_for, without_device_move
 from .script import inside_helper
 
@@ -826,7 +829,13 @@ class ModelLifecycle:
     # -- the model's parameters ------------------------------------------------------------
 
     def _find_unused_parameters(self, wrap: Wrap) -> None:
-        """A model class of this file whose ``__init__`` builds a sub-module its other methods never use."""
+        """A wrapped model whose forward may leave a sub-module without a gradient (see :mod:`.parameters`).
+
+        The model's class is read where convert can follow the wrapped value to it: a class of this
+        file, or of a module this one imports. Where it cannot (``models.create(args.arch)``, a name
+        bound twice), any model class of this file or of the modules it reaches that may skip one
+        is taken to be the one wrapped: the fact that every parameter gets a gradient is not known.
+        """
         wrapped = argument(wrap.call, 0, "module")
         if wrapped is None:
             return
@@ -840,39 +849,75 @@ class ModelLifecycle:
             self.unused_parameters.setdefault(wrap.call, code_of(built.func))
             self.findings.append(Hazard(wrap.call, "DDP231", (("model", code_of(built.func)),)))
             return
-        if not isinstance(built, cst.Call) or not isinstance(built.func, cst.Name):
-            return
-        classes = [c for c in self.analysis.nodes(cst.ClassDef) if c.name.value == built.func.value]
-        if len(classes) != 1:
-            return
-        cls = classes[0]
-        if not any(self.analysis.matches(b.value, m.Attribute(attr=m.Name("Module")) | m.Name("Module")) for b in cls.bases):
-            return  # a parent class of this file or elsewhere may use what this one builds
-        methods = [s for s in cls.body.body if isinstance(s, cst.FunctionDef)]
-        init = next((s for s in methods if s.name.value == "__init__"), None)
-        if init is None or "getattr" in code_of(cls) or ".children()" in code_of(cls) or ".modules()" in code_of(cls):
-            return
-        used = {
-            a.attr.value
-            for method in methods
-            if method is not init
-            for a in self.analysis.within(method, cst.Attribute)
-            if m.matches(a.value, m.Name("self"))
-        }
-        for assign in self.analysis.within(init, cst.Assign):
-            target = assign.targets[0].target
-            if not m.matches(target, m.Attribute(value=m.Name("self"))) or not isinstance(assign.value, cst.Call):
+        own = self._skipping_here
+        elsewhere = {qualified: (submodule, site) for qualified, submodule, site in self.analysis.role.skipping_classes}
+        if isinstance(built, cst.Call):
+            qualified = {q.name for q in self.analysis.qualified_names(built.func)}
+            spelled = code_of(built.func)
+            if isinstance(built.func, cst.Name) and built.func.value in own:
+                reason = own[built.func.value]
+            elif skipped := [elsewhere[q][0] for q in qualified if q in elsewhere]:
+                reason = skipped[0]
+            elif any(q.split(".")[0] in ("torch", "torchvision", "timm") for q in qualified) or spelled.rpartition(".")[2][:1].isupper():
+                return  # a library model, or a class of the project that reaches every parameter it builds
+            else:
+                reason = None
+            if reason is not None:
+                self.unused_parameters.setdefault(wrap.call, reason)
+                self.findings.append(Hazard(self._built_at(spelled, reason) or wrap.call, "DDP215", (("model", spelled), ("module", reason))))
+                return
+        source = f"{code_of(built.func)}(...)" if isinstance(built, cst.Call) else code_of(built)
+        candidates = [(name, submodule, "this file") for name, submodule in own.items()]
+        candidates += [(qualified, submodule, str(site)) for qualified, (submodule, site) in elsewhere.items()]
+        if candidates:
+            name, submodule, where = candidates[0]
+            self.unused_parameters.setdefault(wrap.call, submodule)
+            details = (("source", source), ("model", name.rpartition(".")[2]), ("module", submodule), ("where", where))
+            self.findings.append(Hazard(wrap.call, "DDP232", details))
+        elif isinstance(built, cst.Call) and self._unread(built):
+            self.unused_parameters.setdefault(wrap.call, source)
+            self.findings.append(Hazard(wrap.call, "DDP233", (("source", source),)))
+
+    def _unread(self, built: cst.Call) -> bool:
+        """Whether ``built`` calls code convert does not read: not this file's, not a module of the project's,
+        not torch's, torchvision's or timm's (``torchvision.models.__dict__[arch]()`` is theirs)."""
+        func = built.func
+        while isinstance(func, cst.Subscript | cst.Attribute | cst.Call):
+            qualified = {q.name for q in self.analysis.qualified_names(func)}
+            if any(q.split(".")[0] in ("torch", "torchvision", "timm") for q in qualified):
+                return False
+            if qualified & self.analysis.role.project_calls:
+                return False
+            func = func.value if isinstance(func, cst.Subscript | cst.Attribute) else func.func
+        if not isinstance(func, cst.Name):
+            return False
+        qualified = {q.name for q in self.analysis.qualified_names(func)}
+        if any(q.split(".")[0] in ("torch", "torchvision", "timm", "builtins") for q in qualified):
+            return False  # `getattr(self, "net" + name)`: what it finds is this file's
+        defined = {d.name.value for d in self.analysis.nodes(cst.FunctionDef)} | {c.name.value for c in self.analysis.nodes(cst.ClassDef)}
+        return func.value not in defined and not (qualified & self.analysis.role.project_calls)
+
+    def _built_at(self, cls: str, submodule: str) -> cst.CSTNode | None:
+        """Where this file's class ``cls`` builds ``submodule`` (``self.pooler``), to report it there."""
+        attribute = submodule.split()[0].removeprefix("self.")
+        for definition in self.analysis.nodes(cst.ClassDef):
+            if definition.name.value != cls:
                 continue
-            attribute = target.attr.value  # type: ignore[attr-defined]
-            qualified = {q.name for q in self.analysis.qualified_names(assign.value.func)}
-            is_module = any(q.startswith("torch.nn.") and q.rsplit(".", 1)[-1][:1].isupper() for q in qualified)
-            if not is_module or attribute in used:
-                continue
-            # Any other mention in __init__ (freezing it, say) may explain why it goes unused.
-            mentions = [a for a in self.analysis.within(init, cst.Attribute) if m.matches(a, m.Attribute(value=m.Name("self"), attr=m.Name(attribute)))]
-            if len(mentions) == 1:
-                self.unused_parameters.setdefault(wrap.call, f"self.{attribute}")
-                self.findings.append(Hazard(target, "DDP215", (("module", f"self.{attribute}"), ("model", cls.name.value))))
+            for target in self.analysis.within(definition, cst.AssignTarget):
+                if m.matches(target.target, m.Attribute(value=m.Name("self"), attr=m.Name(attribute))):
+                    return target.target
+        return None
+
+    @cached_property
+    def _skipping_here(self) -> dict[str, str]:
+        """This file's model classes that may leave a sub-module without a gradient, with which."""
+        try:
+            tree = ast.parse(self.analysis.module.code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return {}
+        classes = [c for c in ast.walk(tree) if isinstance(c, ast.ClassDef)]
+        known = {q.rpartition(".")[2]: submodule for q, submodule, _ in self.analysis.role.skipping_classes}
+        return skipping_classes(classes, known)
 
     def _freezes_in_train(self, built: cst.Call) -> bool:
         """Whether ``built`` makes a model whose class's ``train()`` freezes parameters: this file's class,

@@ -26,6 +26,14 @@ DISTRIBUTED_DATA_PARALLEL = frozenset(
         "torch.nn.parallel.distributed.DistributedDataParallel",
     }
 )
+
+
+def is_data_parallel_like(name: str) -> bool:
+    """A class name built on DataParallel's (``DataParallelWithCallback``, ``DataParallelModel``,
+    ``BalancedDataParallel``), but neither torch's own DataParallel nor any DistributedDataParallel."""
+    return "DataParallel" in name and name != "DataParallel" and "Distributed" not in name
+
+
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
 DATA_LOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 DISTRIBUTED_SAMPLER = frozenset(
@@ -68,6 +76,8 @@ LOAD_STATE_HELPER = "load_model_state"
 SHARDED_SAMPLER_HELPER = "ShardedSampler"
 SPLIT_LOADER_HELPER = "split_loader"
 WORKER_INIT_HELPER = "WorkerInitPerProcess"
+# Wraps a split training dataset whose augmentations the main process draws: each process draws its own.
+DRAWN_PER_PROCESS_HELPER = "DrawnPerProcess"
 HELPERS = frozenset(
     {
         SETUP_HELPER,
@@ -84,6 +94,7 @@ HELPERS = frozenset(
         SHARDED_SAMPLER_HELPER,
         SPLIT_LOADER_HELPER,
         WORKER_INIT_HELPER,
+        DRAWN_PER_PROCESS_HELPER,
     }
 )
 # Helpers that every process must call together.

@@ -37,6 +37,7 @@ from . import names
 from .deep import run_deep
 from .effects import is_rank_guard, opens_for_writing, under_rank_guard
 from .module import Analysis
+from .parameters import is_model_class, skipping_classes
 from .paths import sys_path_folders
 from .roles import ModuleRole, Site
 from .syntax import code_of
@@ -71,6 +72,8 @@ class _Module:
     # Classes whose `train()` sets parameters' requires_grad to False.
     freezing: set[str] = field(default_factory=set)
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
+    # Model classes whose forward may leave a sub-module without a gradient, with which.
+    skipping: dict[str, str] = field(default_factory=dict)
     # Classes that subclass DataParallel (`DataParallelWithCallback`), with their definitions.
     subclasses: dict[str, ast.ClassDef] = field(default_factory=dict)
     # What `from x import *` of project modules binds here to modules outside the project (`nn` -> `torch.nn`).
@@ -119,6 +122,7 @@ class Project:
             self._index(module)
         for module in self.by_path.values():
             self._bind(module)
+        self._read_parameters()
         # A script no module imports, whose top level calls into the project, runs as a program too
         # (`trainer = Trainer(model); trainer.train()` at module level, as a notebook exported to a script).
         imported = set().union(*(m.imports for m in self.by_path.values()))
@@ -257,7 +261,9 @@ class Project:
                 if any(node.lineno in lines for lines in demo):
                     module.self_test_wraps += name in _WRAP_NAMES
                     continue
-                if name in _WRAP_NAMES and not _wraps_part_of_a_model(node):
+                # A DataParallel-like class (`DataParallelWithCallback`) wraps as DataParallel does: its
+                # module is refused (DDP229, DDP234), and holds back the programs that reach it.
+                if (name in _WRAP_NAMES or names.is_data_parallel_like(name)) and not _wraps_part_of_a_model(node):
                     module.wraps.append(node)
                 elif name == "DataLoader":
                     module.loaders.append(node)
@@ -270,6 +276,20 @@ class Project:
             wraps = [call for call in module.wraps if call.lineno in inside]
             if wraps and any(r.lineno in inside for r in returns):
                 module.factories[name] = wraps[0]
+
+    def _read_parameters(self) -> None:
+        """Which model classes may leave a sub-module without a gradient: a class built from another module's
+        class that does is read once that one is known, so the modules are read until nothing changes."""
+        models = {name for module in self.by_path.values() for name, cls in module.classes.items() if is_model_class(cls)}
+        known: dict[str, str] = {}
+        changed = True
+        while changed:
+            changed = False
+            for module in self.by_path.values():
+                found = skipping_classes(list(module.classes.values()), known, models)
+                module.skipping.update(found)
+                known.update(found)
+                changed |= bool(found)
 
     def _bind(self, module: _Module) -> None:
         """What each import binds, once every module's functions are known (``from x import *``)."""
@@ -659,6 +679,7 @@ class Project:
                 ),
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 freezing_classes=frozenset(freezing.get(name, ())),
+                skipping_classes=self._skipping_classes(module) if name in self.converted else (),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 program_loaders=self._program_loaders(name) if name in self.converted else (),
                 option_defaults=option_defaults if name in self.converted else (),
@@ -668,6 +689,16 @@ class Project:
             if role != ModuleRole():
                 roles[module.path] = role
         return roles
+
+    def _skipping_classes(self, module: _Module) -> tuple[tuple[str, str, Site], ...]:
+        """The model classes of the modules ``module`` reaches, but its own, that may leave a sub-module without a
+        gradient: (qualified name, the sub-module, where the class is)."""
+        found = []
+        for name in sorted(self.reachable(module.name) - {module.name}):
+            other = self.modules[name]
+            for cls, submodule in other.skipping.items():
+                found.append((f"{name}.{cls}", submodule, self.site(other, other.classes[cls])))
+        return tuple(found)
 
     def _bases(self, module: _Module, name: str) -> set[str]:
         """The project modules that define the base classes of class ``name``, followed up the hierarchy."""
@@ -849,7 +880,9 @@ _IMPORT_LINE = re.compile(
 
 
 # A wrap, in the text: a call of DataParallel or of the wrap helper, or a class that subclasses DataParallel.
-_WRAP_CALL = re.compile(r"\b(?:DataParallel|data_parallel|" + names.WRAP_HELPER + r")\s*\(|^class\s+\w+\s*\([^)]*DataParallel", re.M)
+_WRAP_CALL = re.compile(
+    r"\b(?:(?!\w*Distributed)\w*DataParallel\w*|data_parallel|" + names.WRAP_HELPER + r")\s*\(|^class\s+\w+\s*\([^)]*DataParallel", re.M
+)
 # A GPU picked by the process's local rank: named so, or the global rank modulo the GPUs of a node
 # (`rank % num_gpus`, `proc_id % torch.cuda.device_count()`), as distributed launch code writes it.
 LOCAL_RANK_TEXT = re.compile(r"local_rank|LOCAL_RANK|current_device|\b\w*(rank|proc_id|procid)\w*\s*%\s*\w+", re.IGNORECASE)

@@ -61,6 +61,10 @@ class ModuleRole:
     # Model classes of other project modules whose `train()` freezes parameters (a partial BatchNorm): a DDP
     # wrap of one needs find_unused_parameters=True, since those parameters stop getting gradients.
     freezing_classes: frozenset[str] = frozenset()
+    # Model classes of the modules this one imports, directly or not, whose forward may leave a sub-module
+    # without a gradient: (qualified name, the sub-module, where the class is). A DDP wrap of one, or of a model
+    # convert cannot follow to its class, needs find_unused_parameters=True.
+    skipping_classes: tuple[tuple[str, str, Site], ...] = ()
     # `torch.cuda.set_device(...)` calls in unconverted modules of this entry point's programs, with where: after
     # setup_distributed() they would move every process to one GPU.
     foreign_set_devices: tuple[tuple[str, Site], ...] = ()

@@ -93,6 +93,9 @@ class ScriptFacts:
     imported_wraps: list[cst.Call] = field(default_factory=list)
     # Wraps in a DataParallel subclass another module of the project defines.
     subclass_wraps: list[cst.Call] = field(default_factory=list)
+    # Calls of a DataParallel-like class whose code convert does not read (`DataParallelWithCallback` from a
+    # package outside the project): what they do cannot be told.
+    foreign_wraps: list[cst.Call] = field(default_factory=list)
     # A torch.distributed construct the user wrote (not one of dp2ddp's helpers).
     existing_distributed: tuple[cst.CSTNode, str] | None = None
     helpers: set[str] = field(default_factory=set)
@@ -165,6 +168,9 @@ def collect_script_facts(analysis: Analysis) -> ScriptFacts:
         elif analysis.role.subclass_wraps and any(analysis.role.subclass_site(q.name) for q in analysis.qualified_names(call.func)):
             facts.subclass_wraps.append(call)
             facts.mentions_data_parallel = True
+        elif _foreign_wrap(analysis, call):
+            facts.foreign_wraps.append(call)
+            facts.mentions_data_parallel = True
         if facts.existing_distributed is None and not inside_helper(analysis, call):
             if analysis.matches(call, call_to(names.DISTRIBUTED_DATA_PARALLEL)):
                 facts.existing_distributed = (call, "DistributedDataParallel")
@@ -190,3 +196,14 @@ def _in_module_class(analysis: Analysis, node: cst.CSTNode) -> bool:
 def inside_helper(analysis: Analysis, node: cst.CSTNode) -> bool:
     """Whether ``node`` is in one of the helpers dp2ddp adds (``wrap_ddp``, ``all_reduce_sum``, ...)."""
     return any(isinstance(a, (cst.FunctionDef, cst.ClassDef)) and a.name.value in names.HELPERS for a in analysis.ancestors(node))
+
+
+def _foreign_wrap(analysis: Analysis, call: cst.Call) -> bool:
+    """``DataParallelWithCallback(model, ...)`` where the class is imported from code convert does not read,
+    not defined in this file (a subclass here is read with the file)."""
+    spelled = call.func.attr if isinstance(call.func, cst.Attribute) else call.func
+    if not isinstance(spelled, cst.Name) or not names.is_data_parallel_like(spelled.value):
+        return False
+    if any(c.name.value == spelled.value for c in analysis.nodes(cst.ClassDef)):
+        return False
+    return not any(q.name.startswith("torch.") for q in analysis.qualified_names(call.func))

@@ -1,0 +1,222 @@
+"""Whether a model class's forward reaches every parameter it builds, read from the class alone.
+
+DDP waits, in every backward, for a gradient of each parameter it hooked. A sub-module whose parameters
+get none stops training at the second step ("Expected to have finished reduction in the prior
+iteration"), unless the wrap passes ``find_unused_parameters=True``. DataParallel never minded.
+
+A class may leave a sub-module ``self.x`` without a gradient when:
+
+- forward, and the methods it calls, never name it;
+- a method walks ``self.x``'s children (``self.x._modules.items()``, ``self.x.children()``) and may
+  stop or skip (``break``, ``continue``): the layers after it get none;
+- ``__init__`` builds it unconditionally and every use is under a condition other than
+  ``self.training`` (built under a condition, it is taken to be used under the same one);
+- it is built from another class of which one of these holds.
+
+The answer is a sub-module's spelling (``self.base``), or None when every parameter is reached.
+Read with :mod:`ast`, so the project reads other modules' classes the same way.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Set
+
+# torch.nn layers that hold no parameter: leaving one unused costs DDP nothing.
+PARAMETER_FREE = frozenset({
+    "ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh",
+    "Hardtanh", "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Softplus", "Identity", "Flatten", "Unflatten",
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "MaxPool1d", "MaxPool2d", "MaxPool3d",
+    "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Upsample", "UpsamplingBilinear2d",
+    "UpsamplingNearest2d", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d", "ReflectionPad2d", "ReplicationPad2d",
+    "ConstantPad2d", "CrossEntropyLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "NLLLoss",
+    "SmoothL1Loss", "KLDivLoss", "CosineSimilarity", "PairwiseDistance",
+})
+_CHILD_WALKS = frozenset({"_modules", "children", "named_children", "modules", "named_modules"})
+
+
+def is_model_class(cls: ast.ClassDef) -> bool:
+    """A class that defines ``forward``."""
+    return any(isinstance(s, ast.FunctionDef) and s.name == "forward" for s in cls.body)
+
+
+def _forward_methods(methods: list[ast.FunctionDef]) -> list[ast.FunctionDef]:
+    """``forward`` and the methods it calls (``self.features(x)``), transitively."""
+    by_name = {m.name: m for m in methods}
+    reached = ["forward"]
+    for name in reached:
+        for node in ast.walk(by_name[name]):
+            if isinstance(node, ast.Call) and _is_self_attribute(node.func) and node.func.attr in by_name and node.func.attr not in reached:  # type: ignore[attr-defined]
+                reached.append(node.func.attr)  # type: ignore[attr-defined]
+    return [by_name[name] for name in reached]
+
+
+def skipped_submodule(cls: ast.ClassDef, skipping: Mapping[str, str], models: Set[str]) -> str | None:
+    """The sub-module of ``cls`` a training forward may leave without a gradient. ``skipping`` holds the
+    classes already known to (bare class name -> what they skip), ``models`` the bare names of the
+    model classes around it."""
+    if not is_model_class(cls):
+        return None
+    methods = [s for s in cls.body if isinstance(s, ast.FunctionDef)]
+    init = next((s for s in methods if s.name == "__init__"), None)
+    forward = _forward_methods(methods)
+    for method in forward:
+        walked = _walk_that_stops(method)
+        if walked is not None:
+            return walked
+    if init is None:
+        return None
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "setattr") for n in ast.walk(cls)):
+        return None  # sub-modules named by strings: what is used cannot be read
+    built = _built_in_init(init)
+    uses: dict[str, list[bool]] = {}
+    for method in forward:
+        for node, conditional in _self_attributes(method.body, False):
+            uses.setdefault(node.attr, []).append(conditional)
+    init_mentions = [n.attr for n in ast.walk(init) if _is_self_attribute(n)]
+    for attribute, (call, conditional_build) in built.items():
+        name = _class_name(call.func)
+        if name in PARAMETER_FREE:
+            continue
+        spelled = f"self.{attribute}"
+        if attribute not in uses:
+            # Named only in __init__, or only by methods forward does not call (`embed()` for evaluation).
+            # Mentioned again in __init__ (frozen, say), it may be unused on purpose.
+            if init_mentions.count(attribute) == 1 and _builds_a_module(call, models) and not conditional_build:
+                return spelled
+            continue
+        if attribute in uses and all(uses[attribute]) and not conditional_build and _builds_a_module(call, models):
+            return spelled
+        if name in skipping:
+            return f"{spelled} ({name}: {skipping[name]})"
+    return None
+
+
+def _builds_a_module(call: ast.Call, models: Set[str]) -> bool:
+    """``nn.Linear(...)``, ``nn.Parameter(...)``, ``torchvision.models.resnet50()``, or a model class of the project."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id in models or func.id == "Parameter"
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = func.value
+    prefix = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+    if prefix == "nn" and func.attr[:1].isupper():
+        return func.attr not in PARAMETER_FREE
+    return prefix == "models" or func.attr in models
+
+
+def _class_name(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _is_self_attribute(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def _built_in_init(init: ast.FunctionDef) -> dict[str, tuple[ast.Call, bool]]:
+    """``self.x = Layer(...)`` in ``__init__``, each with whether it is built under a condition (its first build)."""
+    built: dict[str, tuple[ast.Call, bool]] = {}
+
+    def visit(statements: list[ast.stmt], conditional: bool) -> None:
+        for statement in statements:
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.value, ast.Call):
+                target = statement.targets[0]
+                if _is_self_attribute(target):
+                    built.setdefault(target.attr, (statement.value, conditional))  # type: ignore[attr-defined]
+            for field in ("body", "orelse", "handlers", "finalbody"):
+                inner = getattr(statement, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt | ast.ExceptHandler):
+                    visit([s for s in inner if isinstance(s, ast.stmt)], conditional or not isinstance(statement, ast.With))
+
+    visit(init.body, False)
+    return built
+
+
+def _self_attributes(statements: list[ast.stmt], conditional: bool):
+    """Every ``self.x`` the statements read, with whether a condition other than ``self.training`` guards
+    it, or an earlier conditional ``return`` may end the method before it."""
+    for statement in statements:
+        if isinstance(statement, ast.If | ast.While):
+            guarded = conditional or not _about_training(statement.test)
+            yield from ((n, conditional) for n in ast.walk(statement.test) if _is_self_attribute(n))
+            body = list(_self_attributes(statement.body, False))
+            orelse = list(_self_attributes(statement.orelse, False))
+            # Read on both branches, unconditionally within each: as sure as the `if` itself.
+            both = {n.attr for n, c in body if not c} & {n.attr for n, c in orelse if not c}
+            yield from ((n, guarded and (c or n.attr not in both)) for n, c in body + orelse)
+            if any(isinstance(n, ast.Return | ast.Raise) for s in statement.body for n in ast.walk(s)) and not _about_training(statement.test):
+                conditional = True
+            continue
+        if isinstance(statement, ast.For | ast.With | ast.Try):
+            for field in ("iter", "items"):
+                part = getattr(statement, field, None)
+                if part is not None:
+                    for piece in part if isinstance(part, list) else [part]:
+                        yield from ((n, conditional) for n in ast.walk(piece) if _is_self_attribute(n))
+            for field in ("body", "orelse", "finalbody"):
+                yield from _self_attributes(getattr(statement, field, []) or [], conditional)
+            for handler in getattr(statement, "handlers", []) or []:
+                yield from _self_attributes(handler.body, True)
+            continue
+        for node in ast.walk(statement):
+            if _is_self_attribute(node):
+                yield node, conditional or _under_a_choice(statement, node)
+
+
+def _under_a_choice(statement: ast.stmt, node: ast.AST) -> bool:
+    """Whether ``node`` sits in a branch of ``a if c else b``, or after ``and``/``or``, within ``statement``."""
+    for parent in ast.walk(statement):
+        if isinstance(parent, ast.IfExp) and not _about_training(parent.test):
+            branches = [{n.attr for n in ast.walk(branch) if _is_self_attribute(n)} for branch in (parent.body, parent.orelse)]  # type: ignore[attr-defined]
+            inside = any(n is node for branch in (parent.body, parent.orelse) for n in ast.walk(branch))
+            if inside and not (node.attr in branches[0] and node.attr in branches[1]):  # type: ignore[attr-defined]
+                return True
+        if isinstance(parent, ast.BoolOp) and any(n is node for value in parent.values[1:] for n in ast.walk(value)):
+            return True
+    return False
+
+
+def _about_training(test: ast.expr) -> bool:
+    """``self.training`` (or ``not self.training``): the same in every training step."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    return isinstance(test, ast.Attribute) and test.attr == "training"
+
+
+def _walk_that_stops(method: ast.FunctionDef) -> str | None:
+    """``for name, layer in self.base._modules.items(): if name == "avgpool": break``: a walk of a
+    sub-module's children that may stop early or skip some."""
+    for loop in ast.walk(method):
+        if not isinstance(loop, ast.For):
+            continue
+        walked = next((n for n in ast.walk(loop.iter) if isinstance(n, ast.Attribute) and n.attr in _CHILD_WALKS), None)
+        if walked is None or not _is_self_attribute(walked.value):
+            continue
+        stops = any(isinstance(n, ast.Break | ast.Continue) for s in loop.body for n in ast.walk(s) if not isinstance(n, ast.For | ast.While))
+        if stops:
+            return f"self.{walked.value.attr}"  # type: ignore[attr-defined]
+    return None
+
+
+def skipping_classes(classes: list[ast.ClassDef], known: Mapping[str, str] = {}, models: Set[str] = frozenset()) -> dict[str, str]:  # noqa: B006
+    """Of ``classes`` (one module's, say), each that may leave a sub-module without a gradient, and which.
+
+    ``known`` holds classes of elsewhere already read, and ``models`` the names of model classes of
+    elsewhere; a class built from one that skips skips too, whatever the order of definition.
+    """
+    names = set(models) | {c.name for c in classes if is_model_class(c)}
+    found = dict(known)
+    changed = True
+    while changed:
+        changed = False
+        for cls in classes:
+            if cls.name not in found and (reason := skipped_submodule(cls, found, names)) is not None:
+                found[cls.name] = reason
+                changed = True
+    return {name: reason for name, reason in found.items() if name not in known}

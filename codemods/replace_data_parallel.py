@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod import CodemodContext
+from libcst.codemod import CodemodContext, SkipFile
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 
@@ -87,7 +87,16 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
     # -- detection, on the original tree --------------------------------------------
 
     def plan(self, analysis: Analysis) -> None:
-        super().plan(analysis)
+        try:
+            super().plan(analysis)
+        except SkipFile:
+            if analysis.role.guard_only:
+                # A module converted for its writes alone still runs in the program: a functional data_parallel
+                # there is how the program spreads its model over the GPUs, and it cannot stay (DDP202).
+                for call in analysis.nodes(cst.Call):
+                    if self.matches(call, call_to(names.FUNCTIONAL_DATA_PARALLEL)):
+                        self.report(call, "DDP202")
+            raise
         for call in self.facts.submodule_wraps:
             self.report(call, "DDP201")
         for call in self.facts.unresolved_wraps:

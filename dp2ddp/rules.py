@@ -350,15 +350,20 @@ RULES: dict[str, Rule] = {
         Rule(
             "DDP202",
             "functional-data-parallel",
-            "warning",
-            "functional nn.parallel.data_parallel cannot be converted; left unchanged: "
-            "call the module directly and wrap the model in DistributedDataParallel",
+            "error",
+            "functional nn.parallel.data_parallel spreads this call over the GPUs; the file is left as it was: "
+            "under DDP each process would still scatter it over every GPU, and the module it runs is wrapped by "
+            "no DDP, so its gradients would never be averaged: call the module directly and wrap the whole "
+            "model in nn.DataParallel where it is built, then run convert again",
             doc=_doc(
                 "Finds the functional `nn.parallel.data_parallel(module, inputs)`.",
-                "It scatters one call over GPUs inside one process; there is no module object for DDP to wrap.",
+                "It scatters one call over GPUs inside one process; there is no module object for DDP to wrap. "
+                "Left in a converted script, every process scatters over every GPU from its own (DataParallel "
+                "then refuses a module that is not on the first of them), and on CPU the module trains on each "
+                "process alone.",
                 "output = nn.parallel.data_parallel(model, inputs, device_ids)",
-                "model = DistributedDataParallel(model)\noutput = model(inputs)",
-                "No fix: the call is left as it was.",
+                "model = nn.DataParallel(model)  # where it is built; convert then wraps it in DDP\noutput = model(inputs)",
+                "No fix: the file is left as it was.",
             ),
         ),
         Rule(
@@ -887,6 +892,24 @@ RULES: dict[str, Rule] = {
                 "model = DataParallelWithCallback(net, device_ids=gpus)",
                 "model = nn.DataParallel(net, device_ids=gpus)  # nn.SyncBatchNorm after the DDP conversion",
                 "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP235",
+            "parameter-free-part-after-wrap",
+            "note",
+            "`{target} = {value}` replaces a part of the model after the wrap with a layer that holds no parameter: "
+            "DDP has nothing new to average, but the part it replaces stays hooked and gets no gradient, so "
+            "find_unused_parameters=True is now passed to the wrap",
+            doc=_doc(
+                "Finds an assignment of a torch.nn layer without parameters (`nn.Identity()`, `nn.ReLU()`, a pooling "
+                "layer) to an attribute of a wrapped model, after the wrap.",
+                "A part with parameters put in after the wrap is refused (DDP227): DDP never registered them. One "
+                "without parameters registers nothing, and the same initial weights are not at stake. The part it "
+                "replaced stays in DDP's list, and DDP waits for its gradient in every backward.",
+                "model = nn.DataParallel(model)\n...\nmodel.module.contrastive_head = nn.Identity()",
+                "model = wrap_ddp(model, find_unused_parameters=True)\n...\nmodel.module.contrastive_head = nn.Identity()",
+                "Safe, and a little slower: DDP walks the graph once per step.",
             ),
         ),
         Rule(

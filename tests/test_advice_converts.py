@@ -53,6 +53,36 @@ def _script(body: str, train: str = TRAIN) -> str:
 
 CASES = [
     pytest.param(
+        "DDP202",
+        _script(
+            """
+            model = nn.Linear(4, 1)
+            """,
+            TRAIN.replace("model(x)", "nn.parallel.data_parallel(model, x, device_ids=[0, 1])"),
+        ),
+        _script(
+            """
+            model = nn.DataParallel(nn.Linear(4, 1), device_ids=[0, 1])
+            """
+        ),
+        id="a functional data_parallel converts once the module is called directly and wrapped where it is built",
+    ),
+    pytest.param(
+        "DDP234",
+        _script(
+            """
+            from sync_batchnorm import DataParallelWithCallback
+            model = DataParallelWithCallback(nn.Linear(4, 1), device_ids=[0, 1])
+            """
+        ),
+        _script(
+            """
+            model = nn.DataParallel(nn.Linear(4, 1), device_ids=[0, 1])
+            """
+        ),
+        id="a wrap in a DataParallel-like class of unread code converts once it is nn.DataParallel itself",
+    ),
+    pytest.param(
         "DDP102",
         "from mylib import *\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
         "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))\n" + dedent(TRAIN),

@@ -314,8 +314,10 @@ class ReplaceDataParallelTest(CodemodTest):
             expected_warnings=[
                 "3:18: DDP201 DataParallel wraps a sub-module; left unchanged: wrap the whole model in DistributedDataParallel instead",
                 "9:21: DDP201 DataParallel wraps a sub-module; left unchanged: wrap the whole model in DistributedDataParallel instead",
-                "4:5: DDP202 functional nn.parallel.data_parallel cannot be converted; left unchanged: "
-                "call the module directly and wrap the model in DistributedDataParallel",
+                "4:5: DDP202 functional nn.parallel.data_parallel spreads this call over the GPUs; the file is left as "
+                "it was: under DDP each process would still scatter it over every GPU, and the module it runs is wrapped "
+                "by no DDP, so its gradients would never be averaged: call the module directly and wrap the whole model "
+                "in nn.DataParallel where it is built, then run convert again",
                 "11:7: DDP203 subclass of DataParallel `MyDataParallel` cannot be converted; left unchanged",
             ],
         )

@@ -544,3 +544,63 @@ def test_a_project_whose_trainer_wraps_in_an_unread_data_parallel_class_is_held_
     assert isinstance(refused, ConvertResult) and refused.output == trainer
     assert any(f.code == "DDP234" for f in refused.findings)
     assert all(not isinstance(r, ConvertResult) or r.output == sources[p] for p, r in result.files.items())
+
+
+def test_a_loader_a_data_module_binds_to_an_attribute_is_split_there_for_a_trainer_that_reads_it(tmp_path) -> None:
+    """`self.loader_train = loader.loader_train`, with `loader` a data object another module built: the batches are
+    the data module's split loader, not a reason to refuse (DDP317)."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    data = dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Data:
+            def __init__(self, batch_size):
+                self.loader_train = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=batch_size, shuffle=True)
+        """
+    )
+    trainer = dedent(
+        """
+        import torch
+        import torch.nn as nn
+
+
+        class Trainer:
+            def __init__(self, loader, model):
+                self.loader_train = loader.loader_train
+                self.model = model
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+            def train(self):
+                for x, y in self.loader_train:
+                    loss = nn.functional.mse_loss(self.model(x), y)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+        """
+    )
+    main = dedent(
+        """
+        import torch.nn as nn
+
+        from data import Data
+        from trainer import Trainer
+
+        if __name__ == "__main__":
+            use_cpu = False
+            model = nn.Linear(4, 1)
+            if not use_cpu and torch.cuda.device_count() > 1:
+                model = nn.DataParallel(model)
+            Trainer(Data(8), model).train()
+        """
+    ).replace("import torch.nn as nn\n", "import torch\nimport torch.nn as nn\n", 1)
+    sources = {tmp_path / "data.py": data, tmp_path / "trainer.py": trainer, tmp_path / "main.py": main}
+    result = convert_project(tmp_path, sources, helpers="inline")
+    converted = {path.name: r for path, r in result.files.items() if isinstance(r, ConvertResult)}
+    assert not any(f.severity == "error" for r in converted.values() for f in r.findings), [f for r in converted.values() for f in r.findings]
+    assert "sampler=ShardedSampler(" in converted["data.py"].output or "sampler=DistributedSampler(" in converted["data.py"].output
+    assert "wrap_ddp(model)" in converted["main.py"].output

@@ -30,7 +30,7 @@ import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from . import names
-from .parameters import skipping_classes
+from .parameters import PARAMETER_FREE, skipping_classes
 from .syntax import DEVICE_MOVE, MAIN_GUARD, REDUCTION, argument, call_to, code_of, parameter_for, without_device_move
 from .script import inside_helper
 
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from .module import Analysis
 
 # A name that says it holds a GPU count, GPU ids or a CUDA switch: ngpu, args.cuda, gpu_ids.
-GPU_WORDS = re.compile(r"gpu|cuda", re.IGNORECASE)
+# A name that says GPUs or CUDA, or a flag that chooses the CPU instead (`args.cpu`, `use_cpu`).
+GPU_WORDS = re.compile(r"gpu|cuda|^(use_|no_|only_|force_)?cpu$", re.IGNORECASE)
 BUILTIN_TYPES = frozenset(f"builtins.{name}" for name in ("list", "tuple", "int", "str", "dict", "float", "bool"))
 # A list of devices, counted with len(): `arg.device` given with nargs="+", `device_ids`.
 DEVICE_LIST = re.compile(r"^devices?(_ids?)?$", re.IGNORECASE)
@@ -573,6 +574,12 @@ class ModelLifecycle:
                 assign = self.analysis.parents[call]
                 assert isinstance(assign, cst.Assign)
                 target = assign.targets[0].target
+                if any(q.name.startswith("torch.nn.") and q.name.rpartition(".")[2] in PARAMETER_FREE for q in self.analysis.qualified_names(call.func)):
+                    # `model.module.head = nn.Identity()`: nothing new to register, average or initialise alike; the
+                    # part it replaces stays hooked in DDP and gets no gradient.
+                    self.unused_parameters.setdefault(wrap.call, code_of(target))
+                    self.findings.append(Hazard(target, "DDP235", (("target", code_of(target)), ("value", code_of(call)))))
+                    continue
                 self.blockers.append(Hazard(target, "DDP227", (("target", code_of(target)),)))
             elif any(q.name.startswith("torch.nn.init.") for q in self.analysis.qualified_names(call.func)):
                 if call.args and self._is_model(call.args[0].value, held):

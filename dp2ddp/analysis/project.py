@@ -682,6 +682,7 @@ class Project:
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 program_loaders=self._program_loaders(name) if name in self.converted else (),
+                loader_attributes=self._loader_attributes(name) if name in self.converted or name in training else (),
                 option_defaults=option_defaults if name in self.converted else (),
                 foreign_set_devices=self._foreign_set_devices(name, training) if name in self.drivers else (),
                 helpers_module=helpers_module if (name in self.converted or name in inside or name in training) else None,
@@ -818,6 +819,22 @@ class Project:
         """The DataLoaders the other modules of the programs that import ``name`` build."""
         program = set().union(*(self.reach[entry] for entry in self.drivers if name in self.reach[entry])) - {name}
         return tuple(self.site(self.modules[other], call) for other in sorted(program) for call in self.modules[other].loaders)
+
+    def _loader_attributes(self, name: str) -> tuple[tuple[str, Site], ...]:
+        """Attributes the loader modules of ``name``'s programs bind to a DataLoader they build and split
+        (``self.loader_train = DataLoader(...)`` in a data module's class), each with where."""
+        program = set().union(*(self.reach[entry] for entry in self.drivers if name in self.reach[entry])) - {name}
+        found: dict[str, Site] = {}
+        for other in sorted(program & self.loading):
+            module = self.modules[other]
+            loaders = {id(call) for call in module.loaders}
+            for node in ast.walk(module.tree):
+                if not isinstance(node, ast.Assign) or not any(id(n) in loaders for n in ast.walk(node.value)):
+                    continue
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                        found.setdefault(target.attr, self.site(module, node))
+        return tuple(sorted(found.items()))
 
     def _loading_from(self, target: str) -> _Module | None:
         """The loader module a call into ``target`` builds its loaders in: ``target`` itself, or one it imports."""

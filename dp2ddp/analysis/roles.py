@@ -48,6 +48,9 @@ class ModuleRole:
     loader_sources: tuple[tuple[str, Site], ...] = ()
     # Where the other modules of this module's programs build their DataLoaders: they are split there.
     program_loaders: tuple[Site, ...] = ()
+    # Attributes the loader modules of those programs bind to a DataLoader they build and split
+    # (`self.loader_train = DataLoader(...)`), with where: `loader.loader_train` read here holds split batches.
+    loader_attributes: tuple[tuple[str, Site], ...] = ()
     # A module whose functions, called only from converted modules, run training steps (`loss.backward()`):
     # converted whole, its metrics gathered and its writes guarded, as the caller's own code would be.
     trains: bool = False

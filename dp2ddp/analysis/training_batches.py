@@ -81,9 +81,16 @@ class TrainingBatches:
     def from_project_loader(self, source: cst.BaseExpression) -> bool:
         """Whether ``source`` reads what a call of a project function that builds the program's loaders returned."""
         role = self.analysis.role
-        if not role.loader_sources:
+        if not role.loader_sources and not role.loader_attributes:
             return False
         seeds: set[str] = set()
+        attributes = {attribute for attribute, _ in role.loader_attributes}
+        for assign in self.analysis.nodes(cst.Assign):
+            # `self.loader_train = loader.loader_train`: a loader a data module of the program built and split.
+            if m.matches(assign.value, m.Attribute()) and assign.value.attr.value in attributes:  # type: ignore[attr-defined]
+                seeds |= {code_of(target.target) for target in assign.targets}
+        if any(isinstance(a, cst.Attribute) and a.attr.value in attributes for a in self.analysis.within(source, cst.Attribute)):
+            return True
         for assign in self.analysis.nodes(cst.Assign):
             calls = self.analysis.within(assign.value, cst.Call)
             if any(role.loader_site(q.name) for call in calls for q in self.analysis.qualified_names(call.func)):

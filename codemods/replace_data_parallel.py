@@ -97,8 +97,15 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
                     if self.matches(call, call_to(names.FUNCTIONAL_DATA_PARALLEL)):
                         self.report(call, "DDP202")
             raise
+        self.lifecycle = analysis.lifecycle
+        dropped = {id(statement) for _, parts in self.lifecycle.submodule_sides.values() for statement in parts}
         for call in self.facts.submodule_wraps:
-            self.report(call, "DDP201")
+            statement = next((a for a in analysis.ancestors(call) if isinstance(a, cst.SimpleStatementLine)), None)
+            if id(statement) in dropped and self.facts.converts_to_ddp and not self.lifecycle.blocked:
+                model = next(model for model, parts in self.lifecycle.submodule_sides.values() if statement in parts)
+                self.report(call, "DDP236", part=code_of(argument(call, 0, "module")), model=model)  # type: ignore[arg-type]
+            else:
+                self.report(call, "DDP201")
         for call in self.facts.unresolved_wraps:
             self.report(call, "DDP102", spelled=code_of(call.func))
         role = analysis.role
@@ -243,7 +250,15 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         return updated_node if spelled is None else cst.parse_expression(spelled)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
-        return updated_node.with_changes(body=self._moved_wraps(original_node.body, updated_node.body))
+        body = self._moved_wraps(original_node.body, updated_node.body)
+        side = self.lifecycle.submodule_sides.get(original_node) if self.converting else None
+        if side is not None:
+            # `model.features = DataParallel(model.features)` on one side, the whole model wrapped on the other:
+            # under DDP the whole model is wrapped on both, once it is where it trains.
+            model, parts = side
+            kept = [new for old, new in zip(original_node.body, body, strict=False) if old not in parts] if len(body) == len(original_node.body) else body
+            body = [*kept, cst.parse_statement(f"{model} = {names.WRAP_HELPER}({model})")]
+        return updated_node.with_changes(body=body)
 
     def _moved_wraps(
         self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]

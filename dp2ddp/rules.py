@@ -913,6 +913,27 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP236",
+            "part-wrap-beside-whole-wrap",
+            "note",
+            "`{part}` is wrapped in DataParallel on this side of the `if`, and the whole `{model}` on the other: under "
+            "DDP the whole model is wrapped on both, so this part's wrap goes and `{model}` is wrapped at the end of "
+            "this side",
+            doc=_doc(
+                "Finds an `if`/`else` whose one side wraps a part of the model in DataParallel (`model.features`) and "
+                "whose other side wraps the whole model, as the ImageNet example does for AlexNet and VGG.",
+                "Both sides train on several GPUs. DataParallel around a part inside a DDP process would spread that "
+                "part over every GPU again, and DataParallel refuses a module that is not on the first of them; the "
+                "part outside DDP would not have its gradients averaged. PyTorch's own DDP version of the example "
+                "wraps the whole model for every architecture.",
+                "if arch.startswith(\"alexnet\"):\n    model.features = nn.DataParallel(model.features)\n    model.cuda()\n"
+                "else:\n    model = nn.DataParallel(model).cuda()",
+                "if arch.startswith(\"alexnet\"):\n    model.cuda()\n    model = wrap_ddp(model)\nelse:\n    model = wrap_ddp(model)",
+                "Safe: DDP averages the gradients of every parameter, the part's included; its forward runs on this "
+                "process's GPU.",
+            ),
+        ),
+        Rule(
             "DDP231",
             "parameters-frozen-in-train",
             "note",

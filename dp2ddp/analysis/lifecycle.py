@@ -121,6 +121,9 @@ class ModelLifecycle:
         self.returned: set[cst.SimpleStatementLine] = set()
         # `if gpus > 1: <wrap and set up> else: <set up>`: the `if` becomes its wrapping branch.
         self.taken_branches: set[cst.If] = set()
+        # The side of an `if` that wraps only a part of the model the other side wraps whole: the model, and
+        # the part wraps, which go; the whole model is wrapped at the end of that side instead.
+        self.submodule_sides: dict[cst.BaseSuite, tuple[str, list[cst.SimpleStatementLine]]] = {}
         # Wraps whose model has parameters its forward never uses.
         self.unused_parameters: dict[cst.Call, str] = {}
         # Values of the loss that a skip tests (`loss`, `loss.item()`): they become its average
@@ -332,7 +335,12 @@ class ModelLifecycle:
         return bound(orelse) <= bound(condition.body)
 
     def _wrapped_on_both_branches(self) -> set[cst.Call]:
-        """``if c: m = DataParallel(m).cuda() else: m = DataParallel(m)``: every path wraps, in place."""
+        """``if c: m = DataParallel(m).cuda() else: m = DataParallel(m)``: every path wraps, in place.
+
+        A side that wraps only a part of the same model (``m.features = DataParallel(m.features)``, as the
+        ImageNet example does for AlexNet and VGG) parallelises too: under DDP the whole model is
+        wrapped there instead, at the end of that side (``submodule_sides``).
+        """
         found: set[cst.Call] = set()
         for wrap in self.wraps:
             if len(wrap.conditions) != 1 or not isinstance(wrap.conditions[0], cst.If) or wrap.target is None:
@@ -347,7 +355,33 @@ class ModelLifecycle:
             ]
             if all(wraps_on):
                 found |= {w.call for side in wraps_on for w in side}
+                continue
+            parts = [self._part_wraps(side, wrap.target) for side in sides]
+            if any(wraps_on[i] and parts[1 - i] and not parts[i] for i in (0, 1)):
+                side = sides[0] if parts[0] else sides[1]
+                self.submodule_sides[side] = (wrap.target, parts[0] or parts[1])  # type: ignore[index]
+                found |= {w.call for on in wraps_on for w in on}
         return found
+
+    def _part_wraps(self, side: cst.BaseSuite, model: str) -> list[cst.SimpleStatementLine]:
+        """The statements of ``side`` that only wrap a part of ``model`` in DataParallel: ``model.features =
+        DataParallel(model.features)``; [] unless that is all the parallelism there is on the side."""
+        parts: list[cst.SimpleStatementLine] = []
+        for statement in getattr(side, "body", ()):
+            calls = [c for c in self.analysis.within(statement, cst.Call) if c in self.analysis.script_facts.submodule_wraps]
+            if not calls:
+                continue
+            wrapped = argument(calls[0], 0, "module")
+            if (
+                isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and len(calls) == 1
+                and m.matches(statement.body[0], m.Assign(targets=[m.AssignTarget(m.Attribute())]))
+                and wrapped is not None and code_of(wrapped) == code_of(statement.body[0].targets[0].target)  # type: ignore[attr-defined]
+                and code_of(wrapped).startswith(f"{model}.")
+            ):  # fmt: skip
+                parts.append(statement)
+            else:
+                return []
+        return parts
 
     def _can_leave(self, statement: cst.SimpleStatementLine, conditions: list[cst.If]) -> bool:
         """Whether ``model = DataParallel(model)`` can move after its ``if`` statements (innermost first).

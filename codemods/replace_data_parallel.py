@@ -82,6 +82,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         # Original DataParallel calls to convert, mapped to whether their
         # statement leaves its `if`, which drops the device moves it guarded.
         self.conversions: dict[cst.Call, bool] = {}
+        # DataParallel around a part of a model class, inside a model DDP wraps whole: the part stays, bare.
+        self.unwrapped_parts: set[cst.Call] = set()
         self.needs_ddp_import = False
 
     # -- detection, on the original tree --------------------------------------------
@@ -104,6 +106,9 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             if id(statement) in dropped and self.facts.converts_to_ddp and not self.lifecycle.blocked:
                 model = next(model for model, parts in self.lifecycle.submodule_sides.values() if statement in parts)
                 self.report(call, "DDP236", part=code_of(argument(call, 0, "module")), model=model)  # type: ignore[arg-type]
+            elif self.facts.converts_to_ddp and not self.lifecycle.blocked and self._part_unwrappable(call):
+                self.unwrapped_parts.add(call)
+                self.report(call, "DDP237", part=code_of(analysis.parents[call].targets[0].target))  # type: ignore[attr-defined]
             else:
                 self.report(call, "DDP201")
         for call in self.facts.unresolved_wraps:
@@ -163,6 +168,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not self.converting:
             return updated_node
+        if original_node in self.unwrapped_parts:
+            return updated_node.args[0].value.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar) if updated_node.lpar else updated_node.args[0].value
         if original_node in self.conversions:
             unused = original_node in self.lifecycle.unused_parameters
             return self._wrap_call(updated_node, drop_device_moves=self.conversions[original_node], unused_parameters=unused)
@@ -182,6 +189,20 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         ):
             return self._isinstance_accepting_ddp(updated_node)
         return updated_node
+
+    def _part_unwrappable(self, call: cst.Call) -> bool:
+        """``self.encoder = nn.DataParallel(Encoder())`` in a model class, whose ``.module`` nothing reads: inside a
+        model DDP wraps whole, the part's own DataParallel only spreads it over every GPU again."""
+        assign = self.analysis.parents.get(call)
+        if not m.matches(assign, m.Assign(targets=[m.AssignTarget(m.Attribute(value=m.Name("self")))])) or argument(call, 0, "module") is None:
+            return False
+        if not any(isinstance(a, cst.ClassDef) for a in self.analysis.ancestors(call)):
+            return False
+        attribute = assign.targets[0].target.attr.value  # type: ignore[union-attr]
+        return not any(
+            m.matches(node, m.Attribute(value=m.Attribute(attr=m.Name(attribute)), attr=m.Name("module")))
+            for node in self.analysis.nodes(cst.Attribute)
+        )
 
     def _selects_first_gpu(self, call: cst.Call) -> bool:
         """``torch.cuda.set_device(0)``: after setup_distributed() it would move every process to GPU 0."""

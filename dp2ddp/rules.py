@@ -934,6 +934,23 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP237",
+            "part-wrap-inside-model",
+            "note",
+            "`{part}` is wrapped in DataParallel inside a model class; under DDP the whole model is wrapped, so the "
+            "part is left bare: its own DataParallel would spread it over every GPU again from each process",
+            doc=_doc(
+                "Finds `self.x = nn.DataParallel(part)` in a model class of a file that converts, where nothing reads "
+                "`self.x.module`.",
+                "Inside a DDP process the part's DataParallel replicates it over every visible GPU, and refuses a "
+                "module that is not on the first of them: every process but the one on GPU 0 stops at the first "
+                "forward. DDP already averages the part's gradients with the rest of the model's.",
+                "self.encoder = nn.DataParallel(Encoder())",
+                "self.encoder = Encoder()",
+                "Safe: the part runs on this process's GPU, as the rest of the model does.",
+            ),
+        ),
+        Rule(
             "DDP231",
             "parameters-frozen-in-train",
             "note",
@@ -2639,7 +2656,6 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
     "DDP336": frozenset({"DDP531"}),
     "DDP402": frozenset({"DDP502", "DDP503"}),
     "DDP201": frozenset({"DDP535"}),
-    "DDP202": frozenset({"DDP535"}),
     "DDP203": frozenset({"DDP535"}),
     "DDP401": frozenset({"DDP501"}),
     "DDP418": frozenset({"DDP538"}),
@@ -2684,10 +2700,6 @@ NOT_IN_OUTPUT: dict[str, str] = {
         "a table each process updates from its own samples is ordinary state of a DDP script (a per-process "
         "memory bank is a design choice); only against the DataParallel run, which updated one table from the "
         "whole batch, does it differ, and check cannot tell which the script meant"
-    ),
-    "DDP338": (
-        "augmentations drawn from the same random state on every process are legal in a DDP script; only against "
-        "the DataParallel run, which drew one sequence for the whole batch, do they differ"
     ),
     "DDP306": (
         "this file builds no DataLoader and runs no training loop: the data is loaded by code in another file, "

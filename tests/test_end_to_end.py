@@ -37,7 +37,7 @@ TRAINED = [
     "startup_split_unseeded", "count_through_batch_name", "worker_init_seeds_without_rank",
     "loader_through_kwargs", "center_table_per_process", "pathlib_directories_made_everywhere",
     "augmented_without_workers",
-    "forward_stops_before_the_head", "identity_head_after_wrap", "part_wrap_beside_whole_wrap",
+    "forward_stops_before_the_head", "identity_head_after_wrap", "part_wrap_beside_whole_wrap", "data_parallel_left_inside",
 ]  # fmt: skip
 
 

@@ -36,6 +36,24 @@ def {names.MAIN_PROCESS_HELPER}() -> bool:
 '''
 
 EFFECT, NEUTRAL, OTHER = "effect", "neutral", "other"
+# Calls that compute a value and change nothing, so an assignment of theirs may move under a guard with the
+# print that reads it. Any other call may change what every process needs (a learning rate, a generator).
+READ_ONLY_CALLS = frozenset(
+    {f"builtins.{name}" for name in (
+        "len", "str", "int", "float", "bool", "round", "abs", "min", "max", "sum", "sorted", "list", "tuple", "dict",
+        "set", "format", "repr", "isinstance", "hasattr", "getattr", "type", "divmod", "pow", "any", "all", "zip",
+        "enumerate", "range", "reversed", "id",
+    )}
+    | {"time.time", "time.perf_counter", "time.monotonic", "time.strftime", "time.localtime", "datetime.datetime.now",
+       "torch.cuda.max_memory_allocated", "torch.cuda.memory_allocated", "torch.cuda.max_memory_reserved"}
+)  # fmt: skip
+READ_ONLY_METHODS = frozenset({
+    "item", "format", "join", "tolist", "mean", "sum", "cpu", "detach", "numpy", "get", "keys", "values", "items", "size",
+    "dim", "numel", "float", "double", "int", "long", "max", "min", "argmax", "argmin", "std", "var", "norm", "strip",
+    "split", "replace", "lower", "upper", "startswith", "endswith", "clone", "view", "reshape", "squeeze", "unsqueeze",
+    "eq", "ne", "lt", "gt", "le", "ge", "sqrt", "exp", "log", "abs", "round", "count", "index", "get_last_lr",
+    "get_lr", "state_dict", "strftime", "total_seconds", "isoformat", "__len__", "rjust", "ljust", "center", "zfill",
+})
 COMPOUND = (cst.If, cst.For, cst.While, cst.With, cst.Try)
 CONTROL_FLOW = m.Return() | m.Break() | m.Continue() | m.Raise() | m.Yield() | m.Global() | m.Nonlocal()
 
@@ -125,7 +143,12 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         )
 
     def _assigned_names(self, statement: cst.CSTNode) -> list[str] | None:
-        """Names a plain assignment line binds, or None for any other statement."""
+        """Names a plain assignment line binds, or None for any other statement.
+
+        Its value must change nothing as it is computed, or the line would do on the main process
+        alone what every process must do: ``lr = adjust_learning_rate(optimizer, epoch)`` before a
+        print of ``lr`` sets the learning rate, and a draw from a generator moves its state.
+        """
         if not isinstance(statement, cst.SimpleStatementLine):
             return None
         bound: list[str] = []
@@ -136,7 +159,20 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
                 bound.append(small.target.value)
             else:
                 return None
+            if not all(self._reads_only(call) for call in m.findall(small.value, m.Call())):  # type: ignore[arg-type]
+                return None
         return bound
+
+    def _reads_only(self, call: cst.Call) -> bool:
+        """A call known to compute a value and change nothing: a builtin such as ``len`` or ``round``, a method
+        such as ``.item()`` or ``.format()``, ``time.time()``, ``os.path.join``, NumPy's and math's functions."""
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in READ_ONLY_METHODS:
+            return True
+        qualified = {q.name for q in self.analysis.qualified_names(call.func)}
+        return any(
+            q in READ_ONLY_CALLS or (q.startswith(("math.", "numpy.", "os.path.")) and not q.startswith(("numpy.random.", "numpy.save")))
+            for q in qualified
+        )
 
     def _used_only_within(self, statement: cst.CSTNode, bound: list[str], region: list[cst.CSTNode]) -> bool:
         """Whether every use of ``bound`` is inside ``region``, so the names can move under a guard."""

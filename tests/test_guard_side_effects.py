@@ -109,6 +109,36 @@ class GuardSideEffectsTest(CodemodTest):
         """)
         self.assertCodemod(before, after)
 
+    def test_assignment_whose_call_changes_state_stays_on_every_process(self) -> None:
+        """Should keep `lr = adjust_learning_rate(...)` on every process though only a print reads `lr`: the call
+        sets the learning rate, and a process that skipped it would train with another one."""
+        before = """
+            import time
+
+            def train(optimizer, epoch):
+                print("epoch", epoch)
+                lr = adjust_learning_rate(optimizer, epoch)
+                start = round(time.time(), 1)
+                print("lr", lr, start)
+
+            model = wrap_ddp(model)
+        """
+        after = with_helper("""
+            import time
+            HELPER
+
+            def train(optimizer, epoch):
+                if is_main_process():
+                    print("epoch", epoch)
+                lr = adjust_learning_rate(optimizer, epoch)
+                start = round(time.time(), 1)
+                if is_main_process():
+                    print("lr", lr, start)
+
+            model = wrap_ddp(model)
+        """)
+        self.assertCodemod(before, after)
+
     def test_already_guarded_code_is_left_alone(self) -> None:
         """Should do nothing, since every side effect is already guarded by rank."""
         before = """

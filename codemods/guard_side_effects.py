@@ -69,6 +69,8 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         super().__init__(context)
         self.uses_helper = False
         self._kinds: dict[int, str] = {}
+        # Functions of this file, by name, that assign into what they are given.
+        self._setters: dict[str, bool] = {}
         # Names this codemod bound in each scope, so two hoists never share one.
         self._hoisted_names: dict[int, set[str]] = {}
 
@@ -197,7 +199,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return self._kinds[id(statement)]
 
     def _classify(self, statement: cst.CSTNode) -> str:
-        if self.effects.collectives_in(statement):
+        if self.effects.collectives_in(statement) or self._state_changes(statement, []):
             return OTHER
         if self._is_effect_line(statement):
             return EFFECT
@@ -321,15 +323,59 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         )  # fmt: skip
 
     def _split_or_report(self, statement: cst.SimpleStatementLine) -> list[cst.Call] | None:
-        """The collectives to move out of a side-effect line; a line where they cannot move is reported."""
+        """The collectives, and the calls that change what every process needs, to move out of a side-effect
+        line; a line where they cannot move is reported."""
         collectives = self.effects.collectives_in(statement)
-        if not collectives or not self._is_effect_line(statement):
+        if not self._is_effect_line(statement):
+            return None
+        collectives = sorted(collectives + self._state_changes(statement, collectives), key=lambda c: self.analysis.index[c])
+        if not collectives:
             return None
         single_call = len(statement.body) == 1
         if not single_call or any(self.effects.is_conditionally_evaluated(c, statement) for c in collectives):
             self.report(statement, "DDP401", call=code_of(collectives[0].func))
             return None
         return collectives
+
+    def _state_changes(self, statement: cst.CSTNode, collectives: list[cst.Call]) -> list[cst.Call]:
+        """Calls in a printed line that change state every process needs, outermost first: ``next(batches)``,
+        ``scheduler.step()``, or a function of this file that sets what it is given (``adjust_learning_rate(
+        optimizer, epoch)`` sets each group's ``lr``). On the main process alone they would desynchronise the rest."""
+        found: list[cst.Call] = []
+        taken = [*collectives]
+        for call in self.analysis.within(statement, cst.Call):
+            if any(self.analysis.index[outer] <= self.analysis.index[call] <= self.analysis.last[outer] for outer in taken):
+                continue
+            if m.matches(call.func, m.Name("next") | m.Attribute(attr=m.Name("step"))) or self._sets_state(call):
+                found.append(call)
+                taken.append(call)
+        return found
+
+    def _sets_state(self, call: cst.Call) -> bool:
+        """A call of a function of this file that assigns into what it is given: a subscript or an attribute of
+        one of its parameters, or of what it reads from them (``for group in optimizer.param_groups: group["lr"] =``)."""
+        if not isinstance(call.func, cst.Name):
+            return False
+        if call.func.value not in self._setters:
+            self._setters[call.func.value] = self._assigns_into_parameters(call.func.value)
+        return self._setters[call.func.value]
+
+    def _assigns_into_parameters(self, name: str) -> bool:
+        definitions = [f for f in self.analysis.nodes(cst.FunctionDef) if f.name.value == name]
+        if len(definitions) != 1:
+            return False
+        function = definitions[0]
+        own = {p.name.value for p in function.params.params}
+        for loop in self.analysis.within(function, cst.For):
+            if own & {n.value for n in self.analysis.within(loop.iter, cst.Name)}:
+                own |= {n.value for n in self.analysis.within(loop.target, cst.Name)}
+        for target in self.analysis.within(function, cst.AssignTarget):
+            root = target.target
+            while isinstance(root, cst.Subscript | cst.Attribute):
+                root = root.value
+            if root is not target.target and isinstance(root, cst.Name) and root.value in own:
+                return True
+        return False
 
     def _close(self, run: list[tuple[cst.BaseStatement, cst.BaseStatement, str]]) -> list[cst.BaseStatement]:
         """Guard a run of side effects, keeping assignments that code after the run reads outside it."""

@@ -139,6 +139,40 @@ class GuardSideEffectsTest(CodemodTest):
         """)
         self.assertCodemod(before, after)
 
+    def test_printed_call_that_changes_state_runs_on_every_process(self) -> None:
+        """Should run `adjust_learning_rate(...)` and `next(batches)` on every process and guard only their print."""
+        before = """
+            def adjust_learning_rate(optimizer, epoch):
+                for group in optimizer.param_groups:
+                    group["lr"] = 0.1 * 0.5 ** epoch
+                return group["lr"]
+
+            def train(optimizer, epoch, batches):
+                print("lr", adjust_learning_rate(optimizer, epoch))
+                print("first batch", next(batches))
+
+            model = wrap_ddp(model)
+        """
+        after = with_helper("""
+            HELPER
+
+            def adjust_learning_rate(optimizer, epoch):
+                for group in optimizer.param_groups:
+                    group["lr"] = 0.1 * 0.5 ** epoch
+                return group["lr"]
+
+            def train(optimizer, epoch, batches):
+                adjust_learning_rate_result = adjust_learning_rate(optimizer, epoch)
+                if is_main_process():
+                    print("lr", adjust_learning_rate_result)
+                next_result = next(batches)
+                if is_main_process():
+                    print("first batch", next_result)
+
+            model = wrap_ddp(model)
+        """)
+        self.assertCodemod(before, after)
+
     def test_already_guarded_code_is_left_alone(self) -> None:
         """Should do nothing, since every side effect is already guarded by rank."""
         before = """

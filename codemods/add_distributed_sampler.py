@@ -193,7 +193,8 @@ class {names.DRAWN_PER_PROCESS_HELPER}(torch.utils.data.Dataset):
 
     With no loader workers, the main process draws the augmentations, from the random state
     every process shares (so that a split made at start-up is one split): every process would
-    draw the same crops and flips for different samples. Each item is drawn here from Python's,
+    draw the same crops and flips for different samples. In a loader worker, which draws from
+    a seed of its own, the dataset is read as it is. Each item is drawn here from Python's,
     NumPy's and torch's generators seeded by the rank; the shared state is put back after it, so
     the rest of the script draws as before, alike on every process.
     """
@@ -216,6 +217,8 @@ class {names.DRAWN_PER_PROCESS_HELPER}(torch.utils.data.Dataset):
         return getattr(self.dataset, name)
 
     def __getitem__(self, index):
+        if torch.utils.data.get_worker_info() is not None:
+            return self.dataset[index]  # a loader worker draws from its own seed, which the rank is mixed into
         numpy = sys.modules.get("numpy") if self._numpy is not None else None
         shared = random.getstate(), torch.get_rng_state(), numpy.random.get_state() if numpy is not None else None
         random.setstate(self._random)
@@ -1050,8 +1053,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._no_epoch_loop(call, code_of(reference))
             return
         # `except StopIteration: it = iter(loader)` starts each new pass over the data: the
-        # pass count is the sampler's own epoch, advanced there.
-        out_of_data = m.ExceptHandler(type=m.Name("StopIteration"))
+        # pass count is the sampler's own epoch, advanced there. A bare `except:` (or one for
+        # Exception) that re-iterates the loader catches the StopIteration too.
+        out_of_data = m.ExceptHandler(
+            type=m.MatchIfTrue(lambda t: t is None or (isinstance(t, cst.Name) and t.value in ("StopIteration", "Exception", "BaseException")))
+        )
         restarts = [h for h in self.analysis.findall(out_of_data) if self.analysis.reads_any(h.body, holders)]  # type: ignore[attr-defined]
         if restarts:
             for handler in restarts:
@@ -1279,10 +1285,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return with_argument(split, keyword_arg("generator", cst.parse_expression(seed)))
 
     def _draws_alike(self, call: cst.Call) -> bool:
-        """A split training loader with no workers, in a file that draws augmentations (DDP338)."""
+        """A split training loader that may have no workers (none given, 0, or an option such as
+        `num_workers=args.workers` that may be 0), in a file that draws augmentations (DDP338)."""
         workers = argument(call, WORKERS, "num_workers")
-        no_workers = workers is None or m.matches(workers, m.Integer("0"))
-        return no_workers and not any(a.star for a in call.args) and self._draws_augmentations
+        some_workers = isinstance(workers, cst.Integer) and workers.evaluated_value > 0
+        return not some_workers and not any(a.star for a in call.args) and self._draws_augmentations
 
     @cached_property
     def _draws_augmentations(self) -> bool:

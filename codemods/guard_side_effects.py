@@ -233,7 +233,10 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
         owner = self.get_metadata(ParentNodeProvider, original_node)
-        while isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally)):
+        while isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally)) or (
+            isinstance(owner, cst.If) and isinstance(parent := self.get_metadata(ParentNodeProvider, owner), cst.If) and parent.orelse is owner
+        ):
+            # An `elif` is no statement of a block: the `if` it continues is the one guarded whole, or not.
             owner = self.get_metadata(ParentNodeProvider, owner)
         if isinstance(owner, COMPOUND) and self._kind(owner) == EFFECT:
             return updated_node  # The whole statement goes under one guard, one level up.

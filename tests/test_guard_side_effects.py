@@ -173,6 +173,32 @@ class GuardSideEffectsTest(CodemodTest):
         """)
         self.assertCodemod(before, after)
 
+    def test_write_in_an_elif_beside_other_work_is_guarded(self) -> None:
+        """Should guard `self.tb.add_scalar(...)` in an `elif` whose `if` does other work: the writer is None off the
+        main process, and the `elif` is no statement of its own to guard whole."""
+        before = """
+            def add(self, k, v, it):
+                if self.monitoring == "telemetry":
+                    self.tm.metric_push_async({"metric": k})
+                elif self.monitoring == "tensorboard":
+                    self.tb.add_scalar(k, v, it)
+
+            model = wrap_ddp(model)
+        """
+        after = with_helper("""
+            HELPER
+
+            def add(self, k, v, it):
+                if self.monitoring == "telemetry":
+                    self.tm.metric_push_async({"metric": k})
+                elif self.monitoring == "tensorboard":
+                    if is_main_process():
+                        self.tb.add_scalar(k, v, it)
+
+            model = wrap_ddp(model)
+        """)
+        self.assertCodemod(before, after)
+
     def test_already_guarded_code_is_left_alone(self) -> None:
         """Should do nothing, since every side effect is already guarded by rank."""
         before = """

@@ -604,3 +604,72 @@ def test_a_loader_a_data_module_binds_to_an_attribute_is_split_there_for_a_train
     assert not any(f.severity == "error" for r in converted.values() for f in r.findings), [f for r in converted.values() for f in r.findings]
     assert "sampler=ShardedSampler(" in converted["data.py"].output or "sampler=DistributedSampler(" in converted["data.py"].output
     assert "wrap_ddp(model)" in converted["main.py"].output
+
+
+def test_a_device_a_helper_returns_under_the_same_name_is_this_process_own() -> None:
+    """`device = get_device(cuda)` where get_device binds and returns its own `device = torch.device("cuda" if ...)`:
+    a device every process resolves to its own, so a move after the wrap is no refusal (DDP212)."""
+    setup = """
+        def get_device(cuda):
+            cuda = cuda and torch.cuda.is_available()
+            device = torch.device("cuda" if cuda else "cpu")
+            return device
+        device = get_device(True)
+        model = nn.DataParallel(nn.Linear(4, 1))
+        model.to(device)
+        """
+    result = convert_source(_script(setup))
+    assert result.changed and not any(f.code in ("DDP212", "DDP213") for f in result.findings), result.findings
+
+
+def test_a_loader_re_iterated_in_a_bare_except_advances_its_epoch_there() -> None:
+    """`try: next(it) except: it = iter(loader)` inside an accumulation loop: each new pass advances the sampler's
+    epoch where it starts, never `set_epoch` with the accumulation loop's counter."""
+    source = dedent(HEADER) + dedent(
+        """
+        def main():
+            model = nn.DataParallel(nn.Linear(4, 1))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            loader_iter = iter(loader)
+            for iteration in range(10):
+                optimizer.zero_grad()
+                for _ in range(2):
+                    try:
+                        x, y = next(loader_iter)
+                    except:
+                        loader_iter = iter(loader)
+                        x, y = next(loader_iter)
+                    loss = nn.functional.mse_loss(model(x), y) / 2
+                    loss.backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    result = convert_source(source)
+    assert "loader.sampler.set_epoch(loader.sampler.epoch + 1)\n                loader_iter = iter(loader)" in result.output
+    assert "set_epoch(_)" not in result.output
+
+
+def test_a_loader_whose_workers_an_option_sets_draws_augmentations_per_process() -> None:
+    """`num_workers=args.workers` may be 0: the dataset draws per process (DrawnPerProcess), and a worker that
+    does run reads it as it is."""
+    setup = """
+        import random
+        class Flips(torch.utils.data.Dataset):
+            def __len__(self):
+                return 32
+            def __getitem__(self, index):
+                return torch.full((4,), -1.0 if random.random() < 0.5 else 1.0), torch.zeros(1)
+        workers = int(os.environ.get("WORKERS", "0"))
+        model = nn.DataParallel(nn.Linear(4, 1))
+        """
+    source = "import os\n" + _script(setup).replace(
+        "DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)",
+        "DataLoader(Flips(), batch_size=8, shuffle=True, num_workers=workers)",
+    )
+    result = convert_source(source)
+    assert "DrawnPerProcess(" in result.output and any(f.code == "DDP338" for f in result.findings)

@@ -121,6 +121,8 @@ class ModelLifecycle:
         self.returned: set[cst.SimpleStatementLine] = set()
         # `if gpus > 1: <wrap and set up> else: <set up>`: the `if` becomes its wrapping branch.
         self.taken_branches: set[cst.If] = set()
+        # Device names whose values is_local_device is reading, so a name its own values lead back to ends there.
+        self._resolving_devices: set[str] = set()
         # The side of an `if` that wraps only a part of the model the other side wraps whole: the model, and
         # the part wraps, which go; the whole model is wrapped at the end of that side instead.
         self.submodule_sides: dict[cst.BaseSuite, tuple[str, list[cst.SimpleStatementLine]]] = {}
@@ -840,8 +842,17 @@ class ModelLifecycle:
         if isinstance(device, cst.Name) and self._bound_to(device, self.local_gpu_parameters):
             return True
         if isinstance(device, (cst.Name, cst.Attribute)):
-            values = self.assignments().get(code_of(device), [])
-            return bool(values) and all(self.is_local_device(v, depth + 1) for v in values)
+            spelled = code_of(device)
+            if spelled in self._resolving_devices:
+                # `device = get_device(cuda)` where get_device returns its own `device`: the name's other
+                # values decide; this one adds nothing new.
+                return True
+            values = self.assignments().get(spelled, [])
+            self._resolving_devices.add(spelled)
+            try:
+                return bool(values) and all(self.is_local_device(v, depth + 1) for v in values)
+            finally:
+                self._resolving_devices.discard(spelled)
         return False
 
     def _returned_values(self, func: cst.BaseExpression) -> list[cst.BaseExpression]:

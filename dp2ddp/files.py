@@ -118,6 +118,16 @@ def project_root(script: Path) -> Path:
         re.search(rf"^\s*(?:from|import)\s+{re.escape(top.name)}\b", text, re.M) for text in texts
     ):
         top = top.parent
+    # A package the scripts import that is not beside them but at the top of a repository above them, where
+    # a setup.py or pyproject.toml installs it (`pip install -e .`): DrQA's scripts/reader/train.py importing
+    # `drqa`. The repository's top holds the code the script runs.
+    imported = {name for text in texts for name in re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", text, re.M)}
+    for above in list(top.parents)[:3]:
+        if not any((above / marker).is_file() for marker in ("setup.py", "setup.cfg", "pyproject.toml")):
+            continue
+        if any((above / name / "__init__.py").is_file() and not (top / name).exists() and not (top / f"{name}.py").exists() for name in imported):
+            top = above
+            break
     # `sys.path.append(".")` names the folder the script is run from, which is where convert is run from
     # when that folder holds the script's own (`python tools/train.py` from the repository's top).
     here = Path(os.path.abspath("."))

@@ -224,6 +224,27 @@ def test_a_script_in_a_package_it_imports_by_name_is_converted_from_above_the_pa
     assert project_root(package / "train.py") == package
 
 
+def test_a_script_that_imports_the_package_its_repository_installs_is_converted_with_it(tmp_path: Path) -> None:
+    """Should read `--project train.py` in scripts/reader, which imports `qa` from the repository's top (a setup.py
+    there installs it), from that top: converting the script's folder alone found nothing to convert."""
+    from dp2ddp.files import project_root
+
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='qa', packages=['qa'])\n", encoding="utf-8")
+    (tmp_path / "qa").mkdir()
+    (tmp_path / "qa" / "__init__.py").write_text("from .model import build\n", encoding="utf-8")
+    (tmp_path / "qa" / "model.py").write_text(
+        "import torch.nn as nn\n\n\ndef build():\n    return nn.DataParallel(nn.Linear(4, 1))\n", encoding="utf-8"
+    )
+    scripts = tmp_path / "scripts" / "reader"
+    scripts.mkdir(parents=True)
+    (scripts / "train.py").write_text("import qa\n\nif __name__ == '__main__':\n    qa.build()\n", encoding="utf-8")
+    assert project_root(scripts / "train.py") == tmp_path
+    completed = _cli(scripts, "convert", "--check", "--project", "train.py")
+    assert "would convert ../../qa/model.py" in completed.stderr, completed.stderr
+    (tmp_path / "setup.py").unlink()
+    assert project_root(scripts / "train.py") == scripts
+
+
 def test_an_entry_whose_trainer_does_not_parse_names_that_file(tmp_path: Path) -> None:
     """Should fail on the imported trainer's syntax error (exit 2), not say its program wraps nothing."""
     (tmp_path / "trainer.py").write_text(

@@ -237,6 +237,9 @@ WRITER_CONSTRUCTORS = frozenset(
         "visdom.Visdom",
         "wandb.init",
         "tensorboard_logger.Logger",
+        "tensorflow.summary.FileWriter",
+        "tensorflow.compat.v1.summary.FileWriter",
+        "tensorflow.summary.create_file_writer",
     }
 )
 # Directory creation: with exist_ok it is idempotent, and every process may run it.
@@ -285,6 +288,7 @@ SUMMARY_WRITER_METHODS = frozenset(
         "add_hparams",
         "add_video",
         "add_audio",
+        "add_summary",
     }
 )
 # Losses whose "mean" is not a plain mean over samples when they carry class weights (the

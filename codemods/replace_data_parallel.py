@@ -54,19 +54,7 @@ def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> torch.nn.Module:
             dist.broadcast(tensor, 0)
         return Unwrapped(model)
     # On CPU, DDP must be given no device_ids.
-    wrapped = DistributedDataParallel(model, device_ids=None if device is None else [device], **kwargs)
-    if dist.get_rank() and not getattr({names.WRAP_HELPER}, "drawn_per_process", False):
-        # Until now every process drew alike from rank 0's random state (the initial weights, a split of
-        # the data). From the first wrap on, each draws its own noise, masks and augmentations, as the
-        # one DataParallel process drew them for the whole batch; rank 0 draws as the script did.
-        {names.WRAP_HELPER}.drawn_per_process = True
-        seed = (torch.initial_seed() + dist.get_rank()) % 2**63
-        torch.manual_seed(seed)
-        random.seed(seed)
-        numpy = sys.modules.get("numpy")
-        if numpy is not None:
-            numpy.random.seed(seed % 2**32)
-    return wrapped
+    return DistributedDataParallel(model, device_ids=None if device is None else [device], **kwargs)
 '''
 
 # "cuda:0" and .cuda(0) meant "the GPU DataParallel gathers on"; under DDP each
@@ -333,8 +321,6 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         if self.conversions:
             self.needs_ddp_import = True
             AddImportsVisitor.add_needed_import(self.context, "torch")
-            for module_name in ("random", "sys"):
-                AddImportsVisitor.add_needed_import(self.context, module_name)
             import_torch_distributed(self.context, self.facts.distributed_alias)
             updated_node = add_helper(updated_node, self.facts, names.WRAP_HELPER, WRAP_HELPER_SOURCE)
             for module in DATA_PARALLEL_IMPORT_MODULES:

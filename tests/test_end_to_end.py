@@ -485,31 +485,3 @@ def test_augmentations_drawn_in_the_main_process_differ_between_processes(tmp_pa
         first, second = ([item[generator] for item in d["items"]] for d in draws)
         assert first != second, "both processes drew the same augmentations for different samples"
     assert draws[0]["after"] == draws[1]["after"], "the state every process shares no longer agrees"
-
-
-def test_processes_draw_alike_until_the_wrap_and_their_own_after_it(tmp_path: Path) -> None:
-    """Before the first wrap every process draws alike (a split, the initial weights); after it each draws its
-    own noise and masks, as DataParallel's one process drew them for the whole batch, and rank 0 as the script did."""
-    shutil.copy(FIXTURES / "gan_noise_batch" / "after.py", tmp_path / "train.py")
-    runner = tmp_path / "run.py"
-    runner.write_text(
-        "import json, os, random\nimport numpy as np\nimport runpy\nimport torch\n"
-        "names = runpy.run_path('train.py')\n"
-        "names['setup_distributed']()\n"
-        "def draws():\n"
-        "    return [random.random(), float(np.random.uniform()), float(torch.rand(()))]\n"
-        "before = draws()\n"
-        "names['wrap_ddp'](torch.nn.Linear(2, 1))\n"
-        "after = draws()\n"
-        "names['wrap_ddp'](torch.nn.Linear(2, 1))\n"
-        "with open(f\"draws{os.environ['RANK']}.json\", 'w') as out:\n"
-        "    json.dump({'before': before, 'after': after, 'later': draws()}, out)\n",
-        encoding="utf-8",
-    )
-    completed, _ = run_under_torchrun(runner, tmp_path)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    draws = [json.loads((tmp_path / f"draws{rank}.json").read_text()) for rank in range(2)]
-    assert draws[0]["before"] == draws[1]["before"], "the processes drew differently before the wrap"
-    for generator in range(3):
-        assert draws[0]["after"][generator] != draws[1]["after"][generator], "both processes drew the same noise after the wrap"
-        assert draws[0]["later"][generator] != draws[1]["later"][generator]

@@ -673,3 +673,21 @@ def test_a_loader_whose_workers_an_option_sets_draws_augmentations_per_process()
     )
     result = convert_source(source)
     assert "DrawnPerProcess(" in result.output and any(f.code == "DDP338" for f in result.findings)
+
+
+def test_a_loader_a_scoring_function_builds_and_reads_under_no_grad_stays_whole() -> None:
+    """`inception_score(imgs)` builds a loader over what it is given and scores every image under no_grad: split,
+    each process would fill half of the predictions and score zeros for the rest."""
+    setup = """
+        def inception_score(imgs, scorer, batch_size=8):
+            loader = DataLoader(imgs, batch_size=batch_size)
+            preds = torch.zeros(len(imgs))
+            for i, batch in enumerate(loader):
+                with torch.no_grad():
+                    preds[i * batch_size:i * batch_size + len(batch)] = scorer(batch).squeeze(1)
+            return preds.mean()
+        model = nn.DataParallel(nn.Linear(4, 1))
+        """
+    result = convert_source(_script(setup, "print(inception_score(torch.randn(16, 4), model))"))
+    assert "loader = DataLoader(imgs, batch_size=batch_size)\n" in result.output
+    assert "DistributedSampler(dataset, shuffle=True)" in result.output or "sampler=DistributedSampler(" in result.output

@@ -43,12 +43,42 @@ def is_training_loader(call: cst.Call, reference: cst.BaseExpression | None, onl
 
 def in_evaluation_function(tree: Tree, call: cst.Call) -> bool:
     """Whether the loader is built in a function named for evaluation (``val``, ``test``, ``evaluate``) that
-    neither runs ``backward()`` nor steps an optimizer: a shuffled loader there draws a random subset to evaluate."""
+    neither runs ``backward()`` nor steps an optimizer: a shuffled loader there draws a random subset to evaluate.
+
+    Or in a function that runs its model under ``torch.no_grad()``, trains nothing, and keeps the loader to
+    itself: ``inception_score(imgs)`` builds a loader over the images it is given and scores them all.
+    """
     function = next((a for a in tree.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
-    if function is None or not EVALUATION_NAME.search(function.name.value):
+    if function is None:
         return False
     trains = m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))
-    return not tree.findall_in(function.body, trains)
+    if tree.findall_in(function.body, trains):
+        return False
+    if EVALUATION_NAME.search(function.name.value):
+        return True
+    return _scores_locally(tree, function, call)
+
+
+def _scores_locally(tree: Tree, function: cst.FunctionDef, call: cst.Call) -> bool:
+    """``loader = DataLoader(...)`` bound to a local name that the function only iterates, in a function with
+    a ``torch.no_grad()`` block: it is neither returned, stored, nor handed to another call."""
+    assign = tree.parents.get(call)
+    if not m.matches(assign, m.Assign(targets=[m.AssignTarget(m.Name())])):
+        return False
+    name = assign.targets[0].target.value  # type: ignore[union-attr]
+    no_grad = [w for w in tree.findall_in(function.body, m.With()) if any(tree.matches(i.item, call_to(names.NO_GRAD)) for i in w.items)]  # type: ignore[attr-defined]
+    if not no_grad:
+        return False
+    for read in tree.findall_in(function.body, m.Name(name)):
+        parent = tree.parents.get(read)
+        if read is assign.targets[0].target:  # type: ignore[union-attr]
+            continue
+        if isinstance(parent, cst.For) and parent.iter is read:
+            continue
+        if isinstance(parent, cst.Arg) and m.matches(tree.parents.get(parent), m.Call(func=m.Name("enumerate") | m.Name("len") | m.Name("tqdm") | m.Name("iter"))):
+            continue
+        return False
+    return True
 
 
 def split_where_used(tree: Tree, holders: list[Holder]) -> bool:

@@ -41,6 +41,14 @@ if TYPE_CHECKING:
 # A name that says GPUs or CUDA, or a flag that chooses the CPU instead (`args.cpu`, `use_cpu`).
 GPU_WORDS = re.compile(r"gpu|cuda|^(use_|no_|only_|force_)?cpu$", re.IGNORECASE)
 BUILTIN_TYPES = frozenset(f"builtins.{name}" for name in ("list", "tuple", "int", "str", "dict", "float", "bool"))
+# Packages whose models convert takes to reach every parameter they build.
+LIBRARY_MODELS = ("torch", "torchvision", "timm")
+
+
+def _from_library(qualified: set[str]) -> bool:
+    return any(q.split(".")[0] in LIBRARY_MODELS for q in qualified)
+
+
 # A list of devices, counted with len(): `arg.device` given with nargs="+", `device_ids`.
 DEVICE_LIST = re.compile(r"^devices?(_ids?)?$", re.IGNORECASE)
 # `p.requires_grad = False`, `p.requires_grad_(False)`: a parameter frozen.
@@ -910,7 +918,7 @@ class ModelLifecycle:
                 reason = own[built.func.value]
             elif skipped := [elsewhere[q][0] for q in qualified if q in elsewhere]:
                 reason = skipped[0]
-            elif any(q.split(".")[0] in ("torch", "torchvision", "timm") for q in qualified) or spelled.rpartition(".")[2][:1].isupper():
+            elif _from_library(qualified) or spelled.rpartition(".")[2][:1].isupper():
                 return  # a library model, or a class of the project that reaches every parameter it builds
             else:
                 reason = None
@@ -934,20 +942,17 @@ class ModelLifecycle:
         """Whether ``built`` calls code convert does not read: not this file's, not a module of the project's,
         not torch's, torchvision's or timm's (``torchvision.models.__dict__[arch]()`` is theirs)."""
         func = built.func
-        while isinstance(func, cst.Subscript | cst.Attribute | cst.Call):
+        while True:
             qualified = {q.name for q in self.analysis.qualified_names(func)}
-            if any(q.split(".")[0] in ("torch", "torchvision", "timm") for q in qualified):
+            if _from_library(qualified) or qualified & self.analysis.role.project_calls:
                 return False
-            if qualified & self.analysis.role.project_calls:
-                return False
+            if not isinstance(func, cst.Subscript | cst.Attribute | cst.Call):
+                break
             func = func.value if isinstance(func, cst.Subscript | cst.Attribute) else func.func
-        if not isinstance(func, cst.Name):
-            return False
-        qualified = {q.name for q in self.analysis.qualified_names(func)}
-        if any(q.split(".")[0] in ("torch", "torchvision", "timm", "builtins") for q in qualified):
+        if not isinstance(func, cst.Name) or any(q.startswith("builtins.") for q in qualified):
             return False  # `getattr(self, "net" + name)`: what it finds is this file's
         defined = {d.name.value for d in self.analysis.nodes(cst.FunctionDef)} | {c.name.value for c in self.analysis.nodes(cst.ClassDef)}
-        return func.value not in defined and not (qualified & self.analysis.role.project_calls)
+        return func.value not in defined
 
     def _built_at(self, cls: str, submodule: str) -> cst.CSTNode | None:
         """Where this file's class ``cls`` builds ``submodule`` (``self.pooler``), to report it there."""

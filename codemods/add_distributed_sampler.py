@@ -38,6 +38,7 @@ from dp2ddp.analysis.loaders import (
     split_where_used,
     splits_itself,
 )
+from dp2ddp.analysis.noise import batch_noise_lines
 from dp2ddp.analysis.training_batches import TrainingBatches
 from dp2ddp.analysis.module import Analysis, Holder
 from dp2ddp.analysis.batches import COMMON_WORLD_SIZES, divided_batch, gpu_count_scalings, literal_size
@@ -235,6 +236,60 @@ class {names.DRAWN_PER_PROCESS_HELPER}(torch.utils.data.Dataset):
                 self._numpy = numpy.random.get_state()
                 numpy.random.set_state(shared[2])
 '''
+PER_PROCESS_RANDOM_SOURCE = f'''
+@contextlib.contextmanager
+def {names.PER_PROCESS_RANDOM_HELPER}():
+    """Draw inside the block from a random stream of this process's own: noise for this process's samples.
+
+    Every process shares rank 0's random state, so that what the script draws at start-up (a
+    split, a dataset) is one draw. Noise drawn per step for the batch (a GAN's `z`) would then
+    be the same on every process, for different samples, where DataParallel drew it once for
+    the whole batch. Inside the block, Python's, NumPy's and torch's generators (the CPU one
+    and this process's GPU's) continue a stream seeded by the rank; the shared state is put
+    back after it, so everything else stays alike on every process.
+    """
+    state = {names.PER_PROCESS_RANDOM_HELPER}.__dict__
+    if state.get("inside") or not (dist.is_available() and dist.is_initialized()):
+        yield
+        return
+    numpy = sys.modules.get("numpy")
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+
+    def current():
+        return {{
+            "random": random.getstate(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state() if cuda else None,
+            "numpy": numpy.random.get_state() if numpy is not None else None,
+        }}
+
+    def restore(saved):
+        random.setstate(saved["random"])
+        torch.set_rng_state(saved["torch"])
+        if saved["cuda"] is not None:
+            torch.cuda.set_rng_state(saved["cuda"])
+        if saved["numpy"] is not None:
+            numpy.random.set_state(saved["numpy"])
+
+    shared = current()
+    own = state.get("own")
+    seed = (torch.initial_seed() + 2**16 + dist.get_rank()) % 2**32
+    if own is None:
+        own = {{"random": random.Random(seed).getstate(), "torch": torch.Generator().manual_seed(seed).get_state(), "cuda": None, "numpy": None}}
+    restore(own)
+    # A generator that came into use after the first block (CUDA, NumPy) starts its own stream now.
+    if cuda and own["cuda"] is None:
+        torch.cuda.manual_seed(seed)
+    if numpy is not None and own["numpy"] is None:
+        numpy.random.seed(seed)
+    state["inside"] = True
+    try:
+        yield
+    finally:
+        state["inside"] = False
+        state["own"] = current()
+        restore(shared)
+'''
 # Calls whose arguments size a tensor or a buffer for one step.
 _TENSOR_FACTORIES = frozenset(
     f"torch.{name}" for name in ("zeros", "ones", "full", "empty", "randn", "rand", "randint", "arange", "eye", "tensor", "Tensor")
@@ -320,6 +375,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # Split training loaders with no workers whose augmentations each process draws on its own.
         self.drawn_per_process: set[cst.Call] = set()
         self.drawn_helper_needed = False
+        # Lines of a training step that draw noise for the batch: each process draws its own.
+        self.noise_lines: set[cst.SimpleStatementLine] = set()
         # Statements binding a loader that a function also builds for evaluation, with the names
         # (`train_loader`) that take this process's share of it after them.
         self.split_at_use: dict[cst.SimpleStatementLine, list[tuple[str, bool]]] = {}
@@ -343,6 +400,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if not self.SHARDS_EVALUATION:
             self._report_data_from_elsewhere(analysis, loaders)
             self._report_gpu_count_scaling(analysis)
+            self._plan_noise_per_process(analysis, loaders)
         if not loaders:
             return
         if not self.SHARDS_EVALUATION:
@@ -400,6 +458,19 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                     indexed_by_batch = analysis.reads(target.slice[0].slice) & analysis.flows_from(self._batch_names(loop), assigns)  # type: ignore[attr-defined]
                     if not bound_in_loop and indexed_by_batch and analysis.flows_from({table}, assigns) & loss:
                         self.report(update, "DDP337", table=table)
+
+    def _plan_noise_per_process(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> None:
+        """Lines of a training step that draw noise for the batch go under ``per_process_random()`` (DDP339)."""
+        batch_values = {
+            code_of(n) for call in loaders
+            if (batch := argument(call, BATCH_SIZE, "batch_size")) is not None  # type: ignore[arg-type]
+            for n in self._outermost_names(batch)
+        }  # fmt: skip
+        held = m.With(items=[m.WithItem(m.Call(func=m.Name(names.PER_PROCESS_RANDOM_HELPER)))])
+        for line in batch_noise_lines(analysis, batch_values):
+            if not any(analysis.matches(a, held) for a in analysis.ancestors(line)):
+                self.noise_lines.add(line)
+                self.report(line, "DDP339")
 
     def _batch_names(self, loop: cst.For | cst.While) -> set[str]:
         """What the loop binds from its batch: the for loop's target names, or the names ``next(...)`` is unpacked to."""
@@ -1509,6 +1580,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if original_node in self.noise_lines:
+            return cst.With(
+                items=[cst.WithItem(cst.Call(func=cst.Name(names.PER_PROCESS_RANDOM_HELPER)))],
+                body=cst.IndentedBlock([updated_node.with_changes(leading_lines=[])]),
+                leading_lines=updated_node.leading_lines,
+            )
         if original_node in self.dropped_lines:
             return cst.RemoveFromParent()  # type: ignore[return-value]
         if original_node in self.split_at_use:
@@ -1526,6 +1603,21 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             leading_lines=updated_node.leading_lines,
         )
         return cst.FlattenSentinel([dataset, updated_node.with_changes(leading_lines=[])])
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        """Noise lines that follow each other share one ``with per_process_random():`` block."""
+        if not self.noise_lines:
+            return updated_node
+        held = m.With(items=[m.WithItem(m.Call(func=m.Name(names.PER_PROCESS_RANDOM_HELPER)))], body=m.IndentedBlock())
+        body: list[cst.BaseStatement] = []
+        for statement in updated_node.body:
+            previous = body[-1] if body else None
+            if previous is not None and not statement.leading_lines and m.matches(previous, held) and m.matches(statement, held):
+                block = previous.body  # type: ignore[attr-defined]
+                body[-1] = previous.with_changes(body=block.with_changes(body=[*block.body, *statement.body.body]))  # type: ignore[attr-defined]
+                continue
+            body.append(statement)
+        return updated_node.with_changes(body=body)
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
         references = self.set_epochs.get(original_node)
@@ -1561,6 +1653,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.noise_lines:
+            for module_name in ("contextlib", "random", "sys", "torch"):
+                AddImportsVisitor.add_needed_import(self.context, module_name)
+            import_torch_distributed(self.context, self.facts.distributed_alias)
+            updated_node = add_helper(updated_node, self.facts, names.PER_PROCESS_RANDOM_HELPER, PER_PROCESS_RANDOM_SOURCE)
         if not (self.helpers_needed or self.split_helper_needed or self.worker_helper_needed or self.drawn_helper_needed):
             return updated_node
         for module_name in ("random", "sys", "torch"):

@@ -47,6 +47,7 @@ _ORDER = (
     names.SPLIT_LOADER_HELPER,
     names.WORKER_INIT_HELPER,
     names.DRAWN_PER_PROCESS_HELPER,
+    names.PER_PROCESS_RANDOM_HELPER,
 )
 
 

@@ -913,6 +913,27 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP238",
+            "parameters-frozen-after-wrap",
+            "note",
+            "parameters of the wrapped model are frozen here (`{frozen}`), after DDP hooked them: they get no "
+            "gradient, and DDP waits for every one it hooked, so find_unused_parameters=True is now passed to the wrap",
+            doc=_doc(
+                "Finds `requires_grad = False` (or `requires_grad_(False)`) on parameters of a wrapped model after "
+                "the wrap, in a loop over its `parameters()`, on one of its parts, or in a function of this file "
+                "that is handed the model.",
+                "DDP hooks every parameter that requires a gradient when it is built, then waits for each one's "
+                "gradient in every backward. Frozen after that, they never get one, and the second step stops "
+                "with 'Expected to have finished reduction in the prior iteration'.",
+                "model = nn.DataParallel(model)\nfor param in model.module.features.parameters():\n"
+                "    param.requires_grad = False",
+                "model = wrap_ddp(model, find_unused_parameters=True)\nfor param in model.module.features.parameters():\n"
+                "    param.requires_grad = False",
+                "Safe, and a little slower: DDP walks the graph once per step. Parameters unfrozen later get "
+                "gradients again, and are averaged as before.",
+            ),
+        ),
+        Rule(
             "DDP236",
             "part-wrap-beside-whole-wrap",
             "note",
@@ -1437,6 +1458,29 @@ RULES: dict[str, Rule] = {
                 "shared state is put back after it, so everything else the script draws stays alike on every "
                 "process. The augmentations differ from the DataParallel run's draw for draw, as they would with "
                 "loader workers.",
+            ),
+        ),
+        Rule(
+            "DDP339",
+            "noise-drawn-per-process",
+            "note",
+            "this line draws noise for the batch in a training step, from the random state every process shares: "
+            "it now draws from a stream of each process's own (`per_process_random()`), so the processes do not "
+            "feed the same noise to different samples",
+            doc=_doc(
+                "Finds a line in a training step (the loop around a `backward()`, or a step function) that draws "
+                "a tensor sized by the batch: `torch.randn(batch_size, nz)`, `torch.rand(x.size(0), 1)`, "
+                "`torch.randn_like(x)`, `zdist.sample((batch_size,))`, `np.random.normal(0, 1, (imgs.shape[0], d))`.",
+                "Every process starts from rank 0's random state, so that a split drawn at start-up is one split. "
+                "Each would then draw the same rows for its own samples: a GAN's generator sees the same noise "
+                "on every process, where DataParallel drew it once for the whole batch. Draws without a batch "
+                "dimension (a mixup weight, a sequence length) were one draw for the whole batch under "
+                "DataParallel too; they stay alike, as does noise added to parameters.",
+                "z = torch.randn(images.size(0), nz, device=device)",
+                "with per_process_random():\n    z = torch.randn(images.size(0), nz, device=device)",
+                "Safe: inside the block Python's, NumPy's and torch's generators continue a stream seeded by the "
+                "rank, and the shared state is put back after it, so everything else the script draws stays alike "
+                "on every process. The noise differs from the DataParallel run's draw for draw.",
             ),
         ),
         Rule(

@@ -38,6 +38,7 @@ TRAINED = [
     "loader_through_kwargs", "center_table_per_process", "pathlib_directories_made_everywhere",
     "augmented_without_workers",
     "forward_stops_before_the_head", "identity_head_after_wrap", "part_wrap_beside_whole_wrap", "data_parallel_left_inside",
+    "noise_drawn_per_process", "parameters_frozen_after_wrap",
 ]  # fmt: skip
 
 
@@ -484,4 +485,33 @@ def test_augmentations_drawn_in_the_main_process_differ_between_processes(tmp_pa
     for generator in range(3):
         first, second = ([item[generator] for item in d["items"]] for d in draws)
         assert first != second, "both processes drew the same augmentations for different samples"
+    assert draws[0]["after"] == draws[1]["after"], "the state every process shares no longer agrees"
+
+
+def test_noise_drawn_per_process_differs_between_processes_and_never_repeats(tmp_path: Path) -> None:
+    """Inside ``per_process_random()`` each process draws from its own stream, which goes on from block to block;
+    outside it the state every process shares stays shared."""
+    shutil.copy(FIXTURES / "noise_drawn_per_process" / "after.py", tmp_path / "train.py")
+    runner = tmp_path / "run.py"
+    runner.write_text(
+        "import json, os, random\nimport numpy as np\nimport runpy\nimport torch\n"
+        "names = runpy.run_path('train.py')\n"
+        "names['setup_distributed']()\n"
+        "def draws():\n"
+        "    return [random.random(), float(np.random.uniform()), float(torch.rand(()))]\n"
+        "blocks = []\n"
+        "for _ in range(2):\n"
+        "    with names['per_process_random']():\n"
+        "        blocks.append(draws())\n"
+        "with open(f\"draws{os.environ['RANK']}.json\", 'w') as out:\n"
+        "    json.dump({'blocks': blocks, 'after': draws()}, out)\n",
+        encoding="utf-8",
+    )
+    completed, _ = run_under_torchrun(runner, tmp_path)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    draws = [json.loads((tmp_path / f"draws{rank}.json").read_text()) for rank in range(2)]
+    for generator in range(3):
+        assert draws[0]["blocks"][0][generator] != draws[1]["blocks"][0][generator], "both processes drew the same noise"
+        for rank in range(2):
+            assert draws[rank]["blocks"][0][generator] != draws[rank]["blocks"][1][generator], "a block drew again what the last one drew"
     assert draws[0]["after"] == draws[1]["after"], "the state every process shares no longer agrees"

@@ -173,6 +173,7 @@ class ModelLifecycle:
             if around is None:
                 self._move_after_mutations(wrap, self.blockers[before:])
                 self._find_unused_parameters(wrap)
+                self._frozen_after_the_wrap(wrap)
         for wrap in self.imported:
             before = len(self.blockers)
             self._after_the_wrap(wrap)
@@ -641,6 +642,44 @@ class ModelLifecycle:
                     self.blockers.append(Hazard(call, "DDP211", (("call", code_of(call)),)))
                 elif method in ("to", "cuda") and call.args and not self.is_local_device(call.args[0].value):
                     self.blockers.append(Hazard(call, "DDP212", (("device", code_of(call.args[0].value)),)))
+
+
+    def _frozen_after_the_wrap(self, wrap: Wrap) -> None:
+        """Parameters of the wrapped model frozen after the wrap: ``for p in model.module.features.parameters():
+        p.requires_grad = False``, ``model.module.head.requires_grad_(False)``, or a function of this file that
+        freezes what it is handed, called with the model. DDP hooked them when it was built and waits for their
+        gradients in every backward; with find_unused_parameters=True it marks them ready itself (DDP238)."""
+        anchor = wrap.statement if wrap.statement is not None else wrap.call
+        held = wrap.names
+        if not held:
+            return
+        freezing = {
+            f.name.value for f in self.analysis.nodes(cst.FunctionDef)
+            if self.analysis.findall_in(f, FREEZES) and f.params.params
+        }  # fmt: skip
+        over_parameters = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
+        for freeze in self.analysis.findall_in(wrap.scope, FREEZES):
+            if not self.analysis.is_after(freeze, anchor):
+                continue
+            if isinstance(freeze, cst.Call):
+                frozen: cst.CSTNode = freeze.func.value  # type: ignore[attr-defined]
+            else:
+                loop = next((a for a in self.analysis.ancestors(freeze) if isinstance(a, cst.For) and self.analysis.findall_in(a.iter, over_parameters)), None)
+                if loop is None:
+                    continue
+                frozen = loop.iter
+            if self._is_model(frozen, held) or self.analysis.reads(frozen) & held:
+                self._frozen(wrap, freeze, code_of(frozen))
+                return
+        for call in self._after(wrap):
+            if m.matches(call.func, m.Name()) and call.func.value in freezing:  # type: ignore[attr-defined]
+                if any(self.analysis.reads(a.value) & held for a in call.args):
+                    self._frozen(wrap, call, code_of(call))
+                    return
+
+    def _frozen(self, wrap: Wrap, at: cst.CSTNode, frozen: str) -> None:
+        self.unused_parameters.setdefault(wrap.call, frozen)
+        self.findings.append(Hazard(at, "DDP238", (("frozen", frozen),)))
 
     def _name_the_factory(self, wrap: Wrap, first: int) -> None:
         """Blockers after an imported wrap name the factory that wraps: the change belongs there."""

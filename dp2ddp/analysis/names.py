@@ -78,6 +78,8 @@ SPLIT_LOADER_HELPER = "split_loader"
 WORKER_INIT_HELPER = "WorkerInitPerProcess"
 # Wraps a split training dataset whose augmentations the main process draws: each process draws its own.
 DRAWN_PER_PROCESS_HELPER = "DrawnPerProcess"
+# Holds a training step's lines that draw noise for the batch: each process draws its own.
+PER_PROCESS_RANDOM_HELPER = "per_process_random"
 HELPERS = frozenset(
     {
         SETUP_HELPER,
@@ -95,6 +97,7 @@ HELPERS = frozenset(
         SPLIT_LOADER_HELPER,
         WORKER_INIT_HELPER,
         DRAWN_PER_PROCESS_HELPER,
+        PER_PROCESS_RANDOM_HELPER,
     }
 )
 # Helpers that every process must call together.

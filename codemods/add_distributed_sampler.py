@@ -598,6 +598,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return
         hoisted_dataset = None
         if own_sampler is None and not m.matches(dataset, m.Name() | m.Attribute()):
+            statement = statement if isinstance(statement, cst.SimpleStatementLine) else self._line_evaluating(call)
             if not isinstance(statement, cst.SimpleStatementLine):
                 self.report(call, "DDP304")
                 return
@@ -948,6 +949,16 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         methods = [f for f in self.analysis.within(dataset_class, cst.FunctionDef) if f.name.value == "__iter__"]
         read = {n.value for f in methods for n in self.analysis.within(f.body, cst.Name)}
         return bool(read & {"get_rank", "rank"}) and bool(read & {"get_world_size", "world_size", "num_replicas"})
+
+    def _line_evaluating(self, call: cst.Call) -> cst.SimpleStatementLine | None:
+        """The line that always evaluates ``call``, once: ``return {"train": DataLoader(...)}``; None inside a
+        comprehension, a lambda, a conditional expression or a short-circuit, where it may run any number of times."""
+        for ancestor in self.analysis.ancestors(call):
+            if isinstance(ancestor, cst.SimpleStatementLine):
+                return ancestor
+            if isinstance(ancestor, (cst.BaseComp, cst.Lambda, cst.IfExp, cst.BooleanOperation, cst.BaseCompoundStatement)):
+                return None
+        return None
 
     def _dataset_name(self, reference: cst.BaseExpression | None, call: cst.Call) -> str:
         if reference is None:

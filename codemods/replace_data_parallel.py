@@ -167,6 +167,9 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not self.converting:
+            if self.analysis.role.meets_wrapped_models and not self.lifecycle.blocked and self._asks_for_data_parallel(original_node):
+                # `is_model_2d(model)` in a module that wraps nothing: the model it is handed is DDP now.
+                return self._isinstance_accepting_ddp(updated_node)
             return updated_node
         if original_node in self.unwrapped_parts:
             return updated_node.args[0].value.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar) if updated_node.lpar else updated_node.args[0].value
@@ -183,12 +186,12 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         if self._selects_first_gpu(original_node):
             AddImportsVisitor.add_needed_import(self.context, "os")
             return updated_node.with_changes(args=[cst.Arg(cst.parse_expression(LOCAL_RANK))])
-        if self.matches(
-            original_node,
-            m.Call(func=m.Name("isinstance"), args=[m.Arg(), m.Arg(value=resolves_to(names.DATA_PARALLEL))]),
-        ):
+        if self._asks_for_data_parallel(original_node):
             return self._isinstance_accepting_ddp(updated_node)
         return updated_node
+
+    def _asks_for_data_parallel(self, call: cst.Call) -> bool:
+        return self.matches(call, m.Call(func=m.Name("isinstance"), args=[m.Arg(), m.Arg(value=resolves_to(names.DATA_PARALLEL))]))
 
     def _part_unwrappable(self, call: cst.Call) -> bool:
         """``self.encoder = nn.DataParallel(Encoder())`` in a model class, whose ``.module`` nothing reads: inside a
@@ -316,6 +319,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self.converting:
+            if self.needs_ddp_import:
+                AddImportsVisitor.add_needed_import(self.context, "torch.nn.parallel", "DistributedDataParallel")
             return updated_node
         updated_node = updated_node.with_changes(body=self._moved_wraps(original_node.body, updated_node.body))
         if self.conversions:

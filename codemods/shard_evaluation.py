@@ -121,7 +121,11 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
 
     def _may_shard(self, call: cst.Call, reference: cst.BaseExpression | None) -> bool:
         if reference is None:
-            return True
+            loop = self.analysis.parents.get(call)
+            if isinstance(loop, cst.For) and loop.iter is call:
+                return self._gathered("this loader", [loop])  # `for x, y in DataLoader(...):`
+            # `return {"val": DataLoader(...)}`: where its results go is not followed, so they are not gathered.
+            return self._keep_whole(call, "this loader", [], "convert cannot follow it to the loop that evaluates it")
         stem = code_of(reference).rsplit(".", 1)[-1]
         loops, unknown = self._loops_over(stem)
         if self.analysis.role.setup_elsewhere:
@@ -131,10 +135,14 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
         if unknown is not None:
             where, why = unknown
             return self._keep_whole(where, stem, loops, why)
-        if not loops and (self.analysis.role.splits_loaders or self.analysis.role.setup_elsewhere):
-            # A project's module whose loaders are evaluated in another module (a data module's
-            # `self.query_loader`): whether that loop gathers its results is not for this file to say.
+        if not loops:
+            # Evaluated in another module (a data module's `self.query_loader`), or where convert does not follow
+            # it (`loaders["val"]` of a returned dict): whether that loop gathers its results is not known.
             return self._keep_whole(call, stem, loops, "no loop of this file evaluates it, so convert cannot see whether its results are gathered")
+        return self._gathered(stem, loops)
+
+    def _gathered(self, stem: str, loops: list[cst.For]) -> bool:
+        """Whether the results of ``loops`` over the loader are gathered exactly once sharded; if not, it stays whole."""
         # Wrapped models, as written (DataParallel) or as converted (wrap_ddp), and the parameters they are passed as.
         models = self.analysis.lifecycle.model_names | self.analysis.effects.models
         for loop in loops:

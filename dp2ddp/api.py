@@ -59,10 +59,18 @@ def convert_source(source: str, options: ConvertOptions = ConvertOptions(), role
     """
     codemod_groups = _selected_groups(options)
     admit(source)
-    if (role is None or not (role.converts or role.subclass_wraps)) and not needs_analysis(source):
+    if not _role_needs_analysis(role, source) and not needs_analysis(source):
         # Settled from tokens, before LibCST.
         return unconverted(source)
     return deeply(source, _convert_admitted, source, codemod_groups, options, role)
+
+
+def _role_needs_analysis(role: ModuleRole | None, source: str) -> bool:
+    """Whether the project makes this module's analysis needed whatever it wraps: it converts for the program,
+    wraps in a project class, or may test a model it is handed with ``isinstance(m, nn.DataParallel)``."""
+    if role is None:
+        return False
+    return role.converts or bool(role.subclass_wraps) or (role.meets_wrapped_models and "DataParallel" in source)
 
 
 def admit(source: str) -> None:
@@ -89,7 +97,7 @@ def _convert_admitted(
     source: str, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions, role: ModuleRole | None
 ) -> ConvertResult:
     module = None
-    if role is None or not (role.converts or role.subclass_wraps):
+    if not _role_needs_analysis(role, source):
         # Settled from the bare tree, before any metadata is resolved.
         if not _wraps_or_imports_data_parallel(module := parse_admitted(source)):
             return unconverted(source)
@@ -214,7 +222,7 @@ def _convert(
         settled = [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
         if facts.unresolved_wraps and facts.existing_distributed is None:
             settled += _findings_with_torch_assumed(analysis, codemod_groups, options)
-        return analysis.code, settled
+        return _accepting_ddp(analysis, codemod_groups, options), settled
     if analysis.lifecycle.blocked:
         refusal = [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
         return analysis.code, refusal + _findings_past_the_refusal(analysis, codemod_groups, options)
@@ -391,6 +399,18 @@ def _apply_group(
     unchanged = tree is rebuilt and not chain.edited
     code = analysis.code if unchanged else tree.code
     return code, [finding for context in contexts for finding in context.scratch.get(FINDINGS_KEY, [])]
+
+
+def _accepting_ddp(analysis: Analysis, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions) -> str:
+    """A module of a DDP program that wraps nothing itself, with its ``isinstance(m, nn.DataParallel)`` tests
+    made to hold for the DDP model it is handed (``is_model_2d(model)``); any other module as it is."""
+    replacing = [c for group in codemod_groups for c in group if c.__name__ == "ReplaceDataParallelCommand"]
+    if not (replacing and analysis.role.meets_wrapped_models and analysis.script_facts.existing_distributed is None):
+        return analysis.code
+    code = analysis.code
+    for code, _ in _groups_applied(analysis, [replacing], options):
+        pass
+    return code
 
 
 def _plan_only(analysis: Analysis, group: list[type[Codemod]], options: ConvertOptions) -> list[Finding]:

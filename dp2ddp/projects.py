@@ -11,6 +11,7 @@ reused as it is.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,7 +103,8 @@ def convert_project(
             f"{helpers_path} exists and was not written by dp2ddp: choose another name for the helpers "
             f"module with --helpers module:NAME, or --helpers inline"
         )
-    roles = project.roles(helpers_name if helpers_path is not None else None)
+    helpers_import = _helpers_import(root, folder, helpers_name, sources) if folder is not None else helpers_name
+    roles = project.roles(helpers_import if helpers_path is not None else None)
     result = ProjectResult(roles=roles, project=project)
     # A script named with --project is converted with its program; the rest of its folder is not.
     paths = [path for path in sorted(sources) if path != helpers_path and (reached is None or path in reached)]
@@ -140,7 +142,7 @@ def convert_project(
         if isinstance(converted, ConvertResult) and converted.changed:
             try:
                 output, moved = deeply(
-                    converted.source, _move_helpers_out, converted.source, converted.output, helpers_name
+                    converted.source, _move_helpers_out, converted.source, converted.output, helpers_import
                 )
             except ConversionError as error:  # nested deeper than even that room: this file fails, the others go on
                 result.files[path] = error
@@ -302,6 +304,23 @@ def _added_helpers(original: cst.Module, tree: cst.Module) -> list[cst.FunctionD
         for s in tree.body
         if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value in names.HELPERS and s.name.value not in had
     ]
+
+
+def _helpers_import(root: Path, folder: Path, name: str, sources: Mapping[Path, str]) -> str:
+    """How converted modules import the helpers module ``name`` of ``folder``: through its package where the
+    program imports the package's modules by their full name (``from pytorch3dunet.unet3d import trainer``),
+    which then import it however the program runs (``python -m``, a console script); else by its bare name,
+    found beside the entry points."""
+    parts: list[str] = []
+    package = folder
+    while package / "__init__.py" in sources and package != root.parent:
+        parts.insert(0, package.name)
+        package = package.parent
+    if not parts:
+        return name
+    dotted = ".".join(parts)
+    imported = re.compile(rf"^[ \t]*(?:from|import)[ \t]+{re.escape(dotted)}[ \t.]", re.MULTILINE)
+    return f"{dotted}.{name}" if any(imported.search(text) for text in sources.values()) else name
 
 
 def _move_helpers_out(source: str, output: str, module: str) -> tuple[str, dict[str, str]]:

@@ -38,7 +38,7 @@ TRAINED = [
     "loader_through_kwargs", "center_table_per_process", "pathlib_directories_made_everywhere",
     "augmented_without_workers",
     "forward_stops_before_the_head", "identity_head_after_wrap", "part_wrap_beside_whole_wrap", "data_parallel_left_inside",
-    "noise_drawn_per_process", "parameters_frozen_after_wrap",
+    "noise_drawn_per_process", "parameters_frozen_after_wrap", "loaders_returned_in_a_dict", "parallel_flag_gan",
 ]  # fmt: skip
 
 

@@ -87,7 +87,7 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
         pytest.param(
             """
             import torch
-            if args.parallel:
+            if args.teacher:
                 G = torch.nn.DataParallel(G)
                 D = torch.nn.DataParallel(D)
             """,
@@ -1241,3 +1241,27 @@ def test_a_checkpoint_loaded_under_the_wraps_own_name_takes_either_key_spelling(
         """
     )
     assert 'load_model_state(model, torch.load("ckpt.pt", map_location=local_device()))\nmodel.half()\nmodel = wrap_ddp(model)\n' in result.output
+
+
+@pytest.mark.parametrize(
+    "condition",
+    ["device == TorchDevice.CUDA and torch.cuda.device_count() > 1", "self.parallel", "config['parallel']", "args.device"],
+)
+def test_a_wrap_under_a_condition_on_the_devices_or_a_parallel_switch_converts(condition: str) -> None:
+    """The devices a run was given and a DataParallel switch are the same on every process: the wrap leaves
+    the condition, where DDP207 once refused the file as "not about GPUs"."""
+    result = _convert(
+        f"""
+        import torch
+        import torch.nn as nn
+
+
+        class Trainer:
+            def build(self, model, device, config, args):
+                if {condition}:
+                    model = nn.DataParallel(model)
+                return model
+        """
+    )
+    assert "DDP207" not in _codes(result) and not [c for c in _codes(result) if c.endswith("DDP207")], result.findings
+    assert "wrap_ddp(model)" in result.output

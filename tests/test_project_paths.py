@@ -7,6 +7,7 @@ same things, paths aside. The folder spellings write the golden tree.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -308,3 +309,57 @@ def test_modules_an_entry_loads_by_a_dotted_name_are_part_of_its_program(tmp_pat
     assert completed.returncode == 0, completed.stderr
     assert "setup_distributed()" in (root / "main.py").read_text(encoding="utf-8")
     assert "wrap_ddp(" in (root / "processor" / "recognition.py").read_text(encoding="utf-8")
+
+
+def test_modules_an_entry_loads_from_a_package_named_by_a_prefix_are_part_of_its_program(tmp_path: Path) -> None:
+    """`load("trainers." + name)` may import any module of `trainers`: their wraps are converted, where
+    the entry once said "nothing to convert" with exit 0."""
+    root = tmp_path / "repo"
+    (root / "trainers").mkdir(parents=True)
+    (root / "trainers" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "trainers" / "simple.py").write_text(TRAINER, encoding="utf-8")
+    (root / "main.py").write_text(
+        "import importlib\n\n\ndef load(module, name):\n    return getattr(importlib.import_module(module), name)\n\n\n"
+        "if __name__ == '__main__':\n    kind = 'simple'\n    load('trainers.' + kind, 'Trainer')().start()\n",
+        encoding="utf-8",
+    )
+    completed = _cli(root, "convert", "--project", "main.py")
+    assert completed.returncode == 0, completed.stderr
+    assert "setup_distributed()" in (root / "main.py").read_text(encoding="utf-8")
+    assert "wrap_ddp(" in (root / "trainers" / "simple.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_package_run_by_its_full_name_imports_its_helpers_through_the_package(tmp_path: Path) -> None:
+    """`pkg/train.py` imports `pkg.trainer`, so it runs as `python -m pkg.train` or a console script, where a bare
+    `from ddp_helpers import` is not found; a module of the program that only asks `isinstance(m, nn.DataParallel)`
+    accepts the DDP model it is now handed."""
+    root = tmp_path / "repo"
+    package = root / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "trainer.py").write_text(TRAINER + "        return is_wrapped(self.model)\n", encoding="utf-8")
+    (package / "trainer.py").write_text(
+        (package / "trainer.py").read_text(encoding="utf-8").replace("import torch\n", "import torch\nfrom pkg.model import is_wrapped\n", 1),
+        encoding="utf-8",
+    )
+    (package / "model.py").write_text(
+        "import torch.nn as nn\n\n\ndef is_wrapped(model):\n    return isinstance(model, nn.DataParallel)\n", encoding="utf-8"
+    )
+    (package / "train.py").write_text(
+        "from pkg.trainer import Trainer\n\n\ndef main():\n    assert Trainer().start()\n\n\nif __name__ == '__main__':\n    main()\n",
+        encoding="utf-8",
+    )
+    completed = _cli(root, "convert", "--project", "pkg/train.py")
+    assert completed.returncode == 0, completed.stderr
+    assert "from pkg.ddp_helpers import" in (package / "trainer.py").read_text(encoding="utf-8")
+    assert "isinstance(model, (nn.DataParallel, DistributedDataParallel))" in (package / "model.py").read_text(encoding="utf-8")
+    again = _cli(root, "convert", "--check", "--project", "pkg/train.py")
+    assert again.returncode == 0, again.stdout + again.stderr
+    env = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "pkg.train"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 # A name that says it holds a GPU count, GPU ids or a CUDA switch: ngpu, args.cuda, gpu_ids.
 # A name that says GPUs or CUDA, or a flag that chooses the CPU instead (`args.cpu`, `use_cpu`).
-GPU_WORDS = re.compile(r"gpu|cuda|^(use_|no_|only_|force_)?cpu$", re.IGNORECASE)
+# What a name says of the devices it runs on: `use_gpu`, `args.cuda`, `no_cpu`, `self.parallel` (a DataParallel switch).
+GPU_WORDS = re.compile(r"gpu|cuda|^(use_|no_|only_|force_)?cpu$|^(use_|data_|multi_)?parallel$", re.IGNORECASE)
 BUILTIN_TYPES = frozenset(f"builtins.{name}" for name in ("list", "tuple", "int", "str", "dict", "float", "bool"))
 # Packages whose models convert takes to reach every parameter they build.
 LIBRARY_MODELS = ("torch", "torchvision", "timm")
@@ -510,12 +511,14 @@ class ModelLifecycle:
         if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
             key = node.slice[0].slice.value
             if isinstance(key, cst.SimpleString):
+                if isinstance(key.evaluated_value, str) and GPU_WORDS.search(key.evaluated_value):
+                    return True  # `config["parallel"]`, `opt["use_gpu"]`: a key that says what it switches
                 stored = self._stored(code_of(node.value), key.evaluated_value)
                 return _combine(*(self._gpu(v, depth + 1) for v in stored)) if stored else None
         if isinstance(node, (cst.Name, cst.Attribute)):
             spelled = code_of(node)
-            if GPU_WORDS.search(spelled.rsplit(".", 1)[-1]):
-                return True
+            if GPU_WORDS.search(spelled.rsplit(".", 1)[-1]) or DEVICE_LIST.search(spelled.rsplit(".", 1)[-1]):
+                return True  # `args.use_gpu`, `device == TorchDevice.CUDA`: the devices the run was given
             values = self.assignments().get(spelled, [])
             if not values:
                 return None

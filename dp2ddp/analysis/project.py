@@ -48,7 +48,11 @@ _WRAP_NAMES = frozenset({"DataParallel", names.WRAP_HELPER})
 
 # A dotted name in a string: `"processor.recognition.REC_Processor"`.
 DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+PACKAGE_PREFIX = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\.$")
 _DOTTED_STRING = re.compile(r"""['"]([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)['"]""")
+# A package named by a string that a module name is added to at run time: `"models.trainer." + name`,
+# `f"models.{name}"`. Every module of that package may be the one imported.
+_PACKAGE_PREFIX = re.compile(r"""(?:['"]|f['"])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.(?:['"]|\{)""")
 
 
 @dataclass
@@ -186,7 +190,17 @@ class Project:
                     found |= self._resolve_path(path, dotted, 0)
         for dotted in _DOTTED_STRING.findall(source):  # a module named by a string, imported at run time
             found |= self._resolve_path(path, dotted, 0) or self._resolve_path(path, dotted.rpartition(".")[0], 0)
+        for dotted in _PACKAGE_PREFIX.findall(source):
+            found |= self._package_modules(path, dotted)
         return found
+
+    def _package_modules(self, path: Path, dotted: str) -> set[Path]:
+        """The modules of the project's package ``dotted``, as an import from ``path`` would find it."""
+        init = self._resolve_path(path, dotted, 0)
+        folder = next((os.path.dirname(str(p)) for p in init if os.path.basename(str(p)) == "__init__.py"), None)
+        if folder is None:
+            return set()
+        return {p for text, p in self._by_text.items() if os.path.dirname(text) == folder}
 
     def _resolve_path(self, path: Path, dotted: str, level: int) -> set[Path]:
         # Strings, not Paths: this runs for every import of every file of a large tree.
@@ -300,6 +314,14 @@ class Project:
                 named = self._resolve(module, node.value, 0) or self._resolve(module, node.value.rpartition(".")[0], 0)
                 if named is not None and named != module.name:
                     module.imports.add(named)
+            # `loadmodule("models.trainer." + name)`, `f"models.{arch}"`: any module of that package.
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and PACKAGE_PREFIX.match(node.value):
+                package = self._resolve(module, node.value.rstrip("."), 0)
+                if package is not None:
+                    module.imports |= {
+                        name for name in self.modules
+                        if name.startswith(f"{package}.") and "." not in name[len(package) + 1 :] and name != module.name
+                    }  # fmt: skip
         for node in module.import_nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -681,6 +703,7 @@ class Project:
                 freezing_classes=frozenset(freezing.get(name, ())),
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
+                meets_wrapped_models=any(name in self.reach[entry] for entry in self.drivers),
                 program_loaders=self._program_loaders(name) if name in self.converted else (),
                 loader_attributes=self._loader_attributes(name) if name in self.converted or name in training else (),
                 option_defaults=option_defaults if name in self.converted else (),

@@ -56,6 +56,9 @@ class ModuleRole:
     trains: bool = False
     # A module that builds DataLoaders for a converted program, and is converted for them.
     splits_loaders: bool = False
+    # A module of a program that wraps its models in DDP, which may be handed the wrapped model:
+    # `isinstance(model, nn.DataParallel)` here must hold for DDP too.
+    meets_wrapped_models: bool = False
     # DataParallel subclasses of other project modules this module wraps models in, with where each is defined.
     subclass_wraps: tuple[tuple[str, Site], ...] = ()
     # Meter classes of other project modules this module builds (`utils.AverageMeter(...)`): they keep

@@ -475,6 +475,14 @@ class Tree:
                     reads = [self.parents[r] for r in self.references(name) if self._keyed(r, key)]
                     spelled = f"{name.value}[{self.module.code_for_node(parent.key)}]"
                     self._add(spelled, self.owner(assign), name, reads, depth, found, seen)
+            elif isinstance(table, cst.Dict):
+                # `return {"train": DataLoader(...)}`, then `loaders = get_loaders()` ... `loaders["train"]`.
+                key = parent.key.evaluated_value
+                for target, _ in self.returned_to(table):
+                    if isinstance(target, cst.Name):
+                        reads = [self.parents[r] for r in self.references(target) if self._keyed(r, key)]
+                        spelled = f"{target.value}[{self.module.code_for_node(parent.key)}]"
+                        self._add(spelled, self.owner(target), target, reads, depth - 1, found, seen)
 
     def _parameter(self, function: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> cst.Param | None:
         """The parameter of ``function`` that ``arg`` of ``call`` binds, or None when it cannot tell."""

@@ -227,6 +227,7 @@ class DownloadOnceCommand(Dp2ddpCodemod):
             return updated_node
         AddImportsVisitor.add_needed_import(self.context, "contextlib")
         import_torch_distributed(self.context, self.facts.distributed_alias)
+        AddImportsVisitor.add_needed_import(self.context, "os")
         module = add_helper(updated_node, self.facts, names.MAIN_PROCESS_HELPER, MAIN_PROCESS_HELPER_SOURCE)
         return add_helper(module, self.facts, names.MAIN_PROCESS_FIRST_HELPER, MAIN_PROCESS_FIRST_HELPER_SOURCE)
 

@@ -32,7 +32,10 @@ from dp2ddp.analysis.writers import attribute_read, imported_writer_calls, per_p
 MAIN_PROCESS_HELPER_SOURCE = f'''
 def {names.MAIN_PROCESS_HELPER}() -> bool:
     """Whether this process prints, logs and saves for the whole run (rank 0)."""
-    return not dist.is_initialized() or dist.get_rank() == 0
+    if dist.is_initialized():
+        return dist.get_rank() == 0
+    # Before setup_distributed() (code run at import): the rank the launcher gave, torchrun's or srun's.
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
 '''
 
 EFFECT, NEUTRAL, OTHER = "effect", "neutral", "other"
@@ -631,6 +634,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         if not self.uses_helper:
             return module
         import_torch_distributed(self.context, self.facts.distributed_alias)
+        AddImportsVisitor.add_needed_import(self.context, "os")
         return add_helper(module, self.facts, names.MAIN_PROCESS_HELPER, MAIN_PROCESS_HELPER_SOURCE)
 
 

@@ -8,18 +8,27 @@ from dp2ddp.codemods.guard_side_effects import GuardSideEffectsCommand
 from libcst.codemod import CodemodTest
 
 HELPER = '''
+import os
 import torch.distributed as dist
 
 
 def is_main_process() -> bool:
     """Whether this process prints, logs and saves for the whole run (rank 0)."""
-    return not dist.is_initialized() or dist.get_rank() == 0
+    if dist.is_initialized():
+        return dist.get_rank() == 0
+    # Before setup_distributed() (code run at import): the rank the launcher gave, torchrun's or srun's.
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
 '''
 
 
 def with_helper(expected: str) -> str:
-    """``expected`` with the is_main_process helper in place of its ``HELPER`` line."""
-    return re.sub(r"HELPER\n+", HELPER.lstrip("\n") + "\n\n", dedent(expected))
+    """``expected`` with the is_main_process helper in place of its ``HELPER`` line (and ``import os`` unless the
+    script imports it already)."""
+    expected = dedent(expected)
+    helper = HELPER.lstrip("\n")
+    if "import os\n" in expected.split("HELPER")[0]:
+        helper = helper.replace("import os\n", "", 1)
+    return re.sub(r"HELPER\n+", lambda _: helper + "\n\n", expected)
 
 
 class GuardSideEffectsTest(CodemodTest):

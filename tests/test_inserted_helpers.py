@@ -53,6 +53,25 @@ def test_without_a_process_group_the_reductions_are_this_processs_values() -> No
     assert (copy.avg, copy.val) == (2.0, 1.5)
 
 
+@pytest.mark.parametrize(("environment", "main"), [({}, True), ({"RANK": "0"}, True), ({"RANK": "1"}, False), ({"SLURM_PROCID": "3"}, False)])
+def test_before_the_process_group_the_main_process_is_the_launchers_rank_0(
+    environment: dict[str, str], main: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Code run at import, before setup_distributed(): a guarded print there ran on every process of torchrun."""
+    import os
+
+    from dp2ddp.codemods.guard_side_effects import MAIN_PROCESS_HELPER_SOURCE
+
+    assert not dist.is_initialized()
+    for name in ("RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    namespace: dict[str, Any] = {"dist": dist, "os": os}
+    exec(MAIN_PROCESS_HELPER_SOURCE, namespace)
+    assert namespace["is_main_process"]() is main
+
+
 @pytest.fixture(scope="module")
 def helpers() -> Any:
     if not dist.is_initialized():

@@ -1265,3 +1265,41 @@ def test_a_wrap_under_a_condition_on_the_devices_or_a_parallel_switch_converts(c
     )
     assert "DDP207" not in _codes(result) and not [c for c in _codes(result) if c.endswith("DDP207")], result.findings
     assert "wrap_ddp(model)" in result.output
+
+
+def test_a_penalty_added_to_the_loss_of_a_wrapped_attribute_converts() -> None:
+    """`self.D = nn.DataParallel(self.D)`, then a gradient penalty added to the loss of `self.D`'s own forwards and
+    back-propagated with it: DDP averages it with the rest, so DDP222 (penalty alone) does not hold."""
+    result = _convert(
+        """
+        import torch
+        import torch.nn as nn
+
+
+        class Trainer:
+            def __init__(self, D, loader):
+                self.D = D
+                self.loader = loader
+                self.build_model()
+
+            def build_model(self):
+                self.D = nn.DataParallel(self.D)
+                self.optimizer = torch.optim.Adam(self.D.parameters())
+
+            def train(self):
+                for real in self.loader:
+                    out_real, _ = self.D(real)
+                    if self.loss == "hinge":
+                        loss_real = torch.relu(1.0 - out_real).mean()
+                    else:
+                        loss_real = -out_real.mean()
+                    mixed = real.detach().requires_grad_(True)
+                    out, _ = self.D(mixed)
+                    grad = torch.autograd.grad(out.sum(), mixed, create_graph=True)[0]
+                    loss = loss_real + ((grad.norm(dim=1) - 1) ** 2).mean()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+        """
+    )
+    assert not [code for code in _codes(result) if code.endswith("DDP222")], result.findings

@@ -363,3 +363,39 @@ def test_a_package_run_by_its_full_name_imports_its_helpers_through_the_package(
         cwd=root, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_batches_from_a_loader_handed_to_a_trainers_constructor_are_split_where_it_is_built(tmp_path: Path) -> None:
+    """`Trainer(data.loader(), config)` in main.py: the trainer's `next(iter(self.data_loader))` draws from what
+    main.py handed in, and the data module's loader is split there; it was refused as unsplit (DDP317), and
+    the trainer's own `self.D.train()` was taken for a call of its `train` method."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "data.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\nclass Data:\n"
+        "    def __init__(self, batch):\n        self.batch = batch\n\n"
+        "    def loader(self):\n"
+        "        return DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=self.batch, shuffle=True)\n",
+        encoding="utf-8",
+    )
+    (root / "trainer.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Trainer:\n    def __init__(self, data_loader, steps):\n"
+        "        self.data_loader = data_loader\n        self.steps = steps\n"
+        "        self.D = nn.DataParallel(nn.Linear(4, 1))\n        self.optimizer = torch.optim.SGD(self.D.parameters(), lr=0.1)\n\n"
+        "    def train(self):\n        data_iter = iter(self.data_loader)\n        for step in range(self.steps):\n"
+        "            self.D.train()\n            try:\n                x, y = next(data_iter)\n            except StopIteration:\n"
+        "                data_iter = iter(self.data_loader)\n                x, y = next(data_iter)\n"
+        "            loss = nn.functional.mse_loss(self.D(x), y)\n            self.optimizer.zero_grad()\n"
+        "            loss.backward()\n            self.optimizer.step()\n",
+        encoding="utf-8",
+    )
+    (root / "main.py").write_text(
+        "from data import Data\nfrom trainer import Trainer\n\nif __name__ == '__main__':\n"
+        "    Trainer(Data(8).loader(), 10).train()\n",
+        encoding="utf-8",
+    )
+    completed = _cli(root, "convert", "--project", "main.py")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "DDP317" not in completed.stderr
+    assert "sampler=" in (root / "data.py").read_text(encoding="utf-8")
+    assert "wrap_ddp(" in (root / "trainer.py").read_text(encoding="utf-8")

@@ -1233,8 +1233,8 @@ class ModelLifecycle:
 
     def _is_forward(self, call: cst.Call) -> bool:
         """A call of a wrapped model (``model(x)``, ``self.model(x)``), or of the module inside it."""
-        spelled = code_of(call.func).removeprefix("self.").removesuffix(".module")
-        return spelled in self.model_names
+        spelled = code_of(call.func).removesuffix(".module")
+        return spelled in self.model_names or spelled.removeprefix("self.") in self.model_names
 
     def _exclusive(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
         """Whether two nodes sit in different branches of one ``if``, so one pass runs at most one."""

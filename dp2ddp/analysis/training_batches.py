@@ -133,15 +133,33 @@ class TrainingBatches:
     def handed_in(self, source: cst.CSTNode, loop: cst.For | cst.While) -> bool:
         """Batches from a parameter of a function this file never calls: its callers, elsewhere, choose the data."""
         function = next((a for a in self.analysis.ancestors(loop) if isinstance(a, cst.FunctionDef)), None)
-        if function is None or self.analysis.callers(function):
+        # `self.D.train()` calls the module's own train(), not this class's method of that name.
+        on_parts = m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("self"))))
+        if function is None or [c for c in self.analysis.callers(function) if not m.matches(c, on_parts)]:
             return False
         source = self.iterated_root(source, function)
+        if m.matches(source, m.Attribute(value=m.Name("self"), attr=m.Name())):
+            return self._given_to_the_constructor(source, function)  # type: ignore[arg-type]
         if not isinstance(source, cst.Name):
             return False
         scope = self.analysis.scopes.get(source)
         return scope is not None and source.value in scope and any(
             isinstance(getattr(a, "node", None), cst.Param) for a in scope[source.value]
         )
+
+    def _given_to_the_constructor(self, attribute: cst.Attribute, function: cst.FunctionDef) -> bool:
+        """``self.data_loader``, bound in ``__init__`` to its parameter, of a class this file never builds:
+        ``Trainer(data_loader.loader(), config)`` in another module chooses the data."""
+        cls = next((a for a in self.analysis.ancestors(function) if isinstance(a, cst.ClassDef)), None)
+        if cls is None or not isinstance(cls.body, cst.IndentedBlock):
+            return False
+        init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        if init is None or self.analysis.callers(init):
+            return False
+        parameters = {p.name.value for p in (*init.params.posonly_params, *init.params.params, *init.params.kwonly_params)}
+        binds = m.Assign(targets=[m.AssignTarget(m.Attribute(value=m.Name("self"), attr=m.Name(attribute.attr.value)))])
+        values = [a.value for a in self.analysis.findall_in(cls, binds)]  # type: ignore[attr-defined]
+        return bool(values) and all(isinstance(v, cst.Name) and v.value in parameters for v in values)
 
     def iterated_root(self, source: cst.CSTNode, function: cst.FunctionDef) -> cst.CSTNode:
         """What ``source`` iterates, through ``iter``/``enumerate``/``tqdm`` and local names bound once to them.
@@ -152,15 +170,17 @@ class TrainingBatches:
         """
         for _ in range(4):  # each turn follows one local name; a name bound to itself cannot loop
             while isinstance(source, cst.Call) and m.matches(source.func, m.Name() | m.Attribute()) and source.args:
-                if code_of(source.func).rsplit(".", 1)[-1] not in ("iter", "enumerate", "tqdm"):
+                if code_of(source.func).rsplit(".", 1)[-1] not in ("iter", "enumerate", "tqdm", "next"):
                     return source
                 source = source.args[0].value
             if not isinstance(source, cst.Name):
                 return source
             bindings = self.analysis.bindings(source) or []
-            if len(bindings) != 1 or bindings[0] is None or self.analysis.owner(bindings[0]) is not function:
-                return source  # a parameter, or a name with several values or bound elsewhere
-            source = bindings[0].value
+            if not bindings or any(b is None or self.analysis.owner(b) is not function for b in bindings):
+                return source  # a parameter, or a name bound elsewhere
+            if len({code_of(b.value) for b in bindings if b is not None}) != 1:
+                return source  # several values; `data_iter = iter(loader)` again at each pass is one
+            source = bindings[0].value  # type: ignore[union-attr]
         return source
 
     def feeding_backward(self, loaders: list[cst.CSTNode]) -> set[cst.CSTNode]:

@@ -97,6 +97,16 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
         pytest.param(
             """
             import torch
+            if args.network == "resnet":
+                if args.dataset == "imagenet":
+                    model = torch.nn.DataParallel(model)
+            """,
+            ["3:DDP207", "4:DDP207"],
+            id="every condition that is not about GPUs is reported in one run",
+        ),
+        pytest.param(
+            """
+            import torch
             model = torch.nn.DataParallel(model)
             seen = 0
             for x, y in loader:

@@ -290,10 +290,14 @@ class ModelLifecycle:
             if not wrap.conditions or wrap.call in both_branches:
                 continue
             innermost = wrap.conditions[0]
-            not_gpu = next((c.test for c in wrap.conditions if not self.is_gpu_condition(c.test)), None)
-            if not_gpu is not None:
-                self.blockers.append(Hazard(not_gpu, "DDP207", (("condition", code_of(not_gpu)),)))
-            elif isinstance(innermost, cst.IfExp) and len(wrap.conditions) == 1:
+            # Every condition that is not about GPUs, all in one run: fixing the innermost alone revealed the next.
+            not_gpu = [c.test for c in wrap.conditions if not self.is_gpu_condition(c.test)]
+            for test in not_gpu:
+                if not any(h.node is test for h in self.blockers):
+                    self.blockers.append(Hazard(test, "DDP207", (("condition", code_of(test)),)))
+            if not_gpu:
+                continue
+            if isinstance(innermost, cst.IfExp) and len(wrap.conditions) == 1:
                 # `DataParallel(m) if gpu else m`, with or without a device move on the wrap.
                 wrap_is_body = innermost.body is wrap.call or (
                     m.matches(innermost.body, DEVICE_MOVE) and innermost.body.func.value is wrap.call  # type: ignore[attr-defined]

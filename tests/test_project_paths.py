@@ -399,3 +399,23 @@ def test_batches_from_a_loader_handed_to_a_trainers_constructor_are_split_where_
     assert "DDP317" not in completed.stderr
     assert "sampler=" in (root / "data.py").read_text(encoding="utf-8")
     assert "wrap_ddp(" in (root / "trainer.py").read_text(encoding="utf-8")
+
+
+def test_a_device_a_config_module_binds_to_cuda_or_cpu_is_each_processs_own(tmp_path: Path) -> None:
+    """`from config import device`, bound there to torch.device("cuda" if ... else "cpu"): moving the wrapped model
+    to it is no hazard (it was refused with DDP212 as a device that may not be this process's GPU)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "config.py").write_text(
+        "import torch\n\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n", encoding="utf-8"
+    )
+    (root / "train.py").write_text(
+        TRAINER.replace("import torch\n", "import torch\nfrom config import device\n", 1).replace(
+            "        optimizer = torch", "        self.model = self.model.to(device)\n        optimizer = torch", 1
+        )
+        + "\n\nif __name__ == '__main__':\n    Trainer().start()\n",
+        encoding="utf-8",
+    )
+    completed = _cli(root, "convert", "--project", "train.py")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "DDP212" not in completed.stderr and "DDP213" not in completed.stderr

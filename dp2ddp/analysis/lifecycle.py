@@ -895,6 +895,8 @@ class ModelLifecycle:
             return bool(returned) and all(self.is_local_device(value, depth + 1) for value in returned)
         if isinstance(device, cst.Name) and self._bound_to(device, self.local_gpu_parameters):
             return True
+        if {q.name for q in self.analysis.qualified_names(device)} & self.analysis.role.local_devices:
+            return True  # `from config import device`, bound there to torch.device("cuda" if ... else "cpu")
         if isinstance(device, (cst.Name, cst.Attribute)):
             spelled = code_of(device)
             if spelled in self._resolving_devices:

@@ -676,6 +676,7 @@ class Project:
                     elif caller in converted:
                         at_call.setdefault(caller, []).append((qualified, written))
         option_defaults = self._option_defaults()
+        local_devices = self._local_devices()
         roles: dict[Path, ModuleRole] = {}
         for module in self.by_path.values():
             name = module.name
@@ -704,6 +705,7 @@ class Project:
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 meets_wrapped_models=any(name in self.reach[entry] for entry in self.drivers),
+                local_devices=local_devices if name in self.converted else frozenset(),
                 program_loaders=self._program_loaders(name) if name in self.converted else (),
                 loader_attributes=self._loader_attributes(name) if name in self.converted or name in training else (),
                 option_defaults=option_defaults if name in self.converted else (),
@@ -821,6 +823,20 @@ class Project:
             if None not in defaults
         )
 
+    def _local_devices(self) -> frozenset[str]:
+        """Module-level names of the project bound once, to a device every process resolves to its own:
+        ``device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`` in a config module."""
+        found: set[str] = set()
+        for module in self.by_path.values():
+            bound: dict[str, list[ast.expr]] = {}
+            for statement in module.tree.body:
+                if isinstance(statement, ast.Assign):
+                    for target in statement.targets:
+                        if isinstance(target, ast.Name):
+                            bound.setdefault(target.id, []).append(statement.value)
+            found |= {f"{module.name}.{name}" for name, values in bound.items() if len(values) == 1 and _local_device(values[0])}
+        return frozenset(found)
+
     def _may_train(self, name: str) -> bool:
         """Whether a module calls ``backward()``, steps anything, or builds an optimizer: an engine of a library
         (`create_supervised_trainer(model, optimizer, loss)`) may run the backward where the project cannot see."""
@@ -909,6 +925,19 @@ class Project:
         if within is not None:
             entries = {name for name in entries if self.modules[name].path in within}
         return tuple(sorted({self.modules[name].path.parent for name in entries}))
+
+
+def _local_device(value: ast.expr) -> bool:
+    """``"cuda"``, ``"cpu"``, a conditional between them, or ``torch.device`` of one: each process's own device."""
+    if isinstance(value, ast.Constant):
+        return value.value in ("cuda", "cpu")
+    if isinstance(value, ast.IfExp):
+        return _local_device(value.body) and _local_device(value.orelse)
+    if isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords:
+        func = value.func
+        spelled = f"{func.value.id}.{func.attr}" if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
+        return spelled == "torch.device" and _local_device(value.args[0])
+    return False
 
 
 # `from .models import create_model, (...)` and `import utils.tools as tools`, read from text.

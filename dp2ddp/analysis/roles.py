@@ -59,6 +59,9 @@ class ModuleRole:
     # A module of a program that wraps its models in DDP, which may be handed the wrapped model:
     # `isinstance(model, nn.DataParallel)` here must hold for DDP too.
     meets_wrapped_models: bool = False
+    # Module-level names of the project, qualified, bound to a device every process resolves to its own
+    # (`config.device = torch.device("cuda" if ... else "cpu")`): a move to one after the wrap is no hazard.
+    local_devices: frozenset[str] = frozenset()
     # DataParallel subclasses of other project modules this module wraps models in, with where each is defined.
     subclass_wraps: tuple[tuple[str, Site], ...] = ()
     # Meter classes of other project modules this module builds (`utils.AverageMeter(...)`): they keep

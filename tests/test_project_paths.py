@@ -419,3 +419,35 @@ def test_a_device_a_config_module_binds_to_cuda_or_cpu_is_each_processs_own(tmp_
     completed = _cli(root, "convert", "--project", "train.py")
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "DDP212" not in completed.stderr and "DDP213" not in completed.stderr
+
+
+def test_option_defaults_are_read_from_the_program_not_from_other_scripts(tmp_path: Path) -> None:
+    """The training program's options module defaults `--batch_size` to 32; a test script beside it defaults its own
+    to 1. The training loader's batch is not floored for a default of 1 (DDP336), nor does check say so (DDP531)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "options.py").write_text(
+        "import argparse\n\n\ndef parse():\n    parser = argparse.ArgumentParser()\n"
+        "    parser.add_argument('--batch_size', type=int, default=32)\n    return parser.parse_args()\n",
+        encoding="utf-8",
+    )
+    (root / "net.py").write_text(
+        "import torch.nn as nn\n\n\ndef build():\n    return nn.DataParallel(nn.Linear(4, 1))\n", encoding="utf-8"
+    )
+    (root / "test_model.py").write_text(
+        "import argparse\nimport net\n\nparser = argparse.ArgumentParser()\nparser.add_argument('--batch_size', type=int, default=1)\n"
+        "if __name__ == '__main__':\n    net.build()\n",
+        encoding="utf-8",
+    )
+    (root / "train.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nimport options\nimport net\n\n"
+        "opt = options.parse()\nmodel = net.build()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=opt.batch_size, shuffle=True)\n"
+        "for epoch in range(2):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
+        encoding="utf-8",
+    )
+    completed = _cli(root, "convert", "--project", "train.py")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "DDP336" not in completed.stderr and "DDP111" not in completed.stderr, completed.stderr
+    assert "max(1," not in (root / "train.py").read_text(encoding="utf-8")

@@ -465,8 +465,9 @@ class Project:
         check judges them where they are defined, never by their names.
         """
         roles: dict[Path, ModuleRole] = {}
-        option_defaults = self._option_defaults()
+        program_options: dict[frozenset[str], tuple[tuple[str, int], ...]] = {}
         for module in self.by_path.values():
+            option_defaults = self._program_options(module.name, program_options)
             found: dict[str, Site] = {}
             called: set[str] = set()
             for _, target, function, qualified in self.calls(module):
@@ -675,7 +676,7 @@ class Project:
                         unguarded.setdefault(caller, []).append((qualified, written))
                     elif caller in converted:
                         at_call.setdefault(caller, []).append((qualified, written))
-        option_defaults = self._option_defaults()
+        program_options: dict[frozenset[str], tuple[tuple[str, int], ...]] = {}
         local_devices = self._local_devices()
         roles: dict[Path, ModuleRole] = {}
         for module in self.by_path.values():
@@ -708,7 +709,7 @@ class Project:
                 local_devices=local_devices if name in self.converted else frozenset(),
                 program_loaders=self._program_loaders(name) if name in self.converted else (),
                 loader_attributes=self._loader_attributes(name) if name in self.converted or name in training else (),
-                option_defaults=option_defaults if name in self.converted else (),
+                option_defaults=self._program_options(name, program_options) if name in self.converted else (),
                 foreign_set_devices=self._foreign_set_devices(name, training) if name in self.drivers else (),
                 helpers_module=helpers_module if (name in self.converted or name in inside or name in training) else None,
             )
@@ -804,10 +805,20 @@ class Project:
                     found.add(node.name.rpartition(".")[2])
         return frozenset(found)
 
-    def _option_defaults(self) -> tuple[tuple[str, int], ...]:
-        """Each option the project's modules declare with integer literal defaults only: the smallest default."""
+    def _program_options(self, name: str, cache: dict[frozenset[str], tuple[tuple[str, int], ...]]) -> tuple[tuple[str, int], ...]:
+        """The option defaults of the programs module ``name`` is part of: a test script's `--batch_size` default 1
+        says nothing of the training program's, whose options module defaults it to 32."""
+        program = frozenset(n for reached in self.reach.values() if name in reached for n in reached)
+        if program not in cache:
+            cache[program] = self._option_defaults(program or None)
+        return cache[program]
+
+    def _option_defaults(self, modules: frozenset[str] | None = None) -> tuple[tuple[str, int], ...]:
+        """Each option ``modules`` (by default the project's) declare with integer literal defaults only: the smallest default."""
         found: dict[str, list[int | None]] = {}
         for module in self.by_path.values():
+            if modules is not None and module.name not in modules:
+                continue
             for call, spelled in module.calls:
                 if not spelled.endswith(".add_argument"):
                     continue

@@ -192,10 +192,14 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
             if (name, id(within), position) in seen:
                 continue
             seen.add((name, id(within), position))
-            for node in analysis.within(within, cst.Name):
+            # `loaders["val"]`, a loader kept under a key of a dict: its reads spelled so.
+            keyed = [n for n in analysis.within(within, cst.Subscript) if code_of(n) == name] if "[" in name else []
+            for node in [*analysis.within(within, cst.Name), *keyed]:
                 parent = analysis.parents[node]
-                if node.value != name or isinstance(parent, cst.Param):
+                if isinstance(node, cst.Name) and node.value != name or isinstance(parent, cst.Param):
                     continue
+                if isinstance(parent, cst.AssignTarget):
+                    continue  # `loaders["val"] = DataLoader(...)`: the loader being bound
                 use: cst.CSTNode = parent if isinstance(parent, cst.Attribute) and parent.attr is node else node
                 if is_bound_here(analysis, use):
                     continue  # the loader being bound

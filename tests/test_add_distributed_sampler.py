@@ -1715,3 +1715,32 @@ def main():
 """
     result = convert_source(source, ConvertOptions(batch=batch))  # type: ignore[arg-type]
     assert f"sampler={wrapped})" in result.output
+
+
+def test_a_dataset_built_inside_a_loader_handed_to_a_function_is_bound_on_the_line_before() -> None:
+    """`train(DataLoader(TensorDataset(...), ...))`: the dataset the sampler needs too goes to a name just before
+    the line (it was refused with DDP304, "bind the dataset to a name first")."""
+    from textwrap import dedent
+
+    from dp2ddp.api import convert_source
+
+    result = convert_source(dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        model = nn.DataParallel(nn.Linear(4, 1))
+
+
+        def train(loader):
+            for x, y in loader:
+                nn.functional.mse_loss(model(x), y).backward()
+
+
+        train(DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True))
+        """
+    ))  # fmt: skip
+    assert result.changed, result.findings
+    assert "dataset = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))\ntrain(DataLoader(dataset," in result.output
+    assert "sampler=DistributedSampler(dataset, shuffle=True)" in result.output

@@ -114,7 +114,7 @@ CASES = [
         _script(
             """
             model = nn.Linear(4, 1)
-            if args.parallel:
+            if args.teacher:
                 model = nn.DataParallel(model)
             """
         ),
@@ -463,33 +463,25 @@ CASES = [
         _script(
             "model = nn.DataParallel(nn.Linear(4, 1))\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
             """
-            def train(loader):
-                for x, y in loader:
-                    loss = nn.functional.mse_loss(model(x), y)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-
-
-            train(DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True))
+            for x, y in DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True):
+                loss = nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
             """,
         ),
         _script(
             "model = nn.DataParallel(nn.Linear(4, 1))\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
             """
-            def train(loader):
-                for x, y in loader:
-                    loss = nn.functional.mse_loss(model(x), y)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-
-
             dataset = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
-            train(DataLoader(dataset, batch_size=8, shuffle=True))
+            for x, y in DataLoader(dataset, batch_size=8, shuffle=True):
+                loss = nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
             """,
         ),
-        id="a dataset built inside a loader handed to train() converts once it is bound to a name",
+        id="a dataset built inside a loader a for loop iterates converts once it is bound to a name",
     ),
     pytest.param(
         "DDP314",

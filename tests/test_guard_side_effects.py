@@ -696,3 +696,38 @@ if __name__ == "__main__":
     result = convert_source(source)
     assert "if is_main_process():\n            with open(" in result.output
     assert "DDP422" not in {f.code for f in result.findings}
+
+
+def test_a_logger_that_forces_its_file_to_disk_opens_it_on_the_main_process_only() -> None:
+    """`os.fsync(self.file.fileno())` is a write of its own: routed to os.devnull, the other processes' fsync raised
+    EINVAL at exit (AlignedReID's Logger); guarded, the file is the main process's alone."""
+    source = dedent(
+        """
+        import os
+        import sys
+        import torch
+
+
+        class Logger:
+            def __init__(self, fpath):
+                self.console = sys.stdout
+                self.file = open(fpath, "w")
+
+            def write(self, msg):
+                self.console.write(msg)
+                self.file.write(msg)
+
+            def flush(self):
+                self.file.flush()
+                os.fsync(self.file.fileno())
+
+
+        if __name__ == "__main__":
+            sys.stdout = Logger("log.txt")
+            model = torch.nn.DataParallel(torch.nn.Linear(4, 1))
+            print("start")
+        """
+    )
+    output = convert_source(source).output
+    assert "os.devnull" not in output
+    assert "        if is_main_process():\n            self.file.flush()\n            os.fsync(self.file.fileno())\n" in output

@@ -1313,3 +1313,33 @@ def test_a_penalty_added_to_the_loss_of_a_wrapped_attribute_converts() -> None:
         """
     )
     assert not [code for code in _codes(result) if code.endswith("DDP222")], result.findings
+
+
+def test_a_forward_through_a_slice_of_its_blocks_passes_find_unused_parameters() -> None:
+    """A progressive network runs `self.blocks[:self.depth]`: the deeper blocks get no gradient until it grows, and
+    DDP without find_unused_parameters stops at the second step (pro_gan_pytorch)."""
+    result = _convert(
+        """
+        import torch
+        import torch.nn as nn
+
+
+        class Generator(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+                self.depth = 1
+
+            def forward(self, x):
+                for block in self.blocks[: self.depth]:
+                    x = block(x)
+                return x
+
+
+        if __name__ == "__main__":
+            model = nn.DataParallel(Generator())
+            print(model(torch.randn(2, 4)))
+        """
+    )
+    assert "wrap_ddp(Generator(), find_unused_parameters=True)" in result.output, result.findings
+    assert [code for code in _codes(result) if code.endswith("DDP215")], result.findings

@@ -8,7 +8,8 @@ A class may leave a sub-module ``self.x`` without a gradient when:
 
 - forward, and the methods it calls, never name it;
 - a method walks ``self.x``'s children (``self.x._modules.items()``, ``self.x.children()``) and may
-  stop or skip (``break``, ``continue``): the layers after it get none;
+  stop or skip (``break``, ``continue``), or walks a slice of it (``self.layers[:depth]``): the layers
+  after it get none;
 - ``__init__`` builds it unconditionally and every use is under a condition other than
   ``self.training`` (built under a condition, it is taken to be used under the same one);
 - it is built from another class of which one of these holds.
@@ -195,6 +196,13 @@ def _walk_that_stops(method: ast.FunctionDef) -> str | None:
     for loop in ast.walk(method):
         if not isinstance(loop, ast.For):
             continue
+        sliced = next(
+            (n.value for n in ast.walk(loop.iter) if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Slice) and _is_self_attribute(n.value)),
+            None,
+        )
+        if sliced is not None:
+            # `for block in self.layers[:depth]`: a progressive network uses the blocks up to its current depth.
+            return f"self.{sliced.attr}"  # type: ignore[attr-defined]
         walked = next((n for n in ast.walk(loop.iter) if isinstance(n, ast.Attribute) and n.attr in _CHILD_WALKS), None)
         if walked is None or not _is_self_attribute(walked.value):
             continue

@@ -451,3 +451,22 @@ def test_option_defaults_are_read_from_the_program_not_from_other_scripts(tmp_pa
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "DDP336" not in completed.stderr and "DDP111" not in completed.stderr, completed.stderr
     assert "max(1," not in (root / "train.py").read_text(encoding="utf-8")
+
+
+def test_a_file_name_in_a_string_is_no_import_of_the_script_it_names(tmp_path: Path) -> None:
+    """`logging.basicConfig(filename="train.log")` in train.py read as a module `train` imported by name made the entry
+    look imported, and its wrap was skipped as a self-test with exit 0 (NER-BERT-pytorch)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "train.py").write_text(
+        "import logging\nimport torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "if __name__ == '__main__':\n    logging.basicConfig(filename='train.log')\n"
+        "    model = nn.DataParallel(nn.Linear(4, 1))\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n"
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
+        encoding="utf-8",
+    )
+    completed = _cli(root, "convert", "--project", "train.py")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "wrap_ddp(" in (root / "train.py").read_text(encoding="utf-8")

@@ -48,6 +48,12 @@ _WRAP_NAMES = frozenset({"DataParallel", names.WRAP_HELPER})
 
 # A dotted name in a string: `"processor.recognition.REC_Processor"`.
 DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+# `"train.log"`, `"config.yaml"`: a file's name, not a module's, though it reads as a dotted name.
+FILE_SUFFIXES = frozenset({
+    "log", "txt", "json", "yaml", "yml", "py", "pth", "pt", "pkl", "pickle", "csv", "tsv", "npy", "npz", "png", "jpg",
+    "jpeg", "gif", "h5", "hdf5", "tar", "gz", "zip", "md", "cfg", "ini", "dat", "ckpt", "bin", "onnx", "mat", "xml",
+    "html", "out", "err", "wav", "mp4", "avi", "toml", "lock", "state", "model", "weights", "params", "tfevents",
+})
 PACKAGE_PREFIX = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\.$")
 _DOTTED_STRING = re.compile(r"""['"]([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)['"]""")
 # A package named by a string that a module name is added to at run time: `"models.trainer." + name`,
@@ -189,6 +195,8 @@ class Project:
                 for dotted in re.findall(r"[A-Za-z_][\w.]*", match.group("plain").split(" as ")[0]):
                     found |= self._resolve_path(path, dotted, 0)
         for dotted in _DOTTED_STRING.findall(source):  # a module named by a string, imported at run time
+            if dotted.rpartition(".")[2].lower() in FILE_SUFFIXES:
+                continue
             found |= self._resolve_path(path, dotted, 0) or self._resolve_path(path, dotted.rpartition(".")[0], 0)
         for dotted in _PACKAGE_PREFIX.findall(source):
             found |= self._package_modules(path, dotted)
@@ -310,7 +318,10 @@ class Project:
         for node in ast.walk(module.tree):
             # `import_class("processor.recognition.REC_Processor")`, `importlib.import_module("models.resnet")`:
             # a module of the project named by a string is imported at run time all the same.
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED_NAME.match(node.value):
+            if (
+                isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED_NAME.match(node.value)
+                and node.value.rpartition(".")[2].lower() not in FILE_SUFFIXES
+            ):  # fmt: skip
                 named = self._resolve(module, node.value, 0) or self._resolve(module, node.value.rpartition(".")[0], 0)
                 if named is not None and named != module.name:
                     module.imports.add(named)

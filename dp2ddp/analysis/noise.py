@@ -21,18 +21,13 @@ import libcst as cst
 import libcst.matchers as m
 
 from dp2ddp.analysis.syntax import code_of
+from dp2ddp.analysis.training_batches import RANDOM_DRAWS
 
 if TYPE_CHECKING:
     from dp2ddp.analysis.module import Analysis
 
-# torch functions that draw a tensor of the size their arguments give.
-TORCH_DRAWS = frozenset(
-    f"torch.{name}"
-    for name in (
-        "randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm", "normal", "bernoulli",
-        "multinomial", "poisson",
-    )
-)  # fmt: skip
+# torch functions that draw a tensor of the size their arguments give: those that make synthetic batches, and masks.
+TORCH_DRAWS = RANDOM_DRAWS | {f"torch.{name}" for name in ("bernoulli", "multinomial", "poisson")}
 # numpy.random functions that are not draws.
 _NUMPY_STATE = frozenset(
     f"numpy.random.{name}"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import QualifiedNameSource
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
@@ -35,6 +36,7 @@ from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed
 from dp2ddp.analysis.syntax import call_to, code_of
 from dp2ddp.analysis.script import entry_point
 from dp2ddp.analysis.effects import opens_for_writing, under_rank_guard
+from dp2ddp.analysis.writers import built_from_import
 from .guard_side_effects import MAIN_PROCESS_HELPER_SOURCE
 
 MAIN_PROCESS_FIRST_HELPER_SOURCE = f'''
@@ -119,7 +121,7 @@ class DownloadOnceCommand(Dp2ddpCodemod):
         if not writes:
             return None
         reads = [c for function in run for c in self._file_calls(function, "reads")]
-        if not reads or any(self._file_calls(function, "collectives") for function in run):
+        if not reads or any(self._file_calls(function, "collectives") or self._runs_training_code(function) for function in run):
             return None
         self._runs[call] = run
         return code_of(writes[0].func), code_of(reads[0].func)
@@ -145,6 +147,23 @@ class DownloadOnceCommand(Dp2ddpCodemod):
         return m.matches(call.func, m.Name(names.WRAP_HELPER) | m.Name(names.SETUP_HELPER)) or self.matches(
             call, call_to(names.DISTRIBUTED_DATA_PARALLEL | names.DATA_PARALLEL | names.INIT_PROCESS_GROUP)
         )
+
+    def _runs_training_code(self, function: cst.FunctionDef) -> bool:
+        """Whether ``function`` calls code of another project module that wraps a model or trains, directly
+        or through an object it built (``model = EdgeConnect(config)``, then ``model.train()``).
+
+        That code may reach a collective, and a barrier around it would hang: such a call is not
+        ordered as a whole; the calls inside it that write and then read are ordered instead.
+        """
+        training = self.analysis.role.training_calls
+        for call in self.analysis.within(function.body, cst.Call):
+            imported = [q.name for q in self.analysis.qualified_names(call.func) if q.source is QualifiedNameSource.IMPORT]
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            if not imported and isinstance(receiver, cst.Name):
+                imported = built_from_import(self.analysis, receiver)
+            if any(q in training for q in imported):
+                return True
+        return False
 
     def _reads_file(self, call: cst.Call) -> bool:
         opens = call_to({"builtins.open"})

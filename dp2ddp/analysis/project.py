@@ -141,6 +141,7 @@ class Project:
                 module.entry = True
         self.wrapping = {m.name for m in self.by_path.values() if m.wraps}
         self.reach = {m.name: self.reachable(m.name) for m in self.by_path.values() if m.entry}
+        self._training_reach: dict[str, bool] = {}
         training = {entry for entry, reached in self.reach.items() if reached & self.wrapping}
         # Modules that build the DataLoaders of a program that trains a wrapped model: split there.
         reached = set().union(*(self.reach[entry] for entry in training))
@@ -601,6 +602,7 @@ class Project:
         wraps: dict[str, list[tuple[str, Site]]] = {}
         loader_sources: dict[str, list[tuple[str, Site]]] = {}
         project_calls: dict[str, set[str]] = {}
+        training_calls: dict[str, set[str]] = {}
         meters: dict[str, set[str]] = {}
         freezing: dict[str, set[str]] = {}
         subclass_wraps: dict[str, list[tuple[str, Site]]] = {}
@@ -610,6 +612,8 @@ class Project:
         for module in self.by_path.values():
             for call, target, function, qualified in self.calls(module):
                 project_calls.setdefault(module.name, set()).add(qualified)
+                if self._reaches_training(target):
+                    training_calls.setdefault(module.name, set()).add(qualified)
                 if function in self.modules[target].meters:
                     meters.setdefault(module.name, set()).add(qualified)
                 if function in self.modules[target].freezing:
@@ -712,6 +716,7 @@ class Project:
                     if name in self.converted | set(inside) | training
                     else frozenset()
                 ),
+                training_calls=frozenset(training_calls.get(name, ())),
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 freezing_classes=frozenset(freezing.get(name, ())),
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
@@ -858,6 +863,14 @@ class Project:
                             bound.setdefault(target.id, []).append(statement.value)
             found |= {f"{module.name}.{name}" for name, values in bound.items() if len(values) == 1 and _local_device(values[0])}
         return frozenset(found)
+
+    def _reaches_training(self, name: str) -> bool:
+        """Whether module ``name``, or one it imports, wraps a model or may train: its code may reach a collective."""
+        found = self._training_reach.get(name)
+        if found is None:
+            found = any(other in self.wrapping or self._may_train(other) for other in self.reachable(name))
+            self._training_reach[name] = found
+        return found
 
     def _may_train(self, name: str) -> bool:
         """Whether a module calls ``backward()``, steps anything, or builds an optimizer: an engine of a library

@@ -83,6 +83,10 @@ class ModuleRole:
     # Qualified names of the other project functions and classes this module calls whose writes the project
     # handles (converted there, guarded inside, guarded at the call, or none): no DDP422 for them.
     project_calls: frozenset[str] = frozenset()
+    # Qualified names of the other project functions and classes this module calls whose module, or one it
+    # imports, wraps a model or trains (`EdgeConnect(config)`, whose `train()` runs DDP's backward): code
+    # that runs one may reach a collective, so no barrier goes around it.
+    training_calls: frozenset[str] = frozenset()
     # Where the distributed helpers come from: a module of the project, or None to inline them.
     helpers_module: str | None = None
 

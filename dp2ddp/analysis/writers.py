@@ -91,7 +91,7 @@ def imported_writer_calls(analysis: Analysis) -> list[cst.Call]:
         imported = [q.name for q in analysis.qualified_names(call.func) if q.source is QualifiedNameSource.IMPORT]
         if not imported and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
             # `checkpoint_io.save(...)` on an object built from another file's class.
-            imported = _built_from_import(analysis, call.func.value)
+            imported = built_from_import(analysis, call.func.value)
         if any(q in analysis.role.project_calls for q in imported):
             continue  # The project's own code: converted there, guarded there or here, or it does not write.
         if not imported or any(q.startswith(("torch.", "builtins.")) for q in imported):
@@ -102,7 +102,7 @@ def imported_writer_calls(analysis: Analysis) -> list[cst.Call]:
     return found
 
 
-def _built_from_import(analysis: Analysis, receiver: cst.Name) -> list[str]:
+def built_from_import(analysis: Analysis, receiver: cst.Name) -> list[str]:
     """The imported callables ``receiver`` is built by, when every binding of it calls one."""
     bindings = analysis.bindings(receiver) or []
     built: list[str] = []

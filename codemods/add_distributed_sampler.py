@@ -39,7 +39,7 @@ from dp2ddp.analysis.loaders import (
     splits_itself,
 )
 from dp2ddp.analysis.noise import batch_noise_lines
-from dp2ddp.analysis.training_batches import TrainingBatches
+from dp2ddp.analysis.training_batches import RANDOM_DRAWS, TrainingBatches
 from dp2ddp.analysis.module import Analysis, Holder
 from dp2ddp.analysis.batches import COMMON_WORLD_SIZES, divided_batch, gpu_count_scalings, literal_size
 from dp2ddp.analysis.options import integer_option_default
@@ -188,6 +188,8 @@ class {names.WORKER_INIT_HELPER}:
                 numpy.random.seed((int(numpy.random.randint(0, 2**31)) + self.rank) % 2**32)
             torch.manual_seed((torch.initial_seed() + self.rank) % 2**63)
 '''
+# What `random` and `numpy.random` offer that draws nothing from the shared state.
+NOT_DRAWS = frozenset({"seed", "getstate", "setstate", "get_state", "set_state", "Random", "RandomState", "default_rng", "Generator", "SeedSequence"})
 DRAWN_PER_PROCESS_SOURCE = f'''
 class {names.DRAWN_PER_PROCESS_HELPER}(torch.utils.data.Dataset):
     """The dataset, drawing its random augmentations from a stream of this process's own.
@@ -1375,15 +1377,16 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     @cached_property
     def _draws_augmentations(self) -> bool:
-        """Whether the file draws random augmentations: a torchvision ``Random*`` transform, or a dataset's
-        ``__getitem__`` that calls ``random`` or ``numpy.random``."""
+        """Whether the program draws random augmentations: a torchvision ``Random*`` transform, or a draw from
+        ``random``, ``numpy.random`` or torch in a dataset class (one with ``__getitem__``), in this file or in
+        another module of its programs."""
+        if self.analysis.role.augmentations is not None:
+            return True
         for call in self.analysis.nodes(cst.Call):
             qualified = {q.name for q in self.analysis.qualified_names(call.func)}
             if any(q.startswith("torchvision.transforms.") and q.rsplit(".", 1)[-1].startswith("Random") for q in qualified):
                 return True
-            if any(q.startswith(("random.", "numpy.random.")) for q in qualified) and any(
-                isinstance(a, cst.FunctionDef) and a.name.value == "__getitem__" for a in self.analysis.ancestors(call)
-            ):
+            if any(_draws_shared(q) for q in qualified) and not argument(call, 99, "generator") and _per_item(self.analysis, call):
                 return True
         return False
 
@@ -1686,3 +1689,20 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return module
         return add_helper(module, self.facts, names.SHARDED_SAMPLER_HELPER, SHARDED_SAMPLER_SOURCE)
 
+
+def _draws_shared(qualified: str) -> bool:
+    """A draw from Python's, NumPy's or torch's shared random state; not a seed, a state or a generator of its own."""
+    if qualified in RANDOM_DRAWS:
+        return True
+    module, _, name = qualified.rpartition(".")
+    return module in ("random", "numpy.random") and name not in NOT_DRAWS
+
+
+def _per_item(analysis: Analysis, call: cst.Call) -> bool:
+    """In a method of a dataset class (one with ``__getitem__``) other than ``__init__``: drawn for each item read."""
+    ancestors = list(analysis.ancestors(call))
+    method = next((a for a in ancestors if isinstance(a, cst.FunctionDef)), None)
+    owner = next((a for a in ancestors if isinstance(a, cst.ClassDef)), None)
+    if method is None or owner is None or method.name.value == "__init__":
+        return False
+    return any(isinstance(s, cst.FunctionDef) and s.name.value == "__getitem__" for s in owner.body.body)

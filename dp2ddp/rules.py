@@ -1446,8 +1446,9 @@ RULES: dict[str, Rule] = {
             "random state every process shares: its dataset now draws them from a stream of each process's own "
             "(`DrawnPerProcess`), so the processes do not draw the same crops and flips for different samples",
             doc=_doc(
-                "Finds a split training loader without worker processes in a file that draws random augmentations "
-                "(a torchvision `Random*` transform, `random` or `numpy.random` in a dataset's `__getitem__`).",
+                "Finds a split training loader without worker processes in a program that draws random augmentations, "
+                "in its own file or another module of the project: a torchvision `Random*` transform, or a draw from "
+                "`random`, `numpy.random` or torch in a dataset class's `__getitem__` or the methods it calls.",
                 "Every process starts from rank 0's random state, so that a split drawn at start-up is one split. "
                 "The main process would then draw the same sequence of augmentations on every process, where "
                 "DataParallel drew one sequence for the whole batch.",

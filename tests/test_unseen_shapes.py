@@ -691,3 +691,86 @@ def test_a_loader_a_scoring_function_builds_and_reads_under_no_grad_stays_whole(
     result = convert_source(_script(setup, "print(inception_score(torch.randn(16, 4), model))"))
     assert "loader = DataLoader(imgs, batch_size=batch_size)\n" in result.output
     assert "DistributedSampler(dataset, shuffle=True)" in result.output or "sampler=DistributedSampler(" in result.output
+
+
+def test_a_dataset_that_draws_in_a_helper_method_draws_per_process() -> None:
+    """The crop is drawn in `_sync_transform`, which `__getitem__` calls: still an augmentation of the dataset."""
+    setup = """
+        import random
+        class Crops(torch.utils.data.Dataset):
+            def __len__(self):
+                return 32
+            def _sync_transform(self, x):
+                start = random.randint(0, 2)
+                return x[start:start + 4]
+            def __getitem__(self, index):
+                return self._sync_transform(torch.arange(6.0)), torch.zeros(1)
+        model = nn.DataParallel(nn.Linear(4, 1))
+        """
+    source = _script(setup).replace(
+        "DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)",
+        "DataLoader(Crops(), batch_size=8, shuffle=True)",
+    )
+    result = convert_source(source)
+    assert "DrawnPerProcess(" in result.output and any(f.code == "DDP338" for f in result.findings)
+
+
+DATASET_MODULE = '''
+import random
+
+import torch
+
+
+class Segments(torch.utils.data.Dataset):
+    def __len__(self):
+        return 32
+
+    def _sync_transform(self, x):
+        {draw}
+        return x[start:start + 4]
+
+    def __getitem__(self, index):
+        return self._sync_transform(torch.arange(6.0)), torch.zeros(1)
+'''
+TRAIN_MODULE = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+from data.segments import Segments
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.DataParallel(nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(dataset=Segments(), batch_size=8, shuffle=True)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize("draw, per_process", [("start = random.randint(0, 2)", True), ("start = index % 3", False)])
+def test_a_dataset_of_another_module_that_draws_augmentations_draws_per_process(tmp_path, draw: str, per_process: bool) -> None:
+    """Fast-SCNN: the dataset's crops are drawn in a module of the `data` package and the loader has no workers. Every
+    process would draw the same crops for different samples; a dataset that draws nothing is left as it is."""
+    from dp2ddp.projects import convert_project
+
+    (tmp_path / "data").mkdir()
+    sources = {
+        tmp_path / "data" / "__init__.py": "",
+        tmp_path / "data" / "segments.py": DATASET_MODULE.replace("{draw}", draw),
+        tmp_path / "train.py": TRAIN_MODULE,
+    }
+    result = convert_project(tmp_path, sources)
+    train = result.files[tmp_path / "train.py"]
+    assert ("DataLoader(dataset=DrawnPerProcess(dataset, dist.get_rank())" in train.output) is per_process
+    assert any(f.code == "DDP338" for f in train.findings) is per_process

@@ -100,6 +100,33 @@ class _Module:
         return self.path.name == "__init__.py"
 
 
+# A draw from Python's, NumPy's or torch's shared random state (not a seed, a state or a generator of its own).
+_RANDOM_DRAW = re.compile(
+    r"^((random|np\.random|numpy\.random)\.(?!(seed|getstate|setstate|get_state|set_state|Random|RandomState|"
+    r"default_rng|Generator|SeedSequence)$)\w+|torch\.(rand\w*|bernoulli|normal|multinomial))$"
+)
+# A random transform: torchvision's `transforms.RandomCrop(...)`, or a project's own `RandomScale(...)`;
+# not a `RandomDataset` or a `RandomIdentitySampler`.
+_RANDOM_TRANSFORM = re.compile(r"(^|\.)Random[A-Z]\w*(?<!Dataset)(?<!Sampler)(?<!Loader)(?<!State)(?<!Generator)$")
+
+
+def _draws_augmentation(module: _Module, call: ast.Call, spelled: str) -> bool:
+    """A random transform built, or a draw per item in a dataset class (a method other than ``__init__`` of a class
+    with ``__getitem__``) from the shared random state: an augmentation."""
+    if _RANDOM_TRANSFORM.search(spelled):
+        return True
+    if not _RANDOM_DRAW.match(spelled) or any(k.arg == "generator" for k in call.keywords):
+        return False
+    return any(
+        isinstance(method, ast.FunctionDef)
+        and method.name != "__init__"
+        and method.lineno <= call.lineno <= (method.end_lineno or method.lineno)
+        for definition in module.classes.values()
+        if any(isinstance(s, ast.FunctionDef) and s.name == "__getitem__" for s in definition.body)
+        for method in definition.body
+    )
+
+
 class Project:
     """The modules of one folder and what crosses between them."""
 
@@ -717,6 +744,7 @@ class Project:
                     else frozenset()
                 ),
                 training_calls=frozenset(training_calls.get(name, ())),
+                augmentations=self._program_augmentations(name) if name in self.converted or name in self.loading else None,
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 freezing_classes=frozenset(freezing.get(name, ())),
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
@@ -732,6 +760,16 @@ class Project:
             if role != ModuleRole():
                 roles[module.path] = role
         return roles
+
+    def _program_augmentations(self, name: str) -> Site | None:
+        """Where another module of the programs module ``name`` is part of draws random augmentations."""
+        program = set(self.reachable(name)).union(*(reached for reached in self.reach.values() if name in reached))
+        for other in sorted(program - {name}):
+            module = self.modules[other]
+            drawn = next((call for call, spelled in module.calls if _draws_augmentation(module, call, spelled)), None)
+            if drawn is not None:
+                return self.site(module, drawn)
+        return None
 
     def _skipping_classes(self, module: _Module) -> tuple[tuple[str, str, Site], ...]:
         """The model classes of the modules ``module`` reaches, but its own, that may leave a sub-module without a

@@ -83,6 +83,9 @@ class ModuleRole:
     # Qualified names of the other project functions and classes this module calls whose writes the project
     # handles (converted there, guarded inside, guarded at the call, or none): no DDP422 for them.
     project_calls: frozenset[str] = frozenset()
+    # Where another module of this module's programs draws random augmentations (a `Random*` transform, or
+    # `random` in a dataset class): a loader here without workers draws them alike on every process.
+    augmentations: Site | None = None
     # Qualified names of the other project functions and classes this module calls whose module, or one it
     # imports, wraps a model or trains (`EdgeConnect(config)`, whose `train()` runs DDP's backward): code
     # that runs one may reach a collective, so no barrier goes around it.

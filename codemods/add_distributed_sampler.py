@@ -349,6 +349,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.plans: dict[cst.Call, _LoaderPlan] = {}
         self.hoists: dict[cst.SimpleStatementLine, _LoaderPlan] = {}
         self.set_epochs: dict[cst.For, list[cst.BaseExpression]] = {}
+        # Epoch loops of functions that run more than once: their sampler advances by one each epoch instead.
+        self.advancing: set[cst.For] = set()
         # `except StopIteration:` handlers that re-iterate a loader, with the loaders.
         self.restarts: dict[cst.ExceptHandler | cst.While, list[cst.BaseExpression]] = {}
         self.dist = "dist"
@@ -1186,6 +1188,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             planned = self.set_epochs.setdefault(loop, [])
             if all(code_of(r) != holder.spelled for r in planned):  # one call, if both branches of an `if` build it
                 planned.append(cst.parse_expression(holder.spelled))
+                again = self._runs_again(loop, depth=3)
+                if again is not None:
+                    # Its epochs count from 0 on every call: the sampler counts the passes instead.
+                    self.advancing.add(loop)
+                    self.report(loop, "DDP340", function=again, loader=holder.spelled)
 
     def _passes(self, holders: list[Holder]) -> list[cst.CSTNode]:
         """Where a pass over the loader starts: ``for ... in loader`` (or ``enumerate(loader)``), ``iter(loader)``."""
@@ -1214,6 +1221,25 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _rebuilt(self, node: cst.CSTNode, depth: int) -> bool:
         """Whether ``node`` runs again for every turn of a loop: in one, or in a function called once, from one."""
         return self._in_a_loop(node, depth) is True
+
+    def _runs_again(self, loop: cst.For, depth: int) -> str | None:
+        """The function around ``loop`` that runs more than once, followed out through single callers: called in
+        two places or more, or from a loop. None where none is known to."""
+        node: cst.CSTNode = loop
+        for _ in range(depth + 1):
+            function = next((a for a in self.analysis.ancestors(node) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
+            if not isinstance(function, cst.FunctionDef):
+                return None  # an enclosing loop counts passes itself, or module level
+            name = function.name.value
+            method = isinstance(self.analysis.parents.get(self.analysis.parents.get(function)), cst.ClassDef)
+            spelled = m.Attribute(value=m.Name("self"), attr=m.Name(name)) if method else m.Name(name)
+            callers = [c for c in self.analysis.nodes(cst.Call) if m.matches(c.func, spelled)]
+            if len(callers) > 1 or (len(callers) == 1 and self._in_a_loop(callers[0], 0)):
+                return name
+            if len(callers) != 1:
+                return None
+            node = callers[0]
+        return None
 
     def _runs_once(self, node: cst.CSTNode, depth: int) -> bool:
         """Whether ``node`` runs at most once per run: in no loop, in functions each called once."""
@@ -1639,10 +1665,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return updated_node
         assert isinstance(original_node.target, cst.Name)
         epoch = original_node.target.value
-        calls = [
-            cst.parse_statement(f"{code_of(reference)}.{self._epoch_holder(reference)}.set_epoch({epoch})")
-            for reference in references
-        ]
+        calls = []
+        for reference in references:
+            sampler = f"{code_of(reference)}.{self._epoch_holder(reference)}"
+            advanced = f"{sampler}.epoch + 1" if original_node in self.advancing else epoch
+            calls.append(cst.parse_statement(f"{sampler}.set_epoch({advanced})"))
         return updated_node.with_changes(body=prepend_statements(updated_node.body, calls))
 
     def _epoch_holder(self, reference: cst.BaseExpression) -> str:

@@ -111,6 +111,9 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
                 self.report(call, "DDP237", part=code_of(analysis.parents[call].targets[0].target))  # type: ignore[attr-defined]
             else:
                 self.report(call, "DDP201")
+        if self.facts.converts_to_ddp:
+            for call in self.facts.loading_wraps:
+                self.report(call, "DDP239", call=code_of(call.func))
         for call in self.facts.unresolved_wraps:
             self.report(call, "DDP102", spelled=code_of(call.func))
         role = analysis.role

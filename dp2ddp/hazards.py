@@ -1336,7 +1336,8 @@ class DistributedHazards:
         """DataParallel a DDP process still runs: on a sub-module, through the functional form, or a subclass."""
         for call in self.analysis.nodes(cst.Call):
             if self.analysis.matches(call, call_to(names.DATA_PARALLEL | names.FUNCTIONAL_DATA_PARALLEL)):
-                if not self._in_helper(call) and not self._instead_of_ddp(call):
+                loads_only = call in self.analysis.script_facts.loading_wraps
+                if not self._in_helper(call) and not self._instead_of_ddp(call) and not loads_only:
                     self._report(call, "DDP535", call=code_of(call.func))
         for definition in self.analysis.nodes(cst.ClassDef):
             if any(self.analysis.matches(base.value, resolves_to(names.DATA_PARALLEL)) for base in definition.bases):

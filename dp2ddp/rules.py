@@ -934,6 +934,47 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP239",
+            "loading-wrap-kept",
+            "note",
+            "`{call}` only loads a checkpoint saved from a DataParallel model (its `module.` keys) and is unwrapped "
+            "at once: it runs no batch, so it stays as it was",
+            doc=_doc(
+                "Finds a DataParallel wrap whose model, until it is unwrapped (`model = model.module`, or "
+                "`next(model.children())`), only has state dicts loaded into it.",
+                "Such a wrap spreads nothing over the GPUs: it lets keys saved from a DataParallel model "
+                "(`module.conv1.weight`) load into the bare model. It may sit under any condition, since no process "
+                "trains through it.",
+                "encoder = nn.DataParallel(Encoder())\nencoder.load_state_dict(torch.load(path))\n"
+                "encoder = encoder.module",
+                "encoder = nn.DataParallel(Encoder())  # left as it was\nencoder.load_state_dict(torch.load(path))\n"
+                "encoder = encoder.module",
+                "Safe: the wrapper is gone before the model runs. On GPUs it moves the model to the first GPU "
+                "until the script moves it on.",
+            ),
+        ),
+        Rule(
+            "DDP240",
+            "model-wrapped-again-under-flag",
+            "note",
+            "the model is built and wrapped again under `{condition}`, which is not about GPUs; on the path that "
+            "skips it, the model is the one wrapped at line {line}, so every process trains a wrapped model either "
+            "way and the wrap converts where it is",
+            doc=_doc(
+                "Finds a DataParallel wrap under a condition that is not about GPUs (a command-line flag, a phase "
+                "of training), of a model the same function wrapped before that condition.",
+                "Every process must train a wrapped model. A flag that skips the wrap leaves the model bare, unless "
+                "it was wrapped already: then the flag only decides whether the model is rebuilt, which is the same "
+                "on every process.",
+                "if args.cuda:\n    model = nn.DataParallel(model).cuda()\n...\nif not args.state:\n"
+                "    model = Net(encoder=encoder)\n    if args.cuda:\n        model = nn.DataParallel(model).cuda()",
+                "model = wrap_ddp(model)\n...\nif not args.state:\n    model = Net(encoder=encoder)\n"
+                "    model = wrap_ddp(model)",
+                "Safe: the model is wrapped on both paths. A model bound again between the two wraps (other than by "
+                "a function of the file that returns the model it is handed) keeps DDP207.",
+            ),
+        ),
+        Rule(
             "DDP236",
             "part-wrap-beside-whole-wrap",
             "note",
@@ -1280,6 +1321,23 @@ RULES: dict[str, Rule] = {
                 "has no epoch loop to call `set_epoch` in, and every pass would repeat one order.",
                 "try:\n    batch = next(it)\nexcept StopIteration:\n    it = iter(loader)\n    batch = next(it)",
                 "except StopIteration:\n    loader.sampler.set_epoch(loader.sampler.epoch + 1)\n    it = iter(loader)",
+                "Safe: the sampler counts its own passes.",
+            ),
+        ),
+        Rule(
+            "DDP340",
+            "set-epoch-advances-across-calls",
+            "note",
+            "this epoch loop starts over each time `{function}` runs, and it runs more than once: `{loader}` now calls "
+            "`{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)` at each epoch, so no pass repeats an earlier order",
+            doc=_doc(
+                "Finds an epoch loop over a training loader in a function the script calls more than once (two "
+                "training phases, a loop over stages).",
+                "`set_epoch(epoch)` would give the second call's first epoch the first call's order, and so on: "
+                "the processes would see the same shuffles again, where DataParallel drew a new order every pass.",
+                "def train(model, loader, epochs):\n    for epoch in range(epochs):\n        ...\n"
+                "train(encoder, loader, 10)\ntrain(model, loader, 20)",
+                "    for epoch in range(epochs):\n        loader.sampler.set_epoch(loader.sampler.epoch + 1)",
                 "Safe: the sampler counts its own passes.",
             ),
         ),

@@ -774,3 +774,137 @@ def test_a_dataset_of_another_module_that_draws_augmentations_draws_per_process(
     train = result.files[tmp_path / "train.py"]
     assert ("DataLoader(dataset=DrawnPerProcess(dataset, dist.get_rank())" in train.output) is per_process
     assert any(f.code == "DDP338" for f in train.findings) is per_process
+
+
+PHASES = """
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--state", default=None)
+    parser.add_argument("--pretrained", default=None)
+    args = parser.parse_args()
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    if torch.cuda.is_available():
+        model = nn.DataParallel(model).cuda()
+    model = train(model, loader)
+    {between}
+    if not args.state:
+        {rebuild}
+        if torch.cuda.is_available():
+            model = nn.DataParallel(model).cuda()
+    model = train(model, loader)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_model_rebuilt_and_wrapped_again_under_a_flag_converts() -> None:
+    """erfnet: the decoder phase rebuilds the model under `if not args.state:` and wraps it again. On the other path the
+    model is the one wrapped before, so the flag decides nothing about DDP (DDP240, no DDP207)."""
+    result = convert_source(PHASES.replace("{between}", "pass").replace("{rebuild}", "model = nn.Linear(4, 1)"))
+    assert result.changed, result.findings
+    assert result.output.count("model = wrap_ddp(model)") == 2 and "nn.DataParallel(" not in result.output
+    assert [f.code for f in result.findings if f.code.startswith("DDP2")] == ["DDP240"]
+
+
+@pytest.mark.parametrize(
+    "between",
+    ["model = model.module if hasattr(model, 'module') else model", "model = nn.Linear(4, 1)"],
+)
+def test_a_model_rebuilt_under_a_flag_after_it_was_unwrapped_stays_refused(between: str) -> None:
+    """Bound again between the two wraps, the model on the path that skips the flag is no longer the wrapped one."""
+    result = convert_source(PHASES.replace("{between}", between).replace("{rebuild}", "model = nn.Linear(4, 1)"))
+    assert not result.changed
+    assert "DDP207" in {f.code for f in result.findings}
+
+
+@pytest.mark.parametrize(
+    "rebuild, loads_only",
+    [
+        (
+            "encoder = nn.DataParallel(nn.Linear(4, 1))\n        encoder.load_state_dict(torch.load(args.pretrained))\n"
+            "        model = encoder.module",
+            True,
+        ),
+        (
+            "encoder = nn.DataParallel(nn.Linear(4, 1))\n        encoder.load_state_dict(torch.load(args.pretrained))\n"
+            "        model = next(encoder.children())",
+            True,
+        ),
+        # the wrapper itself runs a batch: a wrap like any other, under a flag that is not about GPUs
+        (
+            "encoder = nn.DataParallel(nn.Linear(4, 1))\n        encoder.load_state_dict(torch.load(args.pretrained))\n"
+            "        print(encoder(torch.zeros(1, 4)))\n        model = encoder.module",
+            False,
+        ),
+    ],
+)
+def test_a_wrap_that_only_loads_a_checkpoint_stays_as_it_was(rebuild: str, loads_only: bool) -> None:
+    """`nn.DataParallel(m)` only to load `module.` keys, then unwrapped: it runs no batch, so it stays (DDP239)."""
+    from dp2ddp.check import check_source
+
+    result = convert_source(PHASES.replace("{between}", "pass").replace("{rebuild}", rebuild))
+    codes = {f.code for f in result.findings}
+    if loads_only:
+        assert result.changed and {"DDP239", "DDP240"} <= codes and "DDP207" not in codes
+        assert "encoder = nn.DataParallel(nn.Linear(4, 1))" in result.output
+        assert not [d for d in check_source(result.output).diagnostics if d.code == "DDP535"]
+    else:
+        assert not result.changed and "DDP207" in codes
+
+
+@pytest.mark.parametrize(
+    "calls, advances",
+    [
+        ("train(model, loader, 1)", False),
+        ("train(model, loader, 1)\n    train(model, loader, 2)", True),
+        ("for stage in range(3):\n        train(model, loader, 1)", True),
+    ],
+)
+def test_an_epoch_loop_in_a_function_run_more_than_once_advances_the_sampler(calls: str, advances: bool) -> None:
+    """Two training phases through one `train()`: `set_epoch(epoch)` would replay the first phase's orders."""
+    source = dedent(HEADER) + dedent(
+        """
+        def train(model, loader, epochs):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+
+        def main():
+            model = nn.DataParallel(nn.Linear(4, 1))
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            CALLS
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    ).replace("CALLS", calls)
+    result = convert_source(source)
+    advancing = "loader.sampler.set_epoch(loader.sampler.epoch + 1)" in result.output
+    assert advancing is advances and ("loader.sampler.set_epoch(epoch)" in result.output) is not advances
+    assert any(f.code == "DDP340" for f in result.findings) is advances

@@ -285,19 +285,31 @@ class ModelLifecycle:
     def _plan_conditions(self) -> None:
         """Hoist the wraps of GPU conditions, nested or not, all of one outermost ``if`` together, or block."""
         by_if: dict[cst.If, list[Wrap]] = {}
+        # The conditions each wrap leaves: all of them, or the GPU ones inside a flag that rebuilds the model.
+        gpu_conditions: dict[cst.Call, list[cst.If]] = {}
         both_branches = self._wrapped_on_both_branches()
         for wrap in self.wraps:
             if not wrap.conditions or wrap.call in both_branches:
                 continue
-            innermost = wrap.conditions[0]
+            conditions = wrap.conditions
             # Every condition that is not about GPUs, all in one run: fixing the innermost alone revealed the next.
-            not_gpu = [c.test for c in wrap.conditions if not self.is_gpu_condition(c.test)]
-            for test in not_gpu:
+            not_gpu = [c for c in conditions if not self.is_gpu_condition(c.test)]
+            earlier = self._wrapped_before(wrap, not_gpu) if not_gpu else None
+            if earlier is not None:
+                # A model built again and wrapped again under a flag: on the path that skips it, the model
+                # is the one wrapped earlier, so every process trains a wrapped model either way.
+                self.findings.append(Hazard(not_gpu[-1].test, "DDP240", (("condition", code_of(not_gpu[-1].test)), ("line", str(earlier)))))
+                conditions = [c for c in conditions if c not in not_gpu]
+                if not conditions:
+                    continue
+                not_gpu = []
+            for test in (c.test for c in not_gpu):
                 if not any(h.node is test for h in self.blockers):
                     self.blockers.append(Hazard(test, "DDP207", (("condition", code_of(test)),)))
             if not_gpu:
                 continue
-            if isinstance(innermost, cst.IfExp) and len(wrap.conditions) == 1:
+            innermost = conditions[0]
+            if isinstance(innermost, cst.IfExp) and len(conditions) == 1:
                 # `DataParallel(m) if gpu else m`, with or without a device move on the wrap.
                 wrap_is_body = innermost.body is wrap.call or (
                     m.matches(innermost.body, DEVICE_MOVE) and innermost.body.func.value is wrap.call  # type: ignore[attr-defined]
@@ -306,18 +318,19 @@ class ModelLifecycle:
                     self.collapsed[innermost] = wrap.call
                     continue
                 self.blockers.append(Hazard(wrap.call, "DDP204"))
-            elif any(isinstance(c, cst.IfExp) for c in wrap.conditions):
+            elif any(isinstance(c, cst.IfExp) for c in conditions):
                 self.blockers.append(Hazard(wrap.call, "DDP204"))
             else:
                 # `if cuda: if device_count() > 1: wrap`: every condition is about GPUs, so the
                 # wrap leaves them all, to just after the outermost one.
-                by_if.setdefault(wrap.conditions[-1], []).append(wrap)  # type: ignore[arg-type]
+                by_if.setdefault(conditions[-1], []).append(wrap)  # type: ignore[arg-type]
+                gpu_conditions[wrap.call] = conditions  # type: ignore[assignment]
         for condition, wraps in by_if.items():
             statements = [wrap.statement for wrap in wraps]
-            if all(w.statement is not None and self._can_leave(w.statement, w.conditions) for w in wraps):  # type: ignore[arg-type]
+            if all(w.statement is not None and self._can_leave(w.statement, gpu_conditions[w.call]) for w in wraps):  # type: ignore[arg-type]
                 self.hoisted[condition] = statements  # type: ignore[assignment]
                 for wrap in wraps:
-                    for left in wrap.conditions:
+                    for left in gpu_conditions[wrap.call]:
                         self._old_condition_uses(left, [wrap])  # type: ignore[arg-type]
             elif self._may_take_the_wrapping_branch(condition, wraps):
                 self.taken_branches.add(condition)
@@ -398,6 +411,62 @@ class ModelLifecycle:
             else:
                 return []
         return parts
+
+    def _wrapped_before(self, wrap: Wrap, flags: list[cst.If | cst.IfExp]) -> int | None:
+        """The line of an earlier wrap of the same model, when ``wrap`` wraps it again under ``flags`` (not about GPUs).
+
+        ``if args.cuda: model = DataParallel(model)`` first; later ``if not args.state: model = Net(encoder=...);
+        if args.cuda: model = DataParallel(model)``. The flags must be outside every GPU condition of the wrap, and
+        without an ``else``; the earlier wrap must be in the same block as the outermost flag, before it, under GPU
+        conditions only, and the model not bound again in between, unless by a function of this file that returns
+        the model it is handed (``model = load_my_state_dict(model, state)``).
+        """
+        conditions = wrap.conditions
+        if wrap.target is None or any(not isinstance(c, cst.If) or c.orelse is not None for c in flags):
+            return None
+        if conditions[len(conditions) - len(flags):] != flags:
+            return None  # a GPU condition around a flag: leaving it would take the wrap out of the flag too
+        outer = flags[-1]
+        block = self.analysis.parents.get(outer)
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        for other in self.wraps:
+            if other is wrap or other.target != wrap.target or other.scope is not wrap.scope:
+                continue
+            if any(isinstance(c, cst.IfExp) or not self.is_gpu_condition(c.test) for c in other.conditions):
+                continue
+            top = other.conditions[-1] if other.conditions else other.statement
+            if top not in body or body.index(top) >= body.index(outer):
+                continue
+            between = body[body.index(top) + 1 : body.index(outer)]
+            if all(self._keeps_model(statement, wrap.target) for statement in between):
+                return self.analysis.position(other.call).start.line
+        return None
+
+    def _keeps_model(self, statement: cst.BaseStatement, name: str) -> bool:
+        """Whether ``statement`` leaves ``name`` bound to the model it held: it does not bind it, or binds it to
+        what a function of this file returns of it (``name = f(name, ...)``, every ``return`` of ``f`` returning
+        the parameter it is handed in that place)."""
+        for assign in self.analysis.within(statement, cst.Assign):
+            if not any(code_of(t.target) == name for t in assign.targets):
+                continue
+            value = assign.value
+            if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name):
+                return False
+            position = next((i for i, a in enumerate(value.args) if a.keyword is None and code_of(a.value) == name), None)
+            functions = [f for f in self.analysis.nodes(cst.FunctionDef) if f.name.value == value.func.value]
+            if position is None or len(functions) != 1 or position >= len(functions[0].params.params):
+                return False
+            parameter = functions[0].params.params[position].name.value
+            returns = self.analysis.within(functions[0].body, cst.Return)
+            if not returns or not all(m.matches(r.value, m.Name(parameter)) for r in returns):
+                return False
+        others = (cst.AugAssign, cst.AnnAssign, cst.For, cst.With, cst.NamedExpr)
+        return not any(
+            code_of(getattr(node, "target", None) or cst.Name("_")) == name
+            for kind in others
+            for node in self.analysis.within(statement, kind)
+            if not isinstance(node, cst.With)
+        )
 
     def _can_leave(self, statement: cst.SimpleStatementLine, conditions: list[cst.If]) -> bool:
         """Whether ``model = DataParallel(model)`` can move after its ``if`` statements (innermost first).

@@ -85,6 +85,9 @@ class ScriptFacts:
     # DataParallel calls that wrap a whole model, and those that wrap part of one.
     model_wraps: list[cst.Call] = field(default_factory=list)
     submodule_wraps: list[cst.Call] = field(default_factory=list)
+    # DataParallel calls whose model only loads a checkpoint saved from a DataParallel model (its `module.` keys)
+    # and is unwrapped at once (`m = nn.DataParallel(m); m.load_state_dict(sd); m = m.module`): they run no batch.
+    loading_wraps: list[cst.Call] = field(default_factory=list)
     # DataParallel calls whose name a star import may bind: what they mean is unknown.
     unresolved_wraps: list[cst.Call] = field(default_factory=list)
     # Calls of the wrap helper: the script was converted before.
@@ -159,6 +162,8 @@ def collect_script_facts(analysis: Analysis) -> ScriptFacts:
             )
             if _in_module_class(analysis, call) or part_of_model:
                 facts.submodule_wraps.append(call)
+            elif wrapped is not None and _only_loads(analysis, call):
+                facts.loading_wraps.append(call)
             elif wrapped is not None:
                 facts.model_wraps.append(call)
         if m.matches(call.func, m.Name(names.WRAP_HELPER)):
@@ -183,6 +188,60 @@ def collect_script_facts(analysis: Analysis) -> ScriptFacts:
         if code_of(alias.name) in names.HELPERS and isinstance(analysis.parents.get(alias), cst.ImportFrom)
     }
     return facts
+
+
+def _only_loads(analysis: Analysis, call: cst.Call) -> bool:
+    """``m = nn.DataParallel(m)``, then only ``m.load_state_dict(...)``, then only ``m.module`` (or ``next(m.children())``).
+
+    The statements after the wrap in its function are read in order, up to where the name is bound
+    again in the wrap's block: each one that mentions the name must load a state dict into it (before
+    any unwrap) or read the model inside the wrapper, and nothing else. Such a wrap only lets keys saved
+    from a DataParallel model (``module.conv1.weight``) load.
+    """
+    assign = analysis.parents.get(call)
+    if not m.matches(assign, m.Assign(targets=[m.AssignTarget(m.Name())])):
+        return False
+    name = assign.targets[0].target.value  # type: ignore[union-attr]
+    statement = analysis.parents.get(assign)
+    block = analysis.parents.get(statement)
+    scope = next((a for a in analysis.ancestors(call) if isinstance(a, (cst.FunctionDef, cst.Module))), None)
+    if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(block, (cst.IndentedBlock, cst.Module)) or scope is None:
+        return False
+    uses = [
+        n for n in analysis.within(scope, cst.Name)
+        if n.value == name and analysis.index[n] > analysis.last[statement] and _reads_name(analysis, n)
+    ]
+    loads = unwraps = 0
+    for use in uses:
+        small = next(a for a in analysis.ancestors(use) if isinstance(a, cst.BaseSmallStatement | cst.BaseCompoundStatement))
+        if m.matches(small, m.Assign(targets=[m.AssignTarget(m.Name(name))])) and use is small.targets[0].target:  # type: ignore[union-attr]
+            if analysis.parents.get(analysis.parents.get(small)) in block.body:
+                break  # bound again in the wrap's block: what follows is another model
+            return False
+        loading = m.Expr(m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("load_state_dict"))))
+        if m.matches(small, loading) and small.value.func.value is use and not unwraps:  # type: ignore[attr-defined]
+            loads += 1
+        elif _unwraps(analysis, use):
+            unwraps += 1
+        else:
+            return False
+    return loads > 0 and unwraps > 0
+
+
+def _reads_name(analysis: Analysis, name: cst.Name) -> bool:
+    """Not the attribute of ``x.name`` nor the keyword of ``f(name=...)``."""
+    parent = analysis.parents.get(name)
+    return not (isinstance(parent, cst.Attribute) and parent.attr is name) and not (isinstance(parent, cst.Arg) and parent.keyword is name)
+
+
+def _unwraps(analysis: Analysis, use: cst.Name) -> bool:
+    """``use.module`` or ``next(use.children())``: the model inside the DataParallel wrapper."""
+    parent = analysis.parents.get(use)
+    if m.matches(parent, m.Attribute(attr=m.Name("module"))):
+        return True
+    call = analysis.parents.get(parent)
+    outer = analysis.parents.get(analysis.parents.get(call))
+    return m.matches(parent, m.Attribute(attr=m.Name("children"))) and m.matches(outer, m.Call(func=m.Name("next"), args=[m.Arg()]))
 
 
 def _in_module_class(analysis: Analysis, node: cst.CSTNode) -> bool:

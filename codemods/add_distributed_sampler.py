@@ -41,6 +41,7 @@ from dp2ddp.analysis.loaders import (
 from dp2ddp.analysis.noise import batch_noise_lines
 from dp2ddp.analysis.training_batches import RANDOM_DRAWS, TrainingBatches
 from dp2ddp.analysis.module import Analysis, Holder
+from dp2ddp.analysis.roles import Site
 from dp2ddp.analysis.batches import COMMON_WORLD_SIZES, divided_batch, gpu_count_scalings, literal_size
 from dp2ddp.analysis.options import integer_option_default
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, prepend_statements, with_argument
@@ -293,12 +294,9 @@ def {names.PER_PROCESS_RANDOM_HELPER}():
         restore(shared)
 '''
 # Calls whose arguments size a tensor or a buffer for one step.
-_TENSOR_FACTORIES = frozenset(
-    f"torch.{name}" for name in ("zeros", "ones", "full", "empty", "randn", "rand", "randint", "arange", "eye", "tensor", "Tensor")
-)
-_RESHAPES = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_full", "new_empty", "resize_"})
-# Draws sized by their argument: `zdist.sample((batch_size,))` from a torch.distributions object.
-_DRAWS = frozenset({"sample", "rsample", "sample_n"})
+_TENSOR_FACTORIES = names.TENSOR_FACTORIES
+_RESHAPES = names.TENSOR_RESHAPES
+_DRAWS = names.SIZED_DRAWS
 
 
 @dataclass(frozen=True)
@@ -529,7 +527,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         sizing = self._sizes_per_step(call)
         keep = self.keep_per_process_batch or sizing is not None
         if sizing is not None and not self.keep_per_process_batch:
-            self.report(sizing, "DDP312", batch=code_of(argument(call, BATCH_SIZE, "batch_size")))  # type: ignore[arg-type]
+            self._report_sizing(call, sizing)
         lines = ", ".join(sorted({str(self.analysis.position(site.assign).start.line) for site in evaluation}, key=int))
         for site in training:
             if not split_where_used(self.analysis, self.analysis.target_holders(site.target, depth=0)):  # converted already
@@ -622,7 +620,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         sizing = self._sizes_per_step(call)
         if sizing is not None:
             self.per_process_calls.add(call)
-            self.report(sizing, "DDP312", batch=code_of(argument(call, BATCH_SIZE, "batch_size")))  # type: ignore[arg-type]
+            self._report_sizing(call, sizing)
         size = self._literal_batch(call)
         if size is not None and size < 2:
             # A batch of 1 cannot be split: `1 // world_size` is 0, which DataLoader refuses.
@@ -993,6 +991,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         batch = argument(call, BATCH_SIZE, "batch_size")
         if batch is None:
             return None
+        if self._sized_elsewhere(batch) is not None:
+            return call  # the caller that hands the batch in also sizes something with it
         # The values the batch is computed from: `cfg.batch` and `cfg.subdivisions` in their quotient.
         values = {code_of(n) for n in self._outermost_names(batch)}
         if not values:
@@ -1012,6 +1012,25 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             ):
                 return other
         return None
+
+    def _sized_elsewhere(self, batch: cst.BaseExpression) -> tuple[str, Site] | None:
+        """The parameter ``batch`` is, and where another module that hands it in sizes something per step with it."""
+        if not isinstance(batch, cst.Name):
+            return None
+        function = next((a for a in self.analysis.ancestors(batch) if isinstance(a, cst.FunctionDef)), None)
+        if function is None:
+            return None
+        site = self.analysis.role.batch_sized_by_caller(function.name.value, batch.value)
+        return (batch.value, site) if site is not None else None
+
+    def _report_sizing(self, call: cst.Call, sizing: cst.Call) -> None:
+        """DDP312 at the use that sizes something with the loader's batch, or DDP341 where a caller does."""
+        batch = argument(call, BATCH_SIZE, "batch_size")
+        elsewhere = self._sized_elsewhere(batch) if sizing is call and batch is not None else None
+        if elsewhere is not None:
+            self.report(call, "DDP341", batch=elsewhere[0], site=elsewhere[1])
+        else:
+            self.report(sizing, "DDP312", batch=code_of(batch))  # type: ignore[arg-type]
 
     def _outermost_names(self, node: cst.CSTNode) -> list[cst.BaseExpression]:
         """Names and attribute chains in ``node`` that are not part of a longer chain."""
@@ -1063,7 +1082,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         divided = m.BinaryOperation(operator=m.FloorDivide(), right=m.Call(func=m.Attribute(attr=m.Name("get_world_size"))))
         floored = m.Call(func=m.Name("max"), args=[m.Arg(m.Integer("1")), m.Arg(divided)])
         if not m.matches(batch, divided | floored) and (sizing := self._sizes_per_step(call)) is not None:
-            self.report(sizing, "DDP312", batch=code_of(batch))
+            self._report_sizing(call, sizing)
 
     def _report_batch(self, call: cst.Call) -> None:
         """State the global batch before and after, with why it is divided or kept per process."""

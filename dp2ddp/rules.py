@@ -1342,6 +1342,26 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP341",
+            "batch-sized-by-caller",
+            "note",
+            "`{batch}` is handed in by {site}, which also sizes something per step with it (a GAN's noise, a "
+            "buffer): this loader keeps `{batch}` per process so the two still match, and the effective batch "
+            "becomes world_size times `{batch}`: scale the learning rate, or pass a smaller batch",
+            doc=_doc(
+                "Finds a training DataLoader whose batch size is a parameter of its function, where a caller in "
+                "another module of the project passes a value it also sizes a tensor with (`torch.randn(batch_size, "
+                "latent)`, `.view(batch_size, -1)`).",
+                "Dividing the batch in the loader alone would leave the caller's tensors at the global size: the "
+                "fake batch would no longer match the real one, and the step fails on a shape mismatch.",
+                "# data.py\ndef get_loader(data, batch_size):\n    return DataLoader(data, batch_size=batch_size, shuffle=True)\n"
+                "# gan.py\nloader = get_loader(data, batch_size)\nnoise = torch.randn(batch_size, latent)",
+                "# data.py: the batch stays per process\n"
+                "    return DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, shuffle=True))",
+                "Safe: every tensor keeps the size the script gave it; only the effective batch grows.",
+            ),
+        ),
+        Rule(
             "DDP316",
             "evaluation-kept-whole",
             "note",

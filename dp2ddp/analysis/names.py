@@ -55,6 +55,13 @@ PLAIN_SAMPLERS = RANDOM_SAMPLER | SEQUENTIAL_SAMPLER | frozenset(
 BATCH_SAMPLER_CLASSES = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"})
 # What a sampler class of the script's own derives from.
 SAMPLER_BASES = PLAIN_SAMPLERS | BATCH_SAMPLER_CLASSES | frozenset({"torch.utils.data.Sampler", "torch.utils.data.sampler.Sampler"})
+# Calls whose arguments size a tensor or a draw: a batch size among them must match the loader's batch.
+TENSOR_FACTORIES = frozenset(
+    f"torch.{name}" for name in ("zeros", "ones", "full", "empty", "randn", "rand", "randint", "arange", "eye", "tensor", "Tensor")
+)
+TENSOR_RESHAPES = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_full", "new_empty", "resize_"})
+# Draws sized by their argument: `zdist.sample((batch_size,))` from a torch.distributions object.
+SIZED_DRAWS = frozenset({"sample", "rsample", "sample_n"})
 ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )

@@ -110,6 +110,10 @@ _RANDOM_DRAW = re.compile(
 _RANDOM_TRANSFORM = re.compile(r"(^|\.)Random[A-Z]\w*(?<!Dataset)(?<!Sampler)(?<!Loader)(?<!State)(?<!Generator)$")
 
 
+def _all_functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
 def _draws_augmentation(module: _Module, call: ast.Call, spelled: str) -> bool:
     """A random transform built, or a draw per item in a dataset class (a method other than ``__init__`` of a class
     with ``__getitem__``) from the shared random state: an augmentation."""
@@ -744,6 +748,7 @@ class Project:
                     else frozenset()
                 ),
                 training_calls=frozenset(training_calls.get(name, ())),
+                batch_sizers=self._batch_sizers(module) if module.loaders else (),
                 augmentations=self._program_augmentations(name) if name in self.converted or name in self.loading else None,
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 freezing_classes=frozenset(freezing.get(name, ())),
@@ -760,6 +765,49 @@ class Project:
             if role != ModuleRole():
                 roles[module.path] = role
         return roles
+
+    def _batch_sizers(self, module: _Module) -> tuple[tuple[str, str, Site], ...]:
+        """Parameters of ``module``'s functions that size a DataLoader's batch, where a caller in another module also
+        sizes a tensor per step with what it passes: `get_loader(data, batch_size)` called with `batch_size`, then
+        `torch.randn(batch_size, latent)` beside it. Divided in the loader alone, the two would no longer match."""
+        found: list[tuple[str, str, Site]] = []
+        for function in _all_functions(module.tree):
+            inside = range(function.lineno, (function.end_lineno or function.lineno) + 1)
+            parameters = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+            for loader in (c for c in module.loaders if c.lineno in inside):
+                batch = next((k.value for k in loader.keywords if k.arg == "batch_size"), loader.args[1] if len(loader.args) > 1 else None)
+                if not isinstance(batch, ast.Name) or batch.id not in parameters:
+                    continue
+                site = self._caller_sizing(module, function, parameters.index(batch.id), batch.id)
+                if site is not None:
+                    found.append((function.name, batch.id, site))
+        return tuple(found)
+
+    def _caller_sizing(self, module: _Module, function: ast.FunctionDef | ast.AsyncFunctionDef, position: int, parameter: str) -> Site | None:
+        """Where a call of ``function`` from another module passes a value that its caller's function also sizes a tensor with."""
+        method = bool(function.args.args) and function.args.args[0].arg == "self"
+        for other in self.by_path.values():
+            if other is module:
+                continue
+            for call, target, called, _ in self.calls(other):
+                if target != module.name or called != function.name:
+                    continue
+                index = position - 1 if method else position
+                passed = next((k.value for k in call.keywords if k.arg == parameter), call.args[index] if 0 <= index < len(call.args) else None)
+                if passed is None or isinstance(passed, ast.Constant):
+                    continue
+                spelled = ast.unparse(passed)
+                caller = next((f for f in _all_functions(other.tree) if f.lineno <= call.lineno <= (f.end_lineno or f.lineno)), None)
+                span = range(caller.lineno, (caller.end_lineno or caller.lineno) + 1) if caller is not None else None
+                for sizer, name in other.calls:
+                    if span is not None and sizer.lineno not in span or sizer is call:
+                        continue
+                    last = name.rpartition(".")[2]
+                    if not (name in names.TENSOR_FACTORIES or last in names.TENSOR_RESHAPES | names.SIZED_DRAWS):
+                        continue
+                    if any(spelled == ast.unparse(n) for a in [*sizer.args, *(k.value for k in sizer.keywords)] for n in ast.walk(a)):
+                        return self.site(other, sizer)
+        return None
 
     def _program_augmentations(self, name: str) -> Site | None:
         """Where another module of the programs module ``name`` is part of draws random augmentations."""

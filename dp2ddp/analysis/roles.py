@@ -83,6 +83,9 @@ class ModuleRole:
     # Qualified names of the other project functions and classes this module calls whose writes the project
     # handles (converted there, guarded inside, guarded at the call, or none): no DDP422 for them.
     project_calls: frozenset[str] = frozenset()
+    # Parameters of this module's functions that size a DataLoader's batch, whose callers in other modules also
+    # size something per step with what they pass (a GAN's noise): (function, parameter, where the caller sizes).
+    batch_sizers: tuple[tuple[str, str, Site], ...] = ()
     # Where another module of this module's programs draws random augmentations (a `Random*` transform, or
     # `random` in a dataset class): a loader here without workers draws them alike on every process.
     augmentations: Site | None = None
@@ -102,6 +105,9 @@ class ModuleRole:
     def guard_only(self) -> bool:
         """A module converted only for the writes of its functions that converted code calls."""
         return bool(self.guarded_functions) and not (self.imported_wraps or self.drives is not None or self.splits_loaders or self.trains)
+
+    def batch_sized_by_caller(self, function: str, parameter: str) -> Site | None:
+        return next((site for f, p, site in self.batch_sizers if (f, p) == (function, parameter)), None)
 
     def wrap_site(self, qualified: str) -> Site | None:
         return dict(self.imported_wraps).get(qualified)

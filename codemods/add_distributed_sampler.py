@@ -432,6 +432,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._plan_loader(node, call, only_loader=len(loaders) == 1, iterable_classes=iterable_classes)
         if not self.SHARDS_EVALUATION:
             analysis.sharded_loaders.update(self.plans)
+            # A dict of split loaders (`loaders = {x: DataLoader(...) for x in keys}`), under whatever name a
+            # function gets it: a loop over `loaders[phase]` reads split batches.
+            for call in self.plans:
+                for holder in analysis.holders(call):
+                    if "[" in holder.spelled:
+                        analysis.sharded_names.add(holder.spelled.split("[", 1)[0].rsplit(".", 1)[-1])
             if not self.keep_per_process_batch:
                 analysis.per_process_loaders.update({call: self._kept_because(call) for call in self.per_process_calls})
 
@@ -599,7 +605,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(call, "DDP302")
             return
         hoisted_dataset = None
-        if own_sampler is None and not m.matches(dataset, m.Name() | m.Attribute()):
+        if own_sampler is None and not _read_only(dataset):
             statement = statement if isinstance(statement, cst.SimpleStatementLine) else self._line_evaluating(call)
             if not isinstance(statement, cst.SimpleStatementLine):
                 self.report(call, "DDP304")
@@ -862,7 +868,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 return True
         return False
 
-    def _no_epoch_loop(self, call: cst.Call, loader: str, per_step: bool = False, rebuilt: bool = False) -> None:
+    def _no_epoch_loop(self, call: cst.Call, loader: str, per_step: bool = False, rebuilt: bool = False, keyed: bool = False) -> None:
         """No loop to call set_epoch from: the loader's sampler advances its epoch on every pass instead."""
         plan = self.plans.get(call)
         if plan is None:
@@ -879,8 +885,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         why = "a loop starts its passes with `iter()`" if per_step else "convert found no epoch loop where it could call `set_epoch` on it"
         if rebuilt:
             why = "loaders over its data are built anew for passes over it, and a new DistributedSampler would start at epoch 0 each time"
+        if keyed:
+            why = "the loop reads it by a key that changes (`loaders[phase]`), so no one name reaches it at the epoch loop"
         epoch_loops = [loop for loop in self.analysis.nodes(cst.For) if "ep" in code_of(loop.target).lower()]
-        if not per_step and not rebuilt and self.analysis.role.setup_elsewhere and not epoch_loops:
+        if not per_step and not rebuilt and not keyed and self.analysis.role.setup_elsewhere and not epoch_loops:
             why = "its epochs are counted in another module, where convert cannot call `set_epoch` on it"
         self.report(call, "DDP322", loader=loader, why=why)
 
@@ -1154,8 +1162,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         one that counts epochs; the call is spelled with the name the loader has there.
         """
         holders = self.analysis.holders(call)
-        if not holders:
-            self._no_epoch_loop(call, code_of(reference))
+        if not holders or any(h.spelled.endswith("[...]") for h in holders):
+            # `loaders[phase]`: no one spelling names the loader at the epoch loop.
+            self._no_epoch_loop(call, code_of(reference), keyed=bool(holders))
             return
         # `except StopIteration: it = iter(loader)` starts each new pass over the data: the
         # pass count is the sampler's own epoch, advanced there. A bare `except:` (or one for
@@ -1752,3 +1761,16 @@ def _per_item(analysis: Analysis, call: cst.Call) -> bool:
     if method is None or owner is None or method.name.value == "__init__":
         return False
     return any(isinstance(s, cst.FunctionDef) and s.name.value == "__getitem__" for s in owner.body.body)
+
+
+def _read_only(expression: cst.BaseExpression) -> bool:
+    """A name, an attribute of one, or a subscript of one by a name or a literal (``datasets[x]``): evaluated
+    again for the sampler, it reads the same dataset, so it needs no name of its own."""
+    if isinstance(expression, cst.Name):
+        return True
+    if isinstance(expression, cst.Attribute):
+        return _read_only(expression.value)
+    if isinstance(expression, cst.Subscript) and len(expression.slice) == 1 and isinstance(expression.slice[0].slice, cst.Index):
+        index = expression.slice[0].slice.value
+        return _read_only(expression.value) and isinstance(index, (cst.Name, cst.SimpleString, cst.Integer))
+    return False

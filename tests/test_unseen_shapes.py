@@ -11,6 +11,7 @@ from textwrap import dedent
 import pytest
 
 from dp2ddp.api import convert_source
+from tests.conftest import FIXTURES as FIXTURES_DIR
 
 TRAIN = """
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -908,3 +909,61 @@ def test_an_epoch_loop_in_a_function_run_more_than_once_advances_the_sampler(cal
     advancing = "loader.sampler.set_epoch(loader.sampler.epoch + 1)" in result.output
     assert advancing is advances and ("loader.sampler.set_epoch(epoch)" in result.output) is not advances
     assert any(f.code == "DDP340" for f in result.findings) is advances
+
+
+def test_loaders_of_a_dict_comprehension_read_by_literal_keys_split_with_set_epoch_on_the_training_key() -> None:
+    """`loaders = {x: DataLoader(sets[x], ...) for x in ["train", "val"]}`, read as `loaders["train"]` in the epoch loop and
+    `loaders["val"]` in evaluate(): the dataset subscript is read again for the sampler, and set_epoch names the key."""
+    source = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def evaluate(model, loader):
+            correct = total = 0
+            with torch.no_grad():
+                for x, y in loader:
+                    correct += (model(x).argmax(1) == y).sum().item()
+                    total += y.size(0)
+            return correct / total
+
+
+        def main():
+            sets = {x: TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,))) for x in ["train", "val"]}
+            loaders = {x: DataLoader(sets[x], batch_size=8, shuffle=(x == "train")) for x in ["train", "val"]}
+            model = nn.DataParallel(nn.Linear(4, 2))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in loaders["train"]:
+                    loss = nn.functional.cross_entropy(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                print("epoch", epoch, "acc", evaluate(model, loaders["val"]))
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    result = convert_source(source)
+    assert result.changed, result.findings
+    assert 'sampler=DistributedSampler(sets[x], shuffle=(x == "train"))' in result.output
+    assert 'loaders["train"].sampler.set_epoch(epoch)' in result.output and "[...]" not in result.output
+    assert "correct, total = all_reduce_sum(correct, total)" in result.output
+
+
+@pytest.mark.parametrize("parameter", ["dataloaders", "phases"])
+def test_loaders_read_by_a_changing_key_reshuffle_by_themselves(parameter: str) -> None:
+    """`for phase in ["train", "val"]: for x, y in dataloaders[phase]:`, whatever the parameter is called: no name
+    reaches the loader at the epoch loop, so its sampler advances by itself (DDP322), and the phase's sums are reduced."""
+    source = (FIXTURES_DIR / "phase_keyed_loaders" / "before.py").read_text(encoding="utf-8")
+    source = source.replace("dataloaders, dataset_sizes, num_epochs", f"{parameter}, dataset_sizes, num_epochs")
+    source = source.replace("in dataloaders[phase]:", f"in {parameter}[phase]:")
+    result = convert_source(source)
+    assert result.changed, result.findings
+    assert "sampler=ShardedSampler(RandomSampler(image_datasets[x]))" in result.output and "[...]" not in result.output
+    assert "running_loss, running_corrects = all_reduce_sum(running_loss, running_corrects)" in result.output
+    assert [f.code for f in result.findings if f.severity == "error"] == []

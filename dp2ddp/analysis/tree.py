@@ -465,6 +465,12 @@ class Tree:
                 reads = [r for r in self.references(kwargs) if self._keyed(r, parent.keyword.value)]
                 spelled = f'{kwargs.value}["{parent.keyword.value}"]'
                 self._add(spelled, function, kwargs, [self.parents[r] for r in reads], depth - 1, found, seen)
+        elif isinstance(parent, cst.DictComp) and parent.value is value:
+            # `loaders = {x: DataLoader(sets[x], ...) for x in ["train", "val"]}`, read as `loaders[phase]`.
+            assign = self.parents.get(parent)
+            if isinstance(assign, cst.Assign) and assign.value is parent and len(assign.targets) == 1:
+                if isinstance(table := assign.targets[0].target, cst.Name):
+                    self._hold_table(table, depth, found, seen)
         elif isinstance(parent, cst.DictElement) and isinstance(parent.key, cst.SimpleString):
             table = self.parents.get(parent)
             assign = self.parents.get(table) if isinstance(table, cst.Dict) else None
@@ -483,6 +489,29 @@ class Tree:
                         reads = [self.parents[r] for r in self.references(target) if self._keyed(r, key)]
                         spelled = f"{target.value}[{self.module.code_for_node(parent.key)}]"
                         self._add(spelled, self.owner(target), target, reads, depth - 1, found, seen)
+
+    def _hold_table(self, table: cst.Name, depth: int, found: dict[tuple[str, int], Holder], seen: set[int]) -> None:
+        """A dict whose every value is the object, bound to ``table``: read by any key (``loaders[phase]``), and
+        passed on to functions of this file, where their parameter holds it. Read by a literal key, it is spelled
+        ``table["train"]``; read by any other, ``table[...]``, which names no one entry."""
+        if depth < 0 or id(table) in seen:
+            return
+        seen.add(id(table))
+        reads: dict[str, list[cst.CSTNode]] = {}
+        for read in self.references(table):
+            parent = self.parents.get(read)
+            if isinstance(parent, cst.Subscript) and parent.value is read and not isinstance(self.parents.get(parent), cst.AssignTarget):
+                index = parent.slice[0].slice if len(parent.slice) == 1 else None
+                literal = isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)
+                key = self.module.code_for_node(index.value) if literal else "..."  # type: ignore[union-attr]
+                reads.setdefault(f"{table.value}[{key}]", []).append(parent)
+            elif isinstance(parent, cst.Arg) and isinstance(call := self.parents.get(parent), cst.Call) and not parent.star:
+                function = self.callee(call)
+                param = self._parameter(function, call, parent) if function is not None else None
+                if param is not None:
+                    self._hold_table(param.name, depth - 1, found, seen)
+        for spelled, keyed in reads.items():
+            self._add(spelled, self.owner(table), table, keyed, depth, found, seen)
 
     def _parameter(self, function: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> cst.Param | None:
         """The parameter of ``function`` that ``arg`` of ``call`` binds, or None when it cannot tell."""

@@ -967,3 +967,19 @@ def test_loaders_read_by_a_changing_key_reshuffle_by_themselves(parameter: str) 
     assert "sampler=ShardedSampler(RandomSampler(image_datasets[x]))" in result.output and "[...]" not in result.output
     assert "running_loss, running_corrects = all_reduce_sum(running_loss, running_corrects)" in result.output
     assert [f.code for f in result.findings if f.severity == "error"] == []
+
+
+def test_loaders_of_a_dict_literal_read_by_a_changing_key_convert() -> None:
+    """`{"train": DataLoader(...), "val": DataLoader(...)}` read as `dataloaders[phase]`: each entry is split, the
+    shuffled one advancing by itself, and no entry is read for another (refused before, DDP317)."""
+    source = (FIXTURES_DIR / "phase_keyed_loaders" / "before.py").read_text(encoding="utf-8")
+    source = source.replace(
+        'dataloaders = {x: DataLoader(image_datasets[x], batch_size=4, shuffle=True) for x in ["train", "val"]}',
+        'dataloaders = {"train": DataLoader(image_datasets["train"], batch_size=4, shuffle=True), '
+        '"val": DataLoader(image_datasets["val"], batch_size=4)}',
+    )
+    result = convert_source(source)
+    assert result.changed, result.findings
+    assert 'sampler=ShardedSampler(RandomSampler(image_datasets["train"]))' in result.output
+    assert 'sampler=DistributedSampler(image_datasets["val"], shuffle=False)' in result.output
+    assert "running_loss, running_corrects = all_reduce_sum(running_loss, running_corrects)" in result.output

@@ -477,10 +477,9 @@ class Tree:
             if isinstance(assign, cst.Assign) and assign.value is table and len(assign.targets) == 1:
                 name = assign.targets[0].target
                 key = parent.key.evaluated_value
-                if isinstance(name, cst.Name):
-                    reads = [self.parents[r] for r in self.references(name) if self._keyed(r, key)]
-                    spelled = f"{name.value}[{self.module.code_for_node(parent.key)}]"
-                    self._add(spelled, self.owner(assign), name, reads, depth, found, seen)
+                if isinstance(name, cst.Name) and isinstance(key, str):
+                    # `loaders["train"]`, and `loaders[phase]` or a function's parameter that gets the dict.
+                    self._hold_table(name, depth, found, seen, key)
             elif isinstance(table, cst.Dict):
                 # `return {"train": DataLoader(...)}`, then `loaders = get_loaders()` ... `loaders["train"]`.
                 key = parent.key.evaluated_value
@@ -490,10 +489,13 @@ class Tree:
                         spelled = f"{target.value}[{self.module.code_for_node(parent.key)}]"
                         self._add(spelled, self.owner(target), target, reads, depth - 1, found, seen)
 
-    def _hold_table(self, table: cst.Name, depth: int, found: dict[tuple[str, int], Holder], seen: set[int]) -> None:
-        """A dict whose every value is the object, bound to ``table``: read by any key (``loaders[phase]``), and
-        passed on to functions of this file, where their parameter holds it. Read by a literal key, it is spelled
-        ``table["train"]``; read by any other, ``table[...]``, which names no one entry."""
+    def _hold_table(
+        self, table: cst.Name, depth: int, found: dict[tuple[str, int], Holder], seen: set[int], key: str | None = None
+    ) -> None:
+        """A dict whose every value is the object (or whose entry ``key`` is), bound to ``table``: read by that key or
+        by one that changes (``loaders[phase]``), and passed on to functions of this file, where their parameter
+        holds it. Read by a literal key, it is spelled ``table["train"]``; by any other, ``table[...]``, which names
+        no one entry."""
         if depth < 0 or id(table) in seen:
             return
         seen.add(id(table))
@@ -503,13 +505,15 @@ class Tree:
             if isinstance(parent, cst.Subscript) and parent.value is read and not isinstance(self.parents.get(parent), cst.AssignTarget):
                 index = parent.slice[0].slice if len(parent.slice) == 1 else None
                 literal = isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)
-                key = self.module.code_for_node(index.value) if literal else "..."  # type: ignore[union-attr]
-                reads.setdefault(f"{table.value}[{key}]", []).append(parent)
+                if literal and key is not None and index.value.evaluated_value != key:  # type: ignore[union-attr]
+                    continue  # another entry of the dict
+                spelled = self.module.code_for_node(index.value) if literal else "..."  # type: ignore[union-attr]
+                reads.setdefault(f"{table.value}[{spelled}]", []).append(parent)
             elif isinstance(parent, cst.Arg) and isinstance(call := self.parents.get(parent), cst.Call) and not parent.star:
                 function = self.callee(call)
                 param = self._parameter(function, call, parent) if function is not None else None
                 if param is not None:
-                    self._hold_table(param.name, depth - 1, found, seen)
+                    self._hold_table(param.name, depth - 1, found, seen, key)
         for spelled, keyed in reads.items():
             self._add(spelled, self.owner(table), table, keyed, depth, found, seen)
 

@@ -3,8 +3,8 @@
 Consecutive side effects share one ``if is_main_process():``; a lone
 ``if cond: print(...)`` becomes ``if cond and is_main_process():``. Writer
 objects (``SummaryWriter``, ``open(path, "w")``, ``wandb.init``) are created on
-the main process and are ``None`` elsewhere, and tqdm bars are disabled off
-the main process. Code the script already guards by rank is left alone.
+the main process and are ``None`` elsewhere, tqdm bars are disabled off
+the main process, and the `progress` package's bars draw into os.devnull there. Code the script already guards by rank is left alone.
 
 A guard never holds a collective. A print of ``evaluate(model)`` is split:
 the evaluation runs on every process and only the print is guarded. What
@@ -563,6 +563,8 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             if not self._checked_first(original_node, receiver=True):
                 self.report(original_node, "DDP417", call=code_of(original_node.func))
             return with_argument(updated_node, keyword_arg("exist_ok", cst.Name("True")))
+        if self._progress_bar(original_node):
+            return self._bar_off_main(updated_node)
         if not self.matches(original_node, call_to(names.TQDM)):
             return updated_node
         disable = next((a for a in updated_node.args if a.keyword and a.keyword.value == "disable"), None)
@@ -579,6 +581,23 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return updated_node.with_changes(
             args=[a.with_changes(value=either) if a is disable else a for a in updated_node.args]
         )
+
+    def _progress_bar(self, call: cst.Call) -> bool:
+        """A bar of the `progress` package, or of a copy of it in the project: `Bar("Processing", max=len(loader))`."""
+        qualified = {q.name for q in self.analysis.qualified_names(call.func)}
+        bars = [q for q in qualified if q.rpartition(".")[2] in names.PROGRESS_BARS]
+        sized = any(a.keyword is not None and a.keyword.value == "max" for a in call.args)
+        return any(q.startswith("progress.") for q in bars) or (bool(bars) and sized)
+
+    def _bar_off_main(self, updated_node: cst.Call) -> cst.Call:
+        """Off the main process the bar draws into os.devnull, which is no terminal: it draws nothing there."""
+        if any(a.keyword is not None and a.keyword.value == "file" for a in updated_node.args):
+            return updated_node
+        self.uses_helper = True
+        AddImportsVisitor.add_needed_import(self.context, "os")
+        AddImportsVisitor.add_needed_import(self.context, "sys")
+        value = cst.parse_expression(f'sys.stderr if {names.MAIN_PROCESS_HELPER}() else open(os.devnull, "w")')
+        return with_argument(updated_node, keyword_arg("file", value))
 
     def _make_directory_everywhere(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """``os.makedirs(d)`` -> ``os.makedirs(d, exist_ok=True)``, left on every process.

@@ -731,3 +731,39 @@ def test_a_logger_that_forces_its_file_to_disk_opens_it_on_the_main_process_only
     output = convert_source(source).output
     assert "os.devnull" not in output
     assert "        if is_main_process():\n            self.file.flush()\n            os.fsync(self.file.fileno())\n" in output
+
+
+def test_a_progress_bar_draws_on_the_main_process_only() -> None:
+    """bearpaw-style `Bar("Processing", max=len(loader))` (the `progress` package, often re-exported by utils/): the
+    other processes' bars draw into os.devnull, which is no terminal, so one bar is drawn; given twice, it stays."""
+    source = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+        from utils import Bar
+
+
+        def main():
+            model = nn.DataParallel(nn.Linear(4, 1))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            for epoch in range(2):
+                bar = Bar("Processing", max=len(loader))
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    bar.next()
+                bar.finish()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    result = convert_source(source)
+    expected = 'bar = Bar("Processing", max=len(loader), file=sys.stderr if is_main_process() else open(os.devnull, "w"))'
+    assert expected in result.output and "import sys" in result.output
+    assert convert_source(result.output).output == result.output

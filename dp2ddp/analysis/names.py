@@ -259,6 +259,8 @@ WRITER_CONSTRUCTORS = frozenset(
 MAKE_DIRECTORY = frozenset({"os.makedirs", "os.mkdir"})
 # Methods that save a model to files: `model.module.save(path)`, `model.save_pretrained(path)`.
 MODEL_SAVE_METHODS = frozenset({"save", "save_pretrained", "save_networks", "save_checkpoint", "save_model"})
+# The `progress` package's bars (`Bar("Training", max=len(loader))`, vendored under utils/ by many CIFAR/ImageNet scripts).
+PROGRESS_BARS = frozenset({"Bar", "IncrementalBar", "ChargingBar", "FillingSquaresBar", "FillingCirclesBar", "ShadyBar", "PixelBar"})
 TQDM = frozenset({"tqdm.tqdm", "tqdm.trange", "tqdm.auto.tqdm", "tqdm.auto.trange", "tqdm.notebook.tqdm"})
 TORCH_LOAD = frozenset({"torch.load"})
 TORCH_SAVE = frozenset({"torch.save"})

@@ -983,3 +983,36 @@ def test_loaders_of_a_dict_literal_read_by_a_changing_key_convert() -> None:
     assert 'sampler=ShardedSampler(RandomSampler(image_datasets["train"]))' in result.output
     assert 'sampler=DistributedSampler(image_datasets["val"], shuffle=False)' in result.output
     assert "running_loss, running_corrects = all_reduce_sum(running_loss, running_corrects)" in result.output
+
+
+def test_torch_bound_through_star_imports_two_modules_deep_is_torch(tmp_path) -> None:
+    """SCNN: `from utils.transforms import *`, whose package re-exports `from .transforms import *`, which imports torch:
+    the project reads where `torch` comes from, so `torch.nn.DataParallel` converts (no DDP102)."""
+    from dp2ddp.projects import convert_project
+
+    (tmp_path / "utils" / "transforms").mkdir(parents=True)
+    sources = {
+        tmp_path / "utils" / "__init__.py": "",
+        tmp_path / "utils" / "transforms" / "__init__.py": "from .transforms import *\n",
+        tmp_path / "utils" / "transforms" / "transforms.py": "import torch\n\n\nclass ToTensor:\n    pass\n",
+        tmp_path / "train.py": dedent(
+            """
+            from torch.utils.data import DataLoader, TensorDataset
+            from utils.transforms import *
+
+            net = torch.nn.DataParallel(torch.nn.Linear(4, 1))
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            for epoch in range(2):
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(net(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """
+        ),
+    }
+    result = convert_project(tmp_path, sources)
+    train = result.files[tmp_path / "train.py"]
+    assert "DDP102" not in {f.code for f in train.findings}
+    assert train.changed and "net = wrap_ddp(torch.nn.Linear(4, 1))" in train.output

@@ -410,16 +410,22 @@ class Project:
                 else:
                     module.bindings[alias.asname or alias.name] = (target, alias.name, qualified)
 
-    def _outside_bindings(self, target: str) -> dict[str, str]:
+    def _outside_bindings(self, target: str, seen: frozenset[str] = frozenset()) -> dict[str, str]:
         """What a star import of project module ``target`` binds to modules outside the project, from its
-        top-level imports: `import torch.nn as nn` binds `nn` to `torch.nn`, `import torch.nn` binds `torch`."""
+        top-level imports: `import torch.nn as nn` binds `nn` to `torch.nn`, `import torch.nn` binds `torch`;
+        and what its own star imports of project modules bind (`from .transforms import *` in a package)."""
         module = self.modules.get(target)
-        if module is None:
+        if module is None or target in seen:
             return {}
         found: dict[str, str] = {}
         exported: set[str] | None = None
         for statement in module.tree.body:
-            if isinstance(statement, ast.Import):
+            if isinstance(statement, ast.ImportFrom) and any(a.name == "*" for a in statement.names):
+                inner = self._resolve(module, statement.module or "", statement.level)
+                if inner is not None:
+                    for name, qualified in self._outside_bindings(inner, seen | {target}).items():
+                        found.setdefault(name, qualified)
+            elif isinstance(statement, ast.Import):
                 for alias in statement.names:
                     if self._resolve(module, alias.name, 0) is None:
                         head = alias.name.partition(".")[0]

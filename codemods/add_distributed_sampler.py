@@ -1017,9 +1017,20 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 (isinstance(func, cst.Name) and func.value in classes)
                 or qualified & _TENSOR_FACTORIES
                 or (isinstance(func, cst.Attribute) and func.attr.value in _RESHAPES | _DRAWS)
+                # A class or function of another project module handed the batch (`BatchCriterion(m, t, batch_size)`
+                # builds a 2B x 2B mask): convert does not change that code, so it keeps expecting the loader's batch.
+                or (qualified & self.analysis.role.project_calls and self._passes_batch(other, values))
             ):
                 return other
         return None
+
+    def _passes_batch(self, call: cst.Call, values: set[str]) -> bool:
+        """Whether one of ``call``'s arguments is the batch value itself, or a product or sum with it."""
+        for arg in call.args:
+            names_in = {code_of(n) for n in self._outermost_names(arg.value)}
+            if names_in & values and not self.analysis.within(arg.value, cst.Call):
+                return True
+        return False
 
     def _sized_elsewhere(self, batch: cst.BaseExpression) -> tuple[str, Site] | None:
         """The parameter ``batch`` is, and where another module that hands it in sizes something per step with it."""

@@ -1016,3 +1016,56 @@ def test_torch_bound_through_star_imports_two_modules_deep_is_torch(tmp_path) ->
     train = result.files[tmp_path / "train.py"]
     assert "DDP102" not in {f.code for f in train.findings}
     assert train.changed and "net = wrap_ddp(torch.nn.Linear(4, 1))" in train.output
+
+
+def test_a_batch_handed_to_a_class_of_another_module_stays_per_process(tmp_path) -> None:
+    """UEL: `BatchCriterion(m, t, args.batch_size)` (another module) builds a 2B x 2B mask from the batch. Divided in the
+    loader alone, the mask no longer matched the batch and every process crashed at the first step (DDP312 now)."""
+    from dp2ddp.projects import convert_project
+
+    criterion = dedent(
+        """
+        import torch
+        import torch.nn as nn
+
+
+        class BatchCriterion(nn.Module):
+            def __init__(self, batch_size):
+                super().__init__()
+                self.mask = 1 - torch.eye(batch_size)
+
+            def forward(self, x):
+                return (x @ x.t() * self.mask).mean()
+        """
+    )
+    train = dedent(HEADER) + dedent(
+        """
+        import argparse
+
+        from criteria import BatchCriterion
+
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--batch-size", type=int, default=8)
+            args = parser.parse_args()
+            model = nn.DataParallel(nn.Linear(4, 3))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            criterion = BatchCriterion(args.batch_size)
+            loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=args.batch_size, shuffle=True, drop_last=True)
+            for epoch in range(2):
+                for (x,) in loader:
+                    loss = criterion(model(x))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    result = convert_project(tmp_path, {tmp_path / "criteria.py": criterion, tmp_path / "train.py": train})
+    converted = result.files[tmp_path / "train.py"]
+    assert "batch_size=args.batch_size, sampler=DistributedSampler(" in converted.output
+    assert "DDP312" in {f.code for f in converted.findings}

@@ -117,7 +117,7 @@ def {names.MEAN_HELPER}(value):
 '''
 METER_HELPER_SOURCE = f'''
 def {names.METER_HELPER}(*meters):
-    """Make AverageMeter-style meters (sum, count, avg) cover the samples of every process."""
+    """Make AverageMeter-style meters (sum, count or cnt, avg) cover the samples of every process."""
 
     def average(total, count):
         # A meter may sum lists or dicts of values (one per class, per loss term): average each.
@@ -128,8 +128,11 @@ def {names.METER_HELPER}(*meters):
         return total / count
 
     for meter in meters:
-        meter.sum, meter.count = {names.SUM_HELPER}(meter.sum, meter.count)
-        meter.avg = average(meter.sum, max(meter.count, 1))
+        # The samples counted: `count`, or `cnt` in DARTS-style meters.
+        field = "count" if hasattr(meter, "count") else "cnt"
+        meter.sum, counted = {names.SUM_HELPER}(meter.sum, getattr(meter, field))
+        setattr(meter, field, counted)
+        meter.avg = average(meter.sum, max(counted, 1))
 '''
 METER_COPY_HELPER_SOURCE = f'''
 def {names.METER_COPY_HELPER}(meter):
@@ -199,7 +202,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if loop in analysis.whole_loops:
                 continue  # every process counts the whole set already
             loaders = self._loader_names(loop)
-            if loaders and not under_rank_guard(self, loop):
+            if (loaders or loop in analysis.gathered_loops) and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
         for loop in analysis.nodes(cst.While):
             if self._trains(loop) and not under_rank_guard(self, loop):

@@ -157,6 +157,7 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                 statement, held = ungathered[0]
                 why = f"`{held}` keeps this process's share of the results, which convert cannot gather exactly"
                 return self._keep_whole(statement, stem, loops, why)
+        self.analysis.gathered_loops.update(loops)
         return True
 
     def _keep_whole(self, where: cst.CSTNode, loader: str, loops: list[cst.For], why: str) -> bool:

@@ -1069,3 +1069,65 @@ def test_a_batch_handed_to_a_class_of_another_module_stays_per_process(tmp_path)
     converted = result.files[tmp_path / "train.py"]
     assert "batch_size=args.batch_size, sampler=DistributedSampler(" in converted.output
     assert "DDP312" in {f.code for f in converted.findings}
+
+
+@pytest.mark.parametrize("counter", ["count", "cnt"])
+def test_an_evaluation_sharded_under_any_loader_name_has_its_meters_reduced(counter: str) -> None:
+    """DARTS: `valid_queue`, a name that says nothing of loaders, was sharded while its meters stayed this process's share:
+    the printed validation numbers were rank 0's. DARTS's `AvgrageMeter` counts in `cnt`."""
+    source = MEASURED.replace("COUNTER", counter)
+    result = convert_source(source)
+    assert "sampler=evaluation_shard(valid_queue_dataset)" in result.output
+    assert "    all_reduce_meter(objs)\n    return objs.avg" in result.output
+
+
+MEASURED = dedent(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class AvgrageMeter(object):
+        def __init__(self):
+            self.reset()
+
+        def reset(self):
+            self.avg = 0
+            self.sum = 0
+            self.COUNTER = 0
+
+        def update(self, val, n=1):
+            self.sum += val * n
+            self.COUNTER += n
+            self.avg = self.sum / self.COUNTER
+
+
+    def infer(valid_queue, model):
+        objs = AvgrageMeter()
+        model.eval()
+        for step, (x, y) in enumerate(valid_queue):
+            with torch.no_grad():
+                loss = nn.functional.mse_loss(model(x), y)
+            objs.update(loss.item(), x.size(0))
+        return objs.avg
+
+
+    def main():
+        model = nn.DataParallel(nn.Linear(4, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_queue = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+        valid_queue = DataLoader(TensorDataset(torch.randn(30, 4), torch.randn(30, 1)), batch_size=8)
+        for epoch in range(2):
+            for x, y in train_queue:
+                loss = nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            print("valid", infer(valid_queue, model))
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)

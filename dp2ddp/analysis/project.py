@@ -1147,7 +1147,8 @@ def _is_meter(cls: ast.ClassDef) -> bool:
         for target in (target.elts if isinstance(target, ast.Tuple) else [target])
         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
     }
-    return {"sum", "count", "avg"} <= kept
+    # The samples counted: `count`, or `cnt` in DARTS-style meters (`AvgrageMeter`).
+    return {"sum", "avg"} <= kept and bool({"count", "cnt"} & kept)
 
 
 # torch.optim's optimizers, as a `from torch.optim import Adam` spells them.

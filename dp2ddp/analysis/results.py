@@ -178,7 +178,7 @@ def _is_meter(analysis: Analysis, func: cst.CSTNode) -> bool:
         own = next((c for c in analysis.nodes(cst.ClassDef) if c.name.value == func.value), None)
         if own is not None:
             kept = {code_of(t) for t in analysis.within(own, cst.Attribute) if isinstance(t.value, cst.Name) and t.value.value == "self"}
-            return {"self.sum", "self.count"} <= kept
+            return "self.sum" in kept and bool({"self.count", "self.cnt"} & kept)
     if qualified & analysis.role.project_calls:
         return False
     name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
@@ -211,6 +211,13 @@ def _meters(analysis: Analysis, loop: cst.For, owner: cst.CSTNode) -> list[str]:
 def _ungathered(analysis: Analysis, loop: cst.For, owner: cst.CSTNode, results: LoopResults) -> list[tuple[cst.CSTNode, str]]:
     """State the loop changes, that outlives it, and that no reduction covers."""
     covered = set(results.running) | set(results.meters)
+    # What a reduction after the loop covers already (`all_reduce_meter(top1)` in a converted script).
+    covered |= {
+        code_of(arg.value)
+        for call in analysis.findall_in(owner, REDUCTION)
+        if analysis.is_after(call, loop)
+        for arg in call.args  # type: ignore[attr-defined]
+    }
     bound_in_loop = {
         n.value  # type: ignore[attr-defined]
         for n in analysis.within(loop, cst.Name)

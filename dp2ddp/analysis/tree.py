@@ -229,6 +229,9 @@ class Tree:
         self.summing_criteria: set[str] = set()
         # Loops over evaluation loaders every process iterates whole, so their metrics need no gathering:
         self.whole_loops: set[cst.For] = set()
+        # Loops over evaluation loaders shard_evaluation shards, whose results gather_metrics must then reduce,
+        # whatever the loader is called (`valid_queue`).
+        self.gathered_loops: set[cst.For] = set()
 
     @cached_property
     def code(self) -> str:

@@ -1343,3 +1343,37 @@ def test_a_forward_through_a_slice_of_its_blocks_passes_find_unused_parameters()
     )
     assert "wrap_ddp(Generator(), find_unused_parameters=True)" in result.output, result.findings
     assert [code for code in _codes(result) if code.endswith("DDP215")], result.findings
+
+
+@pytest.mark.parametrize(
+    "forward, unused",
+    [
+        ("return self.f[0](x) * self.f[1](x)", True),  # ban-vqa's Counter reads 8 of its 16
+        ("return self.f[0](x) * self.f[1](x) * self.f[2](x)", False),
+        ("return sum(f(x) for f in self.f)", False),
+    ],
+)
+def test_a_list_of_modules_read_by_constant_indices_only_in_part_passes_find_unused_parameters(forward: str, unused: bool) -> None:
+    """`self.f = nn.ModuleList([... for _ in range(3)])` read as `self.f[0]` and `self.f[1]` only: `self.f[2]` gets no
+    gradient, and DDP stopped at the second step on every process (ban-vqa's counting module)."""
+    result = _convert(
+        """
+        import torch
+        import torch.nn as nn
+
+
+        class Counter(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.f = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+
+            def forward(self, x):
+                FORWARD
+
+
+        if __name__ == "__main__":
+            model = nn.DataParallel(Counter())
+            print(model(torch.randn(2, 4)))
+        """.replace("FORWARD", forward)
+    )
+    assert ("wrap_ddp(Counter(), find_unused_parameters=True)" in result.output) is unused, result.findings

@@ -10,6 +10,7 @@ A class may leave a sub-module ``self.x`` without a gradient when:
 - a method walks ``self.x``'s children (``self.x._modules.items()``, ``self.x.children()``) and may
   stop or skip (``break``, ``continue``), or walks a slice of it (``self.layers[:depth]``): the layers
   after it get none;
+- it is a list of modules (``nn.ModuleList``) that forward reads only by constant indices, not all of them;
 - ``__init__`` builds it unconditionally and every use is under a condition other than
   ``self.training`` (built under a condition, it is taken to be used under the same one);
 - it is built from another class of which one of these holds.
@@ -68,6 +69,9 @@ def skipped_submodule(cls: ast.ClassDef, skipping: Mapping[str, str], models: Se
             return walked
     if init is None:
         return None
+    indexed = _indexed_in_part(init, forward)
+    if indexed is not None:
+        return indexed
     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "setattr") for n in ast.walk(cls)):
         return None  # sub-modules named by strings: what is used cannot be read
     built = _built_in_init(init)
@@ -91,6 +95,49 @@ def skipped_submodule(cls: ast.ClassDef, skipping: Mapping[str, str], models: Se
             return spelled
         if name in skipping:
             return f"{spelled} ({name}: {skipping[name]})"
+    return None
+
+
+def _indexed_in_part(init: ast.FunctionDef, forward: list[ast.FunctionDef]) -> str | None:
+    """``self.f = nn.ModuleList([PiecewiseLin(16) for _ in range(16)])``, of which forward reads only ``self.f[0]`` to
+    ``self.f[7]``: a list of modules the training forward reads only by constant indices, not all of them (or as many
+    as ``__init__`` cannot tell), leaves the others without a gradient."""
+    lists: dict[str, int | None] = {}
+    for node in ast.walk(init):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and _is_self_attribute(node.targets[0])):
+            continue
+        value = node.value
+        if not (isinstance(value, ast.Call) and _class_name(value.func) == "ModuleList" and len(value.args) == 1):
+            continue
+        items = value.args[0]
+        count = None
+        if isinstance(items, ast.List | ast.Tuple):
+            count = len(items.elts)
+        elif isinstance(items, ast.ListComp) and len(items.generators) == 1:
+            source = items.generators[0].iter
+            if isinstance(source, ast.Call) and isinstance(source.func, ast.Name) and source.func.id == "range":
+                bounds = [a.value for a in source.args if isinstance(a, ast.Constant) and isinstance(a.value, int)]
+                count = bounds[0] if len(bounds) == len(source.args) == 1 else None
+        lists[node.targets[0].attr] = count  # type: ignore[attr-defined]
+    if not lists:
+        return None
+    used: dict[str, set[int]] = {}
+    whole: set[str] = set()
+    for method in forward:
+        subscripted = {id(n.value): n for n in ast.walk(method) if isinstance(n, ast.Subscript) and _is_self_attribute(n.value)}
+        for node in ast.walk(method):
+            if not _is_self_attribute(node) or node.attr not in lists:  # type: ignore[attr-defined]
+                continue
+            subscript = subscripted.get(id(node))
+            index = subscript.slice if subscript is not None else None
+            if isinstance(index, ast.Constant) and isinstance(index.value, int) and index.value >= 0:
+                used.setdefault(node.attr, set()).add(index.value)  # type: ignore[attr-defined]
+            else:
+                whole.add(node.attr)  # type: ignore[attr-defined]
+    for attribute, indices in used.items():
+        count = lists[attribute]
+        if attribute not in whole and (count is None or indices != set(range(count))):
+            return f"self.{attribute}"
     return None
 
 

@@ -1131,3 +1131,51 @@ MEASURED = dedent(
         main()
     """
 )
+
+
+def test_a_printing_function_re_exported_by_a_package_star_import_prints_once(tmp_path) -> None:
+    """GwcNet: `from utils import *`, whose `__init__` does `from utils.experiment import *`: adjust_learning_rate printed
+    on every process, unseen, since the package itself defines nothing (DDP105 now, guarded inside)."""
+    from dp2ddp.projects import convert_project
+
+    (tmp_path / "utils").mkdir()
+    experiment = dedent(
+        """
+        def adjust_learning_rate(optimizer, epoch, base_lr):
+            lr = base_lr * (0.5 ** (epoch // 10))
+            print("setting learning rate to {}".format(lr))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+        """
+    )
+    train = dedent(HEADER) + dedent(
+        """
+        from utils import *
+
+
+        def main():
+            model = nn.DataParallel(nn.Linear(4, 1))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            for epoch in range(2):
+                adjust_learning_rate(optimizer, epoch, 0.1)
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    sources = {
+        tmp_path / "utils" / "__init__.py": "from utils.experiment import *\n",
+        tmp_path / "utils" / "experiment.py": experiment,
+        tmp_path / "train.py": train,
+    }
+    result = convert_project(tmp_path, sources)
+    helper = result.files[tmp_path / "utils" / "experiment.py"]
+    assert "    if is_main_process():\n        print(" in helper.output
+    assert "DDP105" in {f.code for f in helper.findings}

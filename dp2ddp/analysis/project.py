@@ -439,12 +439,19 @@ class Project:
         # `__all__` decides what a star import binds; without it, every name without a leading underscore.
         return {name: q for name, q in found.items() if (name in exported if exported is not None else not name.startswith("_"))}
 
-    def _public_functions(self, target: str) -> list[str]:
+    def _public_functions(self, target: str, seen: frozenset[str] = frozenset()) -> list[str]:
         module = self.modules.get(target)
-        if module is None:
+        if module is None or target in seen:
             return []
-        # `from models import *` in a package re-exports what its __init__ defines.
-        return [name for name in [*module.functions, *module.classes] if not name.startswith("_")]
+        # `from models import *` in a package re-exports what its __init__ defines, and what the __init__'s own
+        # star imports bind (`from utils.experiment import *`), as Python's star import does without `__all__`.
+        found = [name for name in [*module.functions, *module.classes] if not name.startswith("_")]
+        for node in module.tree.body:
+            if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+                inner = self._resolve(module, node.module or "", node.level)
+                if inner is not None:
+                    found += [name for name in self._public_functions(inner, seen | {target}) if name not in found]
+        return found
 
     def _resolve(self, module: _Module, dotted: str, level: int) -> str | None:
         """The project module an import names, or None for anything outside the folder (or not read)."""

@@ -851,6 +851,12 @@ def test_a_model_rebuilt_under_a_flag_after_it_was_unwrapped_stays_refused(betwe
             "        model = next(encoder.children())",
             True,
         ),
+        # erfnet: the name is bound again to what it reads of the wrapper, then used as that
+        (
+            "encoder = nn.DataParallel(nn.Linear(4, 1))\n        encoder.load_state_dict(torch.load(args.pretrained))\n"
+            "        encoder = next(encoder.children())\n        model = encoder.cpu()",
+            True,
+        ),
         # the wrapper itself runs a batch: a wrap like any other, under a flag that is not about GPUs
         (
             "encoder = nn.DataParallel(nn.Linear(4, 1))\n        encoder.load_state_dict(torch.load(args.pretrained))\n"

@@ -215,9 +215,15 @@ def _only_loads(analysis: Analysis, call: cst.Call) -> bool:
     for use in uses:
         small = next(a for a in analysis.ancestors(use) if isinstance(a, cst.BaseSmallStatement | cst.BaseCompoundStatement))
         if m.matches(small, m.Assign(targets=[m.AssignTarget(m.Name(name))])) and use is small.targets[0].target:  # type: ignore[union-attr]
-            if analysis.parents.get(analysis.parents.get(small)) in block.body:
-                break  # bound again in the wrap's block: what follows is another model
-            return False
+            if analysis.parents.get(small) not in block.body:
+                return False
+            # Bound again in the wrap's block, to what it reads of the wrapper (`m = next(m.children()).encoder`),
+            # or to anything else: what follows is another model.
+            read = [n for n in analysis.within(small.value, cst.Name) if n.value == name and _reads_name(analysis, n)]  # type: ignore[union-attr]
+            if not all(_unwraps(analysis, n) for n in read) or (read and unwraps):
+                return False
+            unwraps += len(read)
+            break
         loading = m.Expr(m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("load_state_dict"))))
         if m.matches(small, loading) and small.value.func.value is use and not unwraps:  # type: ignore[attr-defined]
             loads += 1

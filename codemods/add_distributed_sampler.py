@@ -11,6 +11,7 @@ function which iterates the loader.
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -38,6 +39,7 @@ from dp2ddp.analysis.loaders import (
     split_where_used,
     splits_itself,
 )
+from dp2ddp.analysis.losses import pairing_losses, referenced
 from dp2ddp.analysis.noise import batch_noise_lines
 from dp2ddp.analysis.training_batches import RANDOM_DRAWS, TrainingBatches
 from dp2ddp.analysis.module import Analysis, Holder
@@ -354,6 +356,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.dist = "dist"
         # Loaders whose batch value also sizes something per step: they keep it per process.
         self.per_process_calls: set[cst.Call] = set()
+        # Those of them that keep it because the loss pairs the samples of a batch (DDP342).
+        self.paired: set[cst.Call] = set()
         # Loaders whose batch is an option defaulting below a common world size, with the default:
         # divided, it is floored at 1 (`max(1, B // world_size)`), since 0 would crash every process.
         self.floored: dict[cst.Call, int] = {}
@@ -531,9 +535,11 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if self.SHARDS_EVALUATION:
             return
         sizing = self._sizes_per_step(call)
-        keep = self.keep_per_process_batch or sizing is not None
+        keep = self.keep_per_process_batch or sizing is not None or self._pair_loss is not None
         if sizing is not None and not self.keep_per_process_batch:
             self._report_sizing(call, sizing)
+        elif self._pair_loss is not None and not self.keep_per_process_batch:
+            self._report_pairing(call)
         lines = ", ".join(sorted({str(self.analysis.position(site.assign).start.line) for site in evaluation}, key=int))
         for site in training:
             if not split_where_used(self.analysis, self.analysis.target_holders(site.target, depth=0)):  # converted already
@@ -627,6 +633,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if sizing is not None:
             self.per_process_calls.add(call)
             self._report_sizing(call, sizing)
+        elif self._pair_loss is not None and not self.keep_per_process_batch:
+            self.per_process_calls.add(call)
+            self._report_pairing(call)
         size = self._literal_batch(call)
         if size is not None and size < 2:
             # A batch of 1 cannot be split: `1 // world_size` is 0, which DataLoader refuses.
@@ -1024,6 +1033,35 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 return other
         return None
 
+    @cached_property
+    def _pair_loss(self) -> tuple[str, str] | None:
+        """A loss of this file or of another module of its programs that pairs the samples of a batch with each
+        other (``sim = inputs @ inputs.t()``, hard-pair mining), with where: under DataParallel it saw the whole
+        batch, so each process keeps that many samples for it."""
+        if self.analysis.role.pair_losses:
+            loss, site = self.analysis.role.pair_losses[0]
+            return loss, str(site)
+        try:
+            tree = ast.parse(self.analysis.code)
+        except (SyntaxError, ValueError):
+            return None
+        for loss, line, span in pairing_losses(tree, ""):
+            if referenced(tree, loss, span):
+                return loss, f"line {line}"
+        return None
+
+    @property
+    def _pairing_reason(self) -> str:
+        assert self._pair_loss is not None
+        return f"the loss `{self._pair_loss[0]}` pairs the samples of a batch"
+
+    def _report_pairing(self, call: cst.Call) -> None:
+        assert self._pair_loss is not None
+        self.paired.add(call)
+        self.analysis.batch_kept_for_pairs = True
+        batch = argument(call, BATCH_SIZE, "batch_size")
+        self.report(call, "DDP342", loss=self._pair_loss[0], site=self._pair_loss[1], batch=code_of(batch) if batch is not None else "1")
+
     def _passes_batch(self, call: cst.Call, values: set[str]) -> bool:
         """Whether one of ``call``'s arguments is the batch value itself, or a product or sum with it."""
         for arg in call.args:
@@ -1084,6 +1122,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         size = self._literal_batch(call)
         if size is not None and size < 2:
             return f"a batch of {size} cannot be divided"
+        if call in self.paired:
+            return self._pairing_reason
         return f"`{code_of(argument(call, BATCH_SIZE, 'batch_size'))}` also sizes something per step"  # type: ignore[arg-type]
 
     def _report_converted_batch(self, call: cst.Call) -> None:
@@ -1102,6 +1142,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         floored = m.Call(func=m.Name("max"), args=[m.Arg(m.Integer("1")), m.Arg(divided)])
         if not m.matches(batch, divided | floored) and (sizing := self._sizes_per_step(call)) is not None:
             self._report_sizing(call, sizing)
+        elif not m.matches(batch, divided | floored) and self._pair_loss is not None and not self.keep_per_process_batch:
+            self._report_pairing(call)
 
     def _report_batch(self, call: cst.Call) -> None:
         """State the global batch before and after, with why it is divided or kept per process."""
@@ -1115,6 +1157,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if batch is None or call in self.per_process_calls or self.keep_per_process_batch:
             if size is not None and size < 2:
                 reason = f"a batch of {size} cannot be divided: `{size} // world_size` is 0"
+            elif call in self.paired:
+                reason = self._pairing_reason
             elif call in self.per_process_calls:
                 reason = f"`{code_of(batch)}` also sizes something per step"  # type: ignore[arg-type]
             else:

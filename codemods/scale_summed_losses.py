@@ -26,6 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ParentNodeProvider, QualifiedNameProvider
 
+from dp2ddp.analysis.losses import CONTRASTIVE_CODE
 from dp2ddp.analysis.module import Analysis
 from ._base import Dp2ddpCodemod
 from dp2ddp.analysis.syntax import code_of, string_literal
@@ -68,6 +69,8 @@ class ScaleSummedLossesCommand(Dp2ddpCodemod):
         analysis.scaled_backwards.update(self.scaled.values())
         # Losses no scaling makes whole again: each process's value depends on the share it sees.
         for hazard in analysis.batch_normalised_losses:
+            if hazard.code == CONTRASTIVE_CODE and analysis.batch_kept_for_pairs:
+                continue  # each process keeps the whole batch DataParallel's loss saw (DDP342)
             self.report(hazard.node, hazard.code, **dict(hazard.values))
 
     def _sums(self, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:

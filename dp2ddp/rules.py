@@ -1362,6 +1362,32 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP342",
+            "batch-kept-for-pair-loss",
+            "warning",
+            "the loss `{loss}` ({site}) pairs the samples of a batch with each other (a similarity or distance "
+            "matrix, hard-pair mining), and under DataParallel it paired the whole batch: this loader keeps `{batch}` "
+            "per process so each process's loss pairs as many samples, and the effective batch becomes world_size "
+            "times `{batch}`: scale the learning rate, or pass a smaller batch",
+            doc=_doc(
+                "Finds a loss, in the script or in another module of its program, whose definition is named as a loss "
+                "(or sits in a module named so) and that builds a matrix of the batch against itself: "
+                "`inputs @ inputs.t()`, `torch.cdist(x, x)`, `targets.eq(targets.t())`, directly or through a function "
+                "of its module handed its inputs. A definition only re-exported, never used, does not count.",
+                "DataParallel computed the loss on the outputs gathered from every GPU, so a metric-learning or "
+                "contrastive loss mined its pairs and negatives from the whole batch. Dividing the batch would give "
+                "each process's loss 1/world_size of the samples and (1/world_size)^2 of the pairs: the hardest "
+                "pairs, the margins and the objective change. Keeping the batch per process keeps what each loss "
+                "sees, and changes only how many samples one step averages.",
+                "sim_mat = torch.matmul(inputs, inputs.t())  # losses/contrastive.py\n"
+                "loader = DataLoader(ds, batch_size=args.batch_size, sampler=IdentitySampler(ds))",
+                "# keep the global batch and gather the embeddings of every process, gradients included:\n"
+                "import torch.distributed.nn.functional as dist_nn\n"
+                "inputs = torch.cat(dist_nn.all_gather(inputs)); targets = torch.cat(dist_nn.all_gather(targets))",
+                "Safe: every loss sees the number of samples it saw; the report states the new effective batch.",
+            ),
+        ),
+        Rule(
             "DDP316",
             "evaluation-kept-whole",
             "note",

@@ -25,6 +25,9 @@ at conversion time and ``check`` in a script that already runs DDP, both from
 
 from __future__ import annotations
 
+import ast
+import re
+
 from collections.abc import Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -290,3 +293,112 @@ def _pairs_rows(einsum: cst.Call) -> bool:
     rows, columns = output
     first, second = operands
     return rows in first and rows not in second and columns in second and columns not in first
+
+
+# -- losses that pair the samples of a batch, found in source text -----------------------------------
+
+# Definitions that compute a loss, by their own name or their module's: `ContrastiveLoss`, `triplet_loss`,
+# `losses/HardMining.py`. A model's forward runs on each replica's share under DataParallel as under DDP;
+# only the loss, computed on the gathered outputs, saw the whole batch.
+_LOSS_NAME = re.compile(r"loss|criterion|objective|triplet|contrastive|mining|n_?t_?xent|info_?nce", re.IGNORECASE)
+# Operations whose result pairs two sets of rows: a matrix product, a comparison, a distance.
+_PAIRING_METHODS = frozenset({"matmul", "mm", "addmm", "addmm_", "eq", "ne", "ge", "gt", "le", "lt"})
+_DISTANCES = frozenset({"cdist", "pdist"})
+
+
+def pairing_losses(tree: ast.Module, module_name: str) -> list[tuple[str, int, range]]:
+    """The loss definitions of ``tree`` that pair every sample of a batch with every other: each name, the line
+    where it pairs, and the lines of its definition.
+
+    A similarity or distance matrix of the batch against itself (``inputs @ inputs.t()``, ``torch.cdist(x, x)``)
+    or a mask of equal labels (``targets.eq(targets.t())``): metric-learning and contrastive losses mine their
+    pairs from the batch they are given. An operand that reads ``self`` (a classifier's weights,
+    ``x @ self.centers.t()``) pairs samples with parameters, not with each other.
+    """
+    whole_module = bool(_LOSS_NAME.search(module_name.rpartition(".")[2]))
+    functions = {f.name: f for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found: dict[int, tuple[str, range]] = {}
+    for definition in tree.body:
+        if isinstance(definition, ast.ClassDef):
+            methods = [f for f in definition.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name != "__init__"]
+            computes = whole_module and any(f.name in {"forward", "__call__"} for f in methods)
+            named = [definition.name] * len(methods) if computes or _LOSS_NAME.search(definition.name) else [f.name for f in methods]
+            candidates = [(name, f) for name, f in zip(named, methods) if name == definition.name or _LOSS_NAME.search(name)]
+        elif isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)) and _LOSS_NAME.search(definition.name):
+            candidates = [(definition.name, definition)]
+        else:
+            continue
+        for name, function in candidates:
+            line = _pairing_line(function, functions, 2)
+            if line is not None:
+                found.setdefault(line, (name, range(definition.lineno, (definition.end_lineno or definition.lineno) + 1)))
+    return [(name, line, span) for line, (name, span) in sorted(found.items())]
+
+
+def referenced(tree: ast.Module, name: str, outside: range = range(0)) -> bool:
+    """Whether ``tree`` uses ``name`` in a statement other than an import (a call, a factory's dict), outside the
+    lines ``outside`` of its own definition: a loss a package only re-exports is not a loss the program computes."""
+    for statement in ast.walk(tree):
+        if isinstance(statement, (ast.Import, ast.ImportFrom)) or not isinstance(statement, ast.stmt) or statement.lineno in outside:
+            continue
+        for node in ast.iter_child_nodes(statement):
+            if isinstance(node, ast.stmt):
+                continue  # a block's statements are visited on their own
+            if any((isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name) for n in ast.walk(node)):
+                return True
+    return False
+
+
+def _pairing_line(function: ast.FunctionDef | ast.AsyncFunctionDef, functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef], depth: int) -> int | None:
+    """Where ``function`` pairs samples, itself or through a function of its module handed its own parameters
+    (``euclidean_dist(feats, feats)``), not values it builds (``create_window(self.size, channel)``)."""
+    pairing = next((node for node in ast.walk(function) if _pairs_samples(node)), None)
+    if pairing is not None:
+        return pairing.lineno  # type: ignore[attr-defined]
+    if depth == 0:
+        return None
+    parameters = {a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)} - {"self"}
+    for call in ast.walk(function):
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id not in functions:
+            continue
+        handed = [*call.args, *(k.value for k in call.keywords)]
+        if any(isinstance(a, ast.Name) and a.id in parameters for a in handed):
+            line = _pairing_line(functions[call.func.id], functions, depth - 1)
+            if line is not None:
+                return line
+    return None
+
+
+def _pairs_samples(node: ast.AST) -> bool:
+    """``a @ b.t()``, ``torch.mm(a, b.T)``, ``a.eq(b.t())``, ``a == b.t()`` or ``torch.cdist(a, b)``, where no
+    operand reads ``self``."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+        operands = [node.left, node.right]
+    elif isinstance(node, ast.Compare) and len(node.comparators) == 1:
+        operands = [node.left, node.comparators[0]]
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _DISTANCES:
+        return bool(node.args) and not any(_reads_self(a) for a in node.args)
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PAIRING_METHODS:
+        receiver = node.func.value
+        # `torch.mm(a, b)` names a module; `a.mm(b)` is a method of the tensor `a`.
+        operands = [*node.args] if isinstance(receiver, ast.Name) and receiver.id in {"torch", "th"} else [receiver, *node.args]
+    else:
+        return False
+    operands = [o for o in operands if not isinstance(o, ast.Constant)]
+    return len(operands) >= 2 and any(_transposed(o) for o in operands) and not any(_reads_self(o) for o in operands)
+
+
+def _transposed(node: ast.expr) -> bool:
+    """``x.t()``, ``x.T``, ``x.transpose(0, 1)`` or ``x.permute(1, 0)``: a matrix with its rows as columns."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in {"T", "mT"}
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return False
+    if node.func.attr == "t" and not node.args:
+        return True
+    constants = [a.value for a in node.args if isinstance(a, ast.Constant)]
+    return node.func.attr in {"transpose", "permute"} and sorted(constants) == [0, 1] and len(node.args) == 2
+
+
+def _reads_self(node: ast.expr) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == "self" for n in ast.walk(node))

@@ -36,6 +36,7 @@ import libcst.matchers as m
 from . import names
 from .deep import run_deep
 from .effects import is_rank_guard, opens_for_writing, under_rank_guard
+from .losses import pairing_losses, referenced
 from .module import Analysis
 from .parameters import is_model_class, skipping_classes
 from .paths import sys_path_folders
@@ -763,6 +764,7 @@ class Project:
                 training_calls=frozenset(training_calls.get(name, ())),
                 batch_sizers=self._batch_sizers(module) if module.loaders else (),
                 augmentations=self._program_augmentations(name) if name in self.converted or name in self.loading else None,
+                pair_losses=self._program_pair_losses(name) if module.loaders else (),
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 freezing_classes=frozenset(freezing.get(name, ())),
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
@@ -831,6 +833,20 @@ class Project:
             if drawn is not None:
                 return self.site(module, drawn)
         return None
+
+    def _program_pair_losses(self, name: str) -> tuple[tuple[str, Site], ...]:
+        """The losses of another module of module ``name``'s programs that pair the samples of a batch, and that the
+        program uses (`losses.create(args.loss)` over a factory's dict of loss classes): they saw DataParallel's
+        whole batch, and a loader here that divided its batch would give them a share of it."""
+        program = set(self.reachable(name)).union(*(reached for reached in self.reach.values() if name in reached))
+        found: list[tuple[str, Site]] = []
+        for other in sorted(program - {name}):
+            module = self.modules[other]
+            for loss, line, span in pairing_losses(module.tree, other):
+                users = [self.modules[user].tree for user in sorted(program) if user != other] + [module.tree]
+                if any(referenced(tree, loss, span if tree is module.tree else range(0)) for tree in users):
+                    found.append((loss, Site(module.path.relative_to(self.root).as_posix(), line)))
+        return tuple(found)
 
     def _skipping_classes(self, module: _Module) -> tuple[tuple[str, str, Site], ...]:
         """The model classes of the modules ``module`` reaches, but its own, that may leave a sub-module without a

@@ -89,6 +89,9 @@ class ModuleRole:
     # Where another module of this module's programs draws random augmentations (a `Random*` transform, or
     # `random` in a dataset class): a loader here without workers draws them alike on every process.
     augmentations: Site | None = None
+    # Losses of another module of this module's programs that pair the samples of a batch with each other (a
+    # similarity matrix, hard-pair mining), with where: a loader here keeps its batch per process for them.
+    pair_losses: tuple[tuple[str, Site], ...] = ()
     # Qualified names of the other project functions and classes this module calls whose module, or one it
     # imports, wraps a model or trains (`EdgeConnect(config)`, whose `train()` runs DDP's backward): code
     # that runs one may reach a collective, so no barrier goes around it.

@@ -223,6 +223,9 @@ class Tree:
         self.sharded_names: set[str] = set()
         # Those of them that keep their batch per process under `--batch global`, with why (DDP308):
         self.per_process_loaders: dict[cst.Call, str] = {}
+        # Whether a loader keeps its batch per process because the loss pairs the samples of a batch (DDP342):
+        # the in-batch negatives of DDP320 are then those DataParallel saw.
+        self.batch_kept_for_pairs = False
         # backward() calls whose loss is multiplied by the world size first:
         self.scaled_backwards: set[cst.Call] = set()
         # Criterion objects whose loss sums over the batch (`criterion = nn.MSELoss(reduction="sum")`):

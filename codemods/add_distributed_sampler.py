@@ -386,6 +386,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # Statements binding a loader that a function also builds for evaluation, with the names
         # (`train_loader`) that take this process's share of it after them.
         self.split_at_use: dict[cst.SimpleStatementLine, list[tuple[str, bool]]] = {}
+        # The names split there, of loaders another module's function builds (`train_loader`).
+        self.split_names: set[str] = set()
         # Loaders whose batches reach a backward(): they train, whatever their name says.
         self.trained: set[cst.CSTNode] = set()
         # Loaders whose arguments come from a dict the file shows whole, with its keys.
@@ -404,6 +406,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.dist = self.facts.distributed_alias
         loaders = analysis.findall(call_to(names.DATA_LOADER))
         if not self.SHARDS_EVALUATION:
+            self._plan_split_builders(analysis)
             self._report_data_from_elsewhere(analysis, loaders)
             self._report_gpu_count_scaling(analysis)
             self._plan_noise_per_process(analysis, loaders)
@@ -425,6 +428,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         }  # fmt: skip
         for call in loaders:
             assert isinstance(call, cst.Call)
+            function = next((a for a in analysis.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
+            if function is not None and function.name.value in analysis.role.whole_builders:
+                continue  # it builds the evaluation loaders too: its callers split what they train on
             dataset = argument(call, 0, "dataset")
             if dataset is not None and self._is_iterable_dataset(node, dataset, splitting):
                 continue  # its `__iter__` yields this process's share already
@@ -1347,8 +1353,68 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     # -- training data from elsewhere ------------------------------------------------
 
+    def _plan_split_builders(self, analysis: Analysis) -> None:
+        """Loaders of another module's function that builds the evaluation loaders too: split where they train.
+
+        ``train_data, train_loader = self._get_data(flag="train")``, where ``_get_data`` returns what
+        ``data_provider(args, flag)`` of another module built: the project leaves that function's loader whole,
+        and this file takes this process's share of it after each binding whose batches reach a backward.
+        """
+        builders = dict(analysis.role.split_builders)
+        if not builders:
+            return
+        for assign in analysis.nodes(cst.Assign):
+            if len(assign.targets) != 1 or not isinstance(assign.value, cst.Call):
+                continue
+            position = next((builders[q.name] for q in analysis.qualified_names(assign.value.func) if q.name in builders), None)
+            if position is None:
+                continue
+            target = assign.targets[0].target
+            if position >= 0:
+                if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) <= position:
+                    continue
+                target = target.elements[position].value
+            training: list[_Site] = []
+            evaluation: list[_Site] = []
+            # Returned by a function of this file (`_get_data(flag)`), it is judged where that function's callers bind it.
+            for bound, where in self._returned_again(target) or [(target, assign)]:
+                holders = self.batches.loader_holders([], analysis.target_holders(bound))
+                statement = analysis.parents.get(where)
+                if self.batches.feeds_backward(holders) and isinstance(statement, cst.SimpleStatementLine):
+                    if m.matches(bound, m.Name() | m.Attribute(value=m.Name())):
+                        training.append(_Site(bound, where, statement))
+                else:
+                    evaluation.append(_Site(bound, where, statement))  # type: ignore[arg-type]
+            builder = code_of(assign.value.func)
+            lines = ", ".join(sorted({str(analysis.position(site.assign).start.line) for site in evaluation}, key=int)) or "another module"
+            for site in training:
+                keep = self.keep_per_process_batch or self._pair_loss is not None
+                if not split_where_used(analysis, analysis.target_holders(site.target, depth=0)):  # converted already
+                    self.split_at_use.setdefault(site.statement, []).append((code_of(site.target), keep))
+                    self.split_helper_needed = True
+                self.split_names.add(code_of(site.target))
+                analysis.sharded_names.add(code_of(site.target).rsplit(".", 1)[-1])
+                self.report(site.assign, "DDP327", loader=code_of(site.target), builder=builder, lines=lines)
+                if self._pair_loss is not None and not self.keep_per_process_batch:
+                    self._report_pairing(site.assign.value)  # type: ignore[arg-type]
+
+    def _returned_again(self, bound: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.Assign]]:
+        """Where the callers of the function that bound ``bound`` bind it, when the function returns it:
+        ``data_set, data_loader = data_provider(...)`` then ``return data_set, data_loader``."""
+        if not isinstance(bound, cst.Name):
+            return []
+        function = next((a for a in self.analysis.ancestors(bound) if isinstance(a, cst.FunctionDef)), None)
+        if function is None:
+            return []
+        returned = [
+            n for r in self.analysis.within(function, cst.Return) if r.value is not None
+            for n in ([r.value] if isinstance(r.value, cst.Name) else [e.value for e in r.value.elements] if isinstance(r.value, cst.Tuple) else [])
+            if isinstance(n, cst.Name) and n.value == bound.value
+        ]  # fmt: skip
+        return [found for value in returned for found in self.analysis.returned_to(value)]
+
     def _report_data_from_elsewhere(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> None:
-        unsplit = self.batches.unsplit_batches(loaders)
+        unsplit = [u for u in self.batches.unsplit_batches(loaders) if not analysis.reads(u.source) & self.split_names]
         for found in unsplit:
             self.report(found.node, found.code, source=found.spelled)
         wraps = self.facts.model_wraps or self.facts.imported_wraps

@@ -49,7 +49,13 @@ class ScaleSummedLossesCommand(Dp2ddpCodemod):
         # sums too, unless it divides as well, which may make it a mean: that one is reported.
         summing_classes: set[str] = set()
         for cls in analysis.nodes(cst.ClassDef):
-            if not analysis.findall_in(cls, _SUMMED_TORCH_CALL):
+            # What a call of its instances computes: `forward` (or `__call__`). A class that sums only in other
+            # methods (an experiment's `evaluate`) is no criterion.
+            computes = [
+                f for f in (cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ())
+                if isinstance(f, cst.FunctionDef) and f.name.value in ("forward", "__call__")
+            ]  # fmt: skip
+            if not any(analysis.findall_in(f, _SUMMED_TORCH_CALL) for f in computes):
                 continue
             if analysis.findall_in(cls, m.BinaryOperation(operator=m.Divide() | m.FloorDivide())) or analysis.findall_in(cls, m.AugAssign(operator=m.DivideAssign())):
                 self.report(cls.name, "DDP311", loss=cls.name.value)

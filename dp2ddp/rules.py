@@ -1508,7 +1508,8 @@ RULES: dict[str, Rule] = {
             doc=_doc(
                 "Finds a function that builds and returns a DataLoader, called both for training (its loader "
                 "feeds a `backward()`) and for evaluation (named `val`, `test` or `pred`, or asked for with "
-                "such a string, and never trained on).",
+                "such a string, and never trained on). In a project, a function of another module counts when it "
+                "tells the splits apart by such a string (`if flag == 'test':`) or a caller asks it for one.",
                 "Split inside the function, every loader it builds would be: each process would validate on "
                 "its own shard and stop early on its own number, and a prediction loader's batch of 1 would "
                 "become `1 // world_size`.",

@@ -722,6 +722,29 @@ def test_a_criterion_class_that_sums_and_divides_is_reported_not_scaled() -> Non
     assert "7:DDP311" in [f"{f.line}:{f.code}" for f in result.findings]
 
 
+def test_a_class_that_sums_only_outside_its_forward_is_no_criterion() -> None:
+    """An experiment class that evaluates with reduction="sum" and divides by the count computes no training loss."""
+    result = _convert(
+        """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class Experiment:
+            def evaluate(self, loader):
+                total = sum(F.mse_loss(model(x), y, reduction="sum").item() for x, y in loader)
+                return total / len(loader.dataset)
+
+
+        model = nn.DataParallel(Net())
+        for x, y in loader:
+            F.mse_loss(model(x), y).backward()
+        """
+    )
+    assert "DDP311" not in {f.code for f in result.findings}
+
+
 def test_a_batch_value_that_sizes_a_criterion_keeps_the_loader_batch_per_process() -> None:
     result = _convert(
         """

@@ -654,6 +654,7 @@ class Project:
         callers: dict[tuple[str, str], list[tuple[str, str, Site]]] = {}
         # (caller, qualified) of calls of another module's function whose value the caller uses.
         used: set[tuple[str, str]] = set()
+        split_builders: dict[str, list[tuple[str, int]]] = {}
         for module in self.by_path.values():
             for call, target, function, qualified in self.calls(module):
                 project_calls.setdefault(module.name, set()).add(qualified)
@@ -673,6 +674,8 @@ class Project:
                 if target != module.name and (loading := self._loading_from(target)) is not None:
                     site = self.site(loading, loading.loaders[0])
                     loader_sources.setdefault(module.name, []).append((qualified, site))
+                if (target, function) in self._shared_builders and target != module.name:
+                    split_builders.setdefault(module.name, []).append((qualified, self._shared_builders[target, function]))
                 if target not in self.converted:
                     callers.setdefault((target, function), []).append((module.name, qualified, self.site(module, call)))
                     if id(call) not in module.discarded:
@@ -765,6 +768,8 @@ class Project:
                 batch_sizers=self._batch_sizers(module) if module.loaders else (),
                 augmentations=self._program_augmentations(name) if name in self.converted or name in self.loading else None,
                 pair_losses=self._program_pair_losses(name) if module.loaders else (),
+                whole_builders=frozenset(function for target, function in self._shared_builders if target == name),
+                split_builders=tuple(dict.fromkeys(split_builders.get(name, ()))) if name in self.converted else (),
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 freezing_classes=frozenset(freezing.get(name, ())),
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
@@ -833,6 +838,38 @@ class Project:
             if drawn is not None:
                 return self.site(module, drawn)
         return None
+
+    @cached_property
+    def _shared_builders(self) -> dict[tuple[str, str], int]:
+        """Functions of a loader module that build the training and the evaluation loaders alike, by (module,
+        function), with where their result holds the loader: -1 for the whole value, else its index in a tuple.
+
+        ``data_provider(args, flag)`` tells the splits apart by a string (``if flag == "test":``), or is asked
+        for one (``get_loader("val")``). Split inside it, every loader it builds would be: each process would
+        validate on its own shard and stop early on its own. Its callers take their share where they train.
+        """
+        found: dict[tuple[str, str], int] = {}
+        requested = {
+            (target, function)
+            for module in self.by_path.values()
+            for call, target, function, _ in self.calls(module)
+            if any(isinstance(a, ast.Constant) and isinstance(a.value, str) and _EVALUATION_REQUEST.search(a.value) for a in [*call.args, *(k.value for k in call.keywords)])
+        }
+        for name in sorted(self.loading):
+            module = self.modules[name]
+            for function in module.tree.body:
+                if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                inside = range(function.lineno, (function.end_lineno or function.lineno) + 1)
+                built = [loader for loader in module.loaders if loader.lineno in inside]
+                if len(built) != 1:
+                    continue
+                if not ((name, function.name) in requested or any(_asks_for_a_split(n) for n in ast.walk(function))):
+                    continue
+                position = _loader_position(function, built[0])
+                if position is not None:
+                    found[name, function.name] = position
+        return found
 
     def _program_pair_losses(self, name: str) -> tuple[tuple[str, Site], ...]:
         """The losses of another module of module ``name``'s programs that pair the samples of a batch, and that the
@@ -1075,6 +1112,46 @@ class Project:
         if within is not None:
             entries = {name for name in entries if self.modules[name].path in within}
         return tuple(sorted({self.modules[name].path.parent for name in entries}))
+
+
+_EVALUATION_REQUEST = re.compile(r"val|test|eval|pred|infer", re.IGNORECASE)
+
+
+def _asks_for_a_split(node: ast.AST) -> bool:
+    """``flag == "test"``, ``split in ("val", "test")``: a comparison that tells the data splits apart."""
+    if not isinstance(node, ast.Compare):
+        return False
+    return any(
+        isinstance(c, ast.Constant) and isinstance(c.value, str) and _EVALUATION_REQUEST.search(c.value)
+        for operand in [node.left, *node.comparators]
+        for c in ast.walk(operand)
+    )
+
+
+def _loader_position(function: ast.FunctionDef | ast.AsyncFunctionDef, loader: ast.Call) -> int | None:
+    """Where every ``return`` of ``function`` holds ``loader``: -1 for the whole value, else its tuple index."""
+    bound = {
+        target.id
+        for statement in ast.walk(function)
+        if isinstance(statement, ast.Assign) and statement.value is loader
+        for target in statement.targets
+        if isinstance(target, ast.Name)
+    }
+
+    def is_loader(value: ast.expr) -> bool:
+        return value is loader or (isinstance(value, ast.Name) and value.id in bound)
+
+    positions = set()
+    for statement in ast.walk(function):
+        if not isinstance(statement, ast.Return) or statement.value is None:
+            continue
+        if is_loader(statement.value):
+            positions.add(-1)
+        elif isinstance(statement.value, ast.Tuple):
+            positions |= {i for i, element in enumerate(statement.value.elts) if is_loader(element)} or {None}
+        else:
+            positions.add(None)
+    return positions.pop() if len(positions) == 1 else None
 
 
 def _local_device(value: ast.expr) -> bool:

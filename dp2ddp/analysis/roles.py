@@ -92,6 +92,12 @@ class ModuleRole:
     # Losses of another module of this module's programs that pair the samples of a batch with each other (a
     # similarity matrix, hard-pair mining), with where: a loader here keeps its batch per process for them.
     pair_losses: tuple[tuple[str, Site], ...] = ()
+    # Functions of this module that build the training and the evaluation loaders alike (`data_provider(args,
+    # flag)`): their loaders stay whole here, and the callers split what they train on.
+    whole_builders: frozenset[str] = frozenset()
+    # Such functions of other modules, as this module calls them, with where their result holds the loader:
+    # -1 for the whole value, else its index in the returned tuple.
+    split_builders: tuple[tuple[str, int], ...] = ()
     # Qualified names of the other project functions and classes this module calls whose module, or one it
     # imports, wraps a model or trains (`EdgeConnect(config)`, whose `train()` runs DDP's backward): code
     # that runs one may reach a collective, so no barrier goes around it.

@@ -1,0 +1,137 @@
+"""A function of another module that builds the training and the evaluation loaders alike (DDP327).
+
+``data_provider(args, flag)`` in ``data/`` builds every split's loader. Split inside it, the
+validation and test loaders would be too, and each process would validate on its own shard. The
+project leaves its loader whole; each converted caller takes its share where it trains, through
+``split_loader``. The project fixture ``loader_builder_shared_with_evaluation`` trains the result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from textwrap import dedent
+
+from dp2ddp.api import ConvertResult
+from dp2ddp.projects import convert_project
+
+FACTORY = """\
+from torch.utils.data import DataLoader
+
+
+def get_loader(dataset, flag, batch_size):
+    shuffle = flag == "train"
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle)
+"""
+
+TRAIN = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import TensorDataset
+
+from factory import get_loader
+
+
+def main():
+    dataset = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    model = nn.DataParallel(nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    {binding}
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    {evaluation}
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _convert(tmp_path: Path, files: dict[str, str]) -> dict[str, ConvertResult]:
+    for name, text in files.items():
+        (tmp_path / name).write_text(dedent(text), encoding="utf-8")
+    result = convert_project(tmp_path, {path: path.read_text(encoding="utf-8") for path in sorted(tmp_path.glob("*.py"))})
+    converted = {path.name: outcome for path, outcome in result.files.items()}
+    assert all(isinstance(outcome, ConvertResult) for outcome in converted.values()), converted
+    return converted  # type: ignore[return-value]
+
+
+def test_a_builder_asked_for_evaluation_stays_whole_and_the_trainer_splits_its_share(tmp_path: Path) -> None:
+    converted = _convert(
+        tmp_path,
+        {
+            "factory.py": FACTORY,
+            "train.py": TRAIN.format(
+                binding='loader = get_loader(dataset, "train", 8)',
+                evaluation='print(sum(nn.functional.mse_loss(model(x), y).item() for x, y in get_loader(dataset, "test", 8)))',
+            ),
+        },
+    )
+    assert "Sampler" not in converted["factory.py"].output
+    train = converted["train.py"].output
+    assert '    loader = get_loader(dataset, "train", 8)\n    loader = split_loader(loader)\n' in train
+    assert [f.code for f in converted["train.py"].findings].count("DDP327") == 1
+    assert not any(f.code == "DDP317" for f in converted["train.py"].findings)
+
+
+def test_the_loader_s_place_in_a_returned_tuple_is_split_through_a_method(tmp_path: Path) -> None:
+    """``_get_data(flag)`` returns what the builder returned; its callers bind the loader second of two."""
+    factory = """\
+    from torch.utils.data import DataLoader
+
+
+    def data_provider(dataset, flag):
+        if flag == "test":
+            shuffle = False
+        else:
+            shuffle = True
+        loader = DataLoader(dataset, batch_size=8, shuffle=shuffle)
+        return dataset, loader
+    """
+    train = """\
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import TensorDataset
+
+    from factory import data_provider
+
+
+    class Experiment:
+        def __init__(self):
+            self.data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+            self.model = nn.DataParallel(nn.Linear(4, 1))
+
+        def _get_data(self, flag):
+            data_set, data_loader = data_provider(self.data, flag)
+            return data_set, data_loader
+
+        def train(self):
+            train_data, train_loader = self._get_data(flag="train")
+            test_data, test_loader = self._get_data(flag="test")
+            optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(self.model(x), y).backward()
+                optimizer.step()
+
+
+    if __name__ == "__main__":
+        Experiment().train()
+    """
+    converted = _convert(tmp_path, {"factory.py": factory, "train.py": train})
+    output = converted["train.py"].output
+    assert output.count("split_loader(") == 1  # the helper comes from the helpers module
+    assert '        train_data, train_loader = self._get_data(flag="train")\n        train_loader = split_loader(train_loader)\n' in output
+    assert "test_loader = split_loader" not in output and "data_loader = split_loader" not in output
+
+
+def test_a_builder_only_training_asks_for_is_split_where_it_builds(tmp_path: Path) -> None:
+    factory = FACTORY.replace('shuffle = flag == "train"', "shuffle = True")
+    converted = _convert(
+        tmp_path,
+        {"factory.py": factory, "train.py": TRAIN.format(binding="loader = get_loader(dataset, flag, 8)", evaluation="").replace("def main():", "def main(flag=None):")},
+    )
+    assert "DistributedSampler" in converted["factory.py"].output or "ShardedSampler" in converted["factory.py"].output
+    assert "split_loader" not in converted["train.py"].output

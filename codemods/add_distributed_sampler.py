@@ -333,6 +333,12 @@ class _Site:
 EVALUATION_REQUEST = re.compile(r"val|test|eval|pred|infer", re.IGNORECASE)
 
 
+def _holds(spelled: str, values: set[str]) -> bool:
+    """Whether the value ``spelled`` is one of ``values``: ``cfg["data"]["dataset"]`` is not
+    ``cfg["training"]["batch_size"]``, and neither is the whole ``cfg``, as ``cfg.data`` is not ``cfg.batch``."""
+    return spelled in values
+
+
 class AddDistributedSamplerCommand(Dp2ddpCodemod):
     DESCRIPTION = "Give the training DataLoader a DistributedSampler, keep the global batch, call set_epoch."
     @staticmethod
@@ -1017,14 +1023,15 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if self._sized_elsewhere(batch) is not None:
             return call  # the caller that hands the batch in also sizes something with it
         # The values the batch is computed from: `cfg.batch` and `cfg.subdivisions` in their quotient.
-        values = {code_of(n) for n in self._outermost_names(batch)}
+        # A key of a config dict is a value of its own: `cfg["training"]["batch_size"]`, not all of `cfg`.
+        values = {code_of(n) for n in self._value_chains(batch)}
         if not values:
             return None
         classes = {c.name.value for c in self.analysis.nodes(cst.ClassDef)}
         for other in self.analysis.nodes(cst.Call):
             if other is call or self.analysis.index[call] <= self.analysis.index[other] <= self.analysis.last[call]:
                 continue
-            if not any(code_of(n) in values for n in self._outermost_names(other)):
+            if not any(_holds(code_of(n), values) for n in self._value_chains(other)):
                 continue
             func = other.func
             qualified = {q.name for q in self.analysis.qualified_names(func)}
@@ -1071,10 +1078,27 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
     def _passes_batch(self, call: cst.Call, values: set[str]) -> bool:
         """Whether one of ``call``'s arguments is the batch value itself, or a product or sum with it."""
         for arg in call.args:
-            names_in = {code_of(n) for n in self._outermost_names(arg.value)}
-            if names_in & values and not self.analysis.within(arg.value, cst.Call):
+            if any(_holds(code_of(n), values) for n in self._value_chains(arg.value)) and not self.analysis.within(arg.value, cst.Call):
                 return True
         return False
+
+    def _value_chains(self, node: cst.CSTNode) -> list[cst.BaseExpression]:
+        """``_outermost_names``, each extended through the literal keys it is read at (``cfg["training"]["batch"]``)."""
+        found: list[cst.BaseExpression] = []
+        for name in self._outermost_names(node):
+            chain: cst.BaseExpression = name
+            while True:
+                parent = self.analysis.parents.get(chain)
+                if isinstance(parent, cst.Subscript) and parent.value is chain and len(parent.slice) == 1 and m.matches(
+                    parent.slice[0], m.SubscriptElement(m.Index(m.SimpleString() | m.Integer()))
+                ):
+                    chain = parent
+                elif isinstance(parent, cst.Attribute) and parent.value is chain and chain is not name:
+                    chain = parent
+                else:
+                    break
+            found.append(chain)
+        return found
 
     def _sized_elsewhere(self, batch: cst.BaseExpression) -> tuple[str, Site] | None:
         """The parameter ``batch`` is, and where another module that hands it in sizes something per step with it."""

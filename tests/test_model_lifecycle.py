@@ -765,6 +765,30 @@ def test_a_batch_value_that_sizes_a_criterion_keeps_the_loader_batch_per_process
     assert "6:DDP312" in [f"{f.line}:{f.code}" for f in result.findings]
 
 
+def test_a_batch_read_from_a_config_dict_is_its_key_not_the_whole_dict() -> None:
+    """`cfg["training"]["batch_size"]` sizes the buffer; `cfg["data"]["classes"]` and `cfg` itself are other values."""
+    source = """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader
+
+        head = Head(cfg["data"]["classes"], cfg)
+        {sizing}
+        model = nn.DataParallel(Net())
+        loader = DataLoader(ds, batch_size=cfg["training"]["batch_size"], shuffle=True)
+
+
+        class Head(nn.Module):
+            pass
+        """
+    other = _convert(source.format(sizing=""))
+    assert 'batch_size=cfg["training"]["batch_size"] // dist.get_world_size()' in other.output
+    assert "DDP312" not in {f.code for f in other.findings}
+    sized = _convert(source.format(sizing='noise = torch.zeros(cfg["training"]["batch_size"], 8)'))
+    assert 'batch_size=cfg["training"]["batch_size"], sampler=' in sized.output
+    assert "DDP312" in {f.code for f in sized.findings}
+
+
 def test_evaluation_with_gradients_is_left_whole_and_not_gathered() -> None:
     """DDP's forward syncs buffers with gradients on: unequal shards would hang at the last batch."""
     result = _convert(

@@ -121,7 +121,10 @@ class DownloadOnceCommand(Dp2ddpCodemod):
         if not writes:
             return None
         reads = [c for function in run for c in self._file_calls(function, "reads")]
-        if not reads or any(self._file_calls(function, "collectives") or self._runs_training_code(function) for function in run):
+        if not reads or any(
+            self._file_calls(function, "collectives") or self._runs_training_code(function) or self._runs_unseen_code(function)
+            for function in run
+        ):
             return None
         self._runs[call] = run
         return code_of(writes[0].func), code_of(reads[0].func)
@@ -162,6 +165,23 @@ class DownloadOnceCommand(Dp2ddpCodemod):
             if not imported and isinstance(receiver, cst.Name):
                 imported = built_from_import(self.analysis, receiver)
             if any(q in training for q in imported):
+                return True
+        return False
+
+    def _runs_unseen_code(self, function: cst.FunctionDef) -> bool:
+        """Whether ``function`` calls code convert cannot name: a function handed in (``train_func(batch, config)``),
+        one picked from a container or returned by a call (``config["func"](...)``, ``getattr(m, name)()``), or a
+        module imported by name at run time (``importlib.import_module("task.pose")``).
+
+        That code may train, and a barrier around it would hang: the main process would meet DDP's
+        collectives alone while the others wait at the barrier.
+        """
+        parameters = {p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)}
+        for call in self.analysis.within(function.body, cst.Call):
+            func = call.func
+            if isinstance(func, (cst.Subscript, cst.Call)) or (isinstance(func, cst.Name) and func.value in parameters):
+                return True
+            if self.matches(call, call_to({"importlib.import_module", "builtins.__import__"})):
                 return True
         return False
 

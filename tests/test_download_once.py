@@ -212,3 +212,37 @@ def test_a_write_in_a_loop_is_not_ordered() -> None:
         """
     )
     assert "with main_process_first()" not in convert_source(source).output
+
+
+def test_code_that_calls_what_convert_cannot_see_is_not_run_by_the_main_process_alone() -> None:
+    """`train(task.make_step, ...)` runs a step function of a module imported by name: it may train, and the main
+    process would then meet DDP's collectives alone while the others wait at the barrier."""
+    source = dedent(
+        """\
+        import importlib
+
+        import torch
+
+
+        def train(step, config):
+            for batch in range(config["steps"]):
+                step(batch, config)
+            torch.save(config["state"], "checkpoint.pt")
+
+
+        def main():
+            task = importlib.import_module("task")
+            config = {"steps": 4, "state": {}}
+            if config.get("resume"):
+                config["state"] = torch.load("checkpoint.pt")
+            train(task.make_step(config), config)
+
+
+        if __name__ == "__main__":
+            torch.nn.DataParallel(torch.nn.Linear(2, 2))
+            main()
+        """
+    )
+    result = convert_source(source)
+    assert "main_process_first" not in result.output
+    assert not any(f.code == "DDP425" for f in result.findings)

@@ -235,6 +235,13 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         updated = cst.Tuple([cst.Element(classes), ddp])
         return call.with_changes(args=[call.args[0], call.args[1].with_changes(value=updated)])
 
+    def leave_Return(self, original_node: cst.Return, updated_node: cst.Return) -> cst.Return:
+        """``return crnn`` of a loading wrap returned wrapped: the caller wraps the model inside it."""
+        if self.converting and original_node in self.facts.returned_loading_wraps.values() and isinstance(updated_node.value, cst.Name):
+            name = updated_node.value.value
+            return updated_node.with_changes(value=cst.parse_expression(f'getattr({name}, "module", {name})'))
+        return updated_node
+
     def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
         if not self.converting:
             return updated_node

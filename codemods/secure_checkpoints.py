@@ -76,11 +76,37 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
             if argument(call, 1, "map_location") is None:
                 self.needs_location.add(call)
             path = argument(call, 0, "f")
-            if path is None or code_of(path) not in saved:
+            if path is None:
+                continue
+            if code_of(path) not in saved:
+                # `def build_net(pretrained): ... torch.load(pretrained)`, called with a path the script saves:
+                # the processes wait where the call hands it in.
+                for caller in self._handing_in(call, path, saved):
+                    line = self._statement(caller)
+                    if line is not None and not under_rank_guard(self, line):
+                        self.barriers.add(line)
                 continue
             line = self._statement(call)
             if line is not None and not under_rank_guard(self, line):
                 self.barriers.add(line)
+
+    def _handing_in(self, load: cst.Call, path: cst.BaseExpression, saved: set[str]) -> list[cst.Call]:
+        """The calls of the function around ``load`` that pass a path the script saves as the parameter ``path`` is."""
+        function = next((a for a in self.analysis.ancestors(load) if isinstance(a, cst.FunctionDef)), None)
+        if function is None or not isinstance(path, cst.Name):
+            return []
+        positional = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+        if path.value not in positional + [p.name.value for p in function.params.kwonly_params]:
+            return []
+        found = []
+        for call in self.analysis.nodes(cst.Call):
+            if not m.matches(call.func, m.Name(function.name.value)):
+                continue
+            index = positional.index(path.value) if path.value in positional else 99
+            passed = argument(call, index, path.value)
+            if passed is not None and code_of(passed) in saved:
+                found.append(call)
+        return found
 
     def _statement(self, node: cst.CSTNode) -> cst.BaseStatement | None:
         """The statement a barrier goes before: the load's line, or the ``if`` chain around it.

@@ -938,10 +938,12 @@ RULES: dict[str, Rule] = {
             "loading-wrap-kept",
             "note",
             "`{call}` only loads a checkpoint saved from a DataParallel model (its `module.` keys) and is unwrapped "
-            "at once: it runs no batch, so it stays as it was",
+            "once it has: it runs no batch, so it stays as it was",
             doc=_doc(
                 "Finds a DataParallel wrap whose model, until it is unwrapped (`model = model.module`, or "
-                "`next(model.children())`), only has state dicts loaded into it.",
+                "`next(model.children())`), only has state dicts loaded into it. A builder that returns the "
+                "wrapper after the load, to callers that all wrap what it returns again, counts too: its return "
+                "becomes `return getattr(model, \"module\", model)`, so the model is wrapped once, by DDP.",
                 "Such a wrap spreads nothing over the GPUs: it lets keys saved from a DataParallel model "
                 "(`module.conv1.weight`) load into the bare model. It may sit under any condition, since no process "
                 "trains through it.",

@@ -39,7 +39,7 @@ TRAINED = [
     "augmented_without_workers",
     "forward_stops_before_the_head", "identity_head_after_wrap", "part_wrap_beside_whole_wrap", "data_parallel_left_inside",
     "noise_drawn_per_process", "parameters_frozen_after_wrap", "loaders_returned_in_a_dict", "parallel_flag_gan",
-    "model_rebuilt_under_phase_flag", "module_list_read_in_part",
+    "model_rebuilt_under_phase_flag", "module_list_read_in_part", "loading_wrap_returned",
 ]  # fmt: skip
 
 

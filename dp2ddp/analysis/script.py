@@ -88,6 +88,9 @@ class ScriptFacts:
     # DataParallel calls whose model only loads a checkpoint saved from a DataParallel model (its `module.` keys)
     # and is unwrapped at once (`m = nn.DataParallel(m); m.load_state_dict(sd); m = m.module`): they run no batch.
     loading_wraps: list[cst.Call] = field(default_factory=list)
+    # Those of them returned still wrapped, by the return that hands them on, where the caller wraps the model
+    # again (`crnn = net_init()` ... `crnn = nn.DataParallel(crnn)`): the return takes the model out.
+    returned_loading_wraps: dict[cst.Call, cst.Return] = field(default_factory=dict)
     # DataParallel calls whose name a star import may bind: what they mean is unknown.
     unresolved_wraps: list[cst.Call] = field(default_factory=list)
     # Calls of the wrap helper: the script was converted before.
@@ -164,6 +167,9 @@ def collect_script_facts(analysis: Analysis) -> ScriptFacts:
                 facts.submodule_wraps.append(call)
             elif wrapped is not None and _only_loads(analysis, call):
                 facts.loading_wraps.append(call)
+            elif wrapped is not None and (handed_on := _returned_after_loading(analysis, call)) is not None:
+                facts.loading_wraps.append(call)
+                facts.returned_loading_wraps[call] = handed_on
             elif wrapped is not None:
                 facts.model_wraps.append(call)
         if m.matches(call.func, m.Name(names.WRAP_HELPER)):
@@ -224,8 +230,7 @@ def _only_loads(analysis: Analysis, call: cst.Call) -> bool:
                 return False
             unwraps += len(read)
             break
-        loading = m.Expr(m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("load_state_dict"))))
-        if m.matches(small, loading) and small.value.func.value is use and not unwraps:  # type: ignore[attr-defined]
+        if _loads_into(small, use) and not unwraps:
             loads += 1
         elif _unwraps(analysis, use):
             unwraps += 1
@@ -234,17 +239,72 @@ def _only_loads(analysis: Analysis, call: cst.Call) -> bool:
     return loads > 0 and unwraps > 0
 
 
+def _returned_after_loading(analysis: Analysis, call: cst.Call) -> cst.Return | None:
+    """``m = nn.DataParallel(m)``, then only ``m.load_state_dict(...)``, then ``return m``, from a function whose
+    callers wrap what it returns again (``crnn = net_init()`` ... ``crnn = nn.DataParallel(crnn)``).
+
+    The first wrap only lets a checkpoint's ``module.`` keys load; under DataParallel the model ran wrapped
+    twice. Returned bare instead, it is wrapped once, by the caller's wrap.
+    """
+    assign = analysis.parents.get(call)
+    if not m.matches(assign, m.Assign(targets=[m.AssignTarget(m.Name())])):
+        return None
+    name = assign.targets[0].target.value  # type: ignore[union-attr]
+    statement = analysis.parents.get(assign)
+    function = next((a for a in analysis.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
+    if function is None or not isinstance(statement, cst.SimpleStatementLine):
+        return None
+    uses = [n for n in analysis.within(function, cst.Name) if n.value == name and analysis.index[n] > analysis.last[statement] and _reads_name(analysis, n)]
+    loads, returned = 0, None
+    for use in uses:
+        small = next(a for a in analysis.ancestors(use) if isinstance(a, cst.BaseSmallStatement | cst.BaseCompoundStatement))
+        if _loads_into(small, use) and returned is None:
+            loads += 1
+        elif isinstance(small, cst.Return) and small.value is use and returned is None and isinstance(analysis.parents.get(analysis.parents.get(small)), cst.IndentedBlock) and analysis.parents.get(analysis.parents.get(analysis.parents.get(small))) is function:
+            returned = small
+        else:
+            return None
+    if not loads or returned is None:
+        return None
+    # Each caller's binding of the result is wrapped again after it.
+    results = [
+        a.targets[0].target.value for a in analysis.nodes(cst.Assign)
+        if m.matches(a, m.Assign(targets=[m.AssignTarget(m.Name())], value=m.Call(func=m.Name(function.name.value))))
+    ]  # fmt: skip
+    rewrapped = {
+        wrapped.value for other in analysis.nodes(cst.Call)
+        if other is not call and analysis.matches(other, call_to(names.DATA_PARALLEL))
+        and isinstance(wrapped := without_device_move(argument(other, 0, "module") or cst.Name("None")), cst.Name)
+    }  # fmt: skip
+    return returned if results and set(results) <= rewrapped else None
+
+
+def _loads_into(statement: cst.CSTNode, use: cst.Name) -> bool:
+    """``use.load_state_dict(...)``, or ``load_model_state(use, ...)`` as convert writes it, as a statement."""
+    if not isinstance(statement, cst.Expr) or not isinstance(call := statement.value, cst.Call):
+        return False
+    if m.matches(call.func, m.Attribute(attr=m.Name("load_state_dict"))):
+        return call.func.value is use  # type: ignore[attr-defined]
+    return m.matches(call.func, m.Name(names.LOAD_STATE_HELPER)) and bool(call.args) and call.args[0].value is use
+
+
 def _reads_name(analysis: Analysis, name: cst.Name) -> bool:
     """Not the attribute of ``x.name`` nor the keyword of ``f(name=...)``."""
     parent = analysis.parents.get(name)
     return not (isinstance(parent, cst.Attribute) and parent.attr is name) and not (isinstance(parent, cst.Arg) and parent.keyword is name)
 
 
+_MODULE_OR_ITSELF = m.Call(func=m.Name("getattr"), args=[m.Arg(m.Name()), m.Arg(m.SimpleString('"module"')), m.Arg(m.Name())])
+
+
 def _unwraps(analysis: Analysis, use: cst.Name) -> bool:
-    """``use.module`` or ``next(use.children())``: the model inside the DataParallel wrapper."""
+    """``use.module``, ``getattr(use, "module", use)`` or ``next(use.children())``: the model inside the wrapper."""
     parent = analysis.parents.get(use)
     if m.matches(parent, m.Attribute(attr=m.Name("module"))):
         return True
+    call = analysis.parents.get(parent)
+    if m.matches(call, _MODULE_OR_ITSELF) and use in (call.args[0].value, call.args[2].value):  # type: ignore[union-attr]
+        return code_of(call.args[0].value) == code_of(call.args[2].value)  # type: ignore[union-attr]
     call = analysis.parents.get(parent)
     outer = analysis.parents.get(analysis.parents.get(call))
     return m.matches(parent, m.Attribute(attr=m.Name("children"))) and m.matches(outer, m.Call(func=m.Name("next"), args=[m.Arg()]))

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.check import Diagnostic, Selection, check_admitted
 from dp2ddp.codemods._base import Finding
-from dp2ddp.rules import REPORTED_IN_OUTPUT, RULES
+from dp2ddp.rules import EXPLAINED_IN_OUTPUT, REPORTED_IN_OUTPUT, RULES
 
 # Check warnings that in a converted script mean training differs from DataParallel's, so convert must not
 # leave them: the batches not split (DDP540), a split loader never advanced (DDP506), and a method of the
@@ -39,7 +39,9 @@ def unreported(
 
     ``source`` and ``output`` are admitted already; this runs in the room ``api.deeply`` gives.
     """
-    accounted = set().union(*(REPORTED_IN_OUTPUT.get(f.code, frozenset()) for f in findings if f.severity == "warning"))
+    accounted = set().union(
+        *(REPORTED_IN_OUTPUT.get(f.code, frozenset()) | EXPLAINED_IN_OUTPUT.get(f.code, frozenset()) for f in findings if f.severity == "warning")
+    )
     lines = _original_lines(source, output)
     found: list[Finding] = []
     diagnostics = [d for d in check_admitted(output, role).diagnostics if d.code not in accounted]

@@ -2821,6 +2821,9 @@ REPORTED_IN_OUTPUT: dict[str, frozenset[str]] = {
 }
 # DDP111 passes on a warning of check's about the output: check finds it there, whichever it is.
 REPORTED_IN_OUTPUT["DDP111"] = frozenset(code for code, rule in RULES.items() if is_check_rule(code) and rule.severity == "warning")
+# Check findings in a converted script that a convert warning of NOT_IN_OUTPUT explains, where check finds them:
+# a batch kept per process for a pair loss (DDP342) leaves in-batch negatives per process (DDP516) by design.
+EXPLAINED_IN_OUTPUT: dict[str, frozenset[str]] = {"DDP342": frozenset({"DDP516"})}
 # Convert warnings that leave no hazard in the converted script for check to find, and why.
 NOT_IN_OUTPUT: dict[str, str] = {
     "DDP101": "the hazard is in the script that imports this module: a module with no entry point starts no "
@@ -2853,6 +2856,11 @@ NOT_IN_OUTPUT: dict[str, str] = {
         "a table each process updates from its own samples is ordinary state of a DDP script (a per-process "
         "memory bank is a design choice); only against the DataParallel run, which updated one table from the "
         "whole batch, does it differ, and check cannot tell which the script meant"
+    ),
+    "DDP342": (
+        "the converted loader keeps the batch per process, so each process's pair loss sees as many samples as "
+        "DataParallel's did; pairing within each process's batch is how DDP scripts ordinarily mine pairs, and "
+        "only against the DataParallel run is the global batch world_size times larger"
     ),
     "DDP306": (
         "this file builds no DataLoader and runs no training loop: the data is loaded by code in another file, "

@@ -1185,3 +1185,129 @@ def test_a_printing_function_re_exported_by_a_package_star_import_prints_once(tm
     helper = result.files[tmp_path / "utils" / "experiment.py"]
     assert "    if is_main_process():\n        print(" in helper.output
     assert "DDP105" in {f.code for f in helper.findings}
+
+
+def test_batches_a_trainer_draws_with_next_from_a_loader_object_handed_in_are_its_callers_to_split(tmp_path) -> None:
+    """`data_loader.next()` on an `IterLoader` the entry builds around its DataLoader and hands to the trainer: the
+    entry splits the loader, so the trainer's batches are not a reason to refuse (DDP317)."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    trainer = dedent(
+        """
+        import torch
+        import torch.nn as nn
+
+
+        class IterLoader:
+            def __init__(self, loader):
+                self.loader = loader
+                self.iter = iter(loader)
+
+            def next(self):
+                try:
+                    return next(self.iter)
+                except StopIteration:
+                    self.iter = iter(self.loader)
+                    return next(self.iter)
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+
+            def train(self, data_loader, optimizer, train_iters=4):
+                for i in range(train_iters):
+                    x, y = data_loader.next()
+                    loss = nn.functional.mse_loss(self.model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+        """
+    )
+    main = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        from trainer import IterLoader, Trainer
+
+        if __name__ == "__main__":
+            loader = IterLoader(DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True))
+            model = nn.DataParallel(nn.Linear(4, 1))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                Trainer(model).train(loader, optimizer)
+        """
+    )
+    (tmp_path / "trainer.py").write_text(trainer)
+    (tmp_path / "main.py").write_text(main)
+    result = convert_project(tmp_path, {tmp_path / "trainer.py": trainer, tmp_path / "main.py": main})
+    converted = {path.name: outcome for path, outcome in result.files.items()}
+    assert all(isinstance(outcome, ConvertResult) for outcome in converted.values()), converted
+    assert "Sampler(" in converted["main.py"].output  # type: ignore[union-attr]
+    assert not any(f.code == "DDP317" for outcome in converted.values() for f in outcome.findings)  # type: ignore[union-attr]
+
+
+def test_a_logger_class_guarded_inside_is_no_writer_for_the_check_of_its_callers(tmp_path) -> None:
+    """`sys.stdout = Logger(path)`, whose file convert opens on the main process only (`open(...) if
+    is_main_process() else None`) and which closes it through its own `self.close()`: the check of the converted
+    entry finds no write of it left on every process (no DDP111)."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    logging = dedent(
+        """
+        import sys
+
+
+        class Logger:
+            def __init__(self, path):
+                self.console = sys.stdout
+                self.file = open(path, "w")
+
+            def __del__(self):
+                self.close()
+
+            def write(self, message):
+                self.console.write(message)
+                self.file.write(message)
+
+            def flush(self):
+                self.console.flush()
+
+            def close(self):
+                self.file.close()
+        """
+    )
+    main = dedent(
+        """
+        import sys
+
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        from logger import Logger
+
+        if __name__ == "__main__":
+            sys.stdout = Logger("log.txt")
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            model = nn.DataParallel(nn.Linear(4, 1))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    )
+    sources = {tmp_path / "logger.py": logging, tmp_path / "main.py": main}
+    for path, text in sources.items():
+        path.write_text(text)
+    result = convert_project(tmp_path, sources)
+    converted = {path.name: outcome for path, outcome in result.files.items()}
+    assert all(isinstance(outcome, ConvertResult) and outcome.changed for outcome in converted.values()), converted
+    assert "is_main_process()" in converted["logger.py"].output  # type: ignore[union-attr]
+    assert not any(f.code == "DDP111" for f in converted["main.py"].findings)  # type: ignore[union-attr]

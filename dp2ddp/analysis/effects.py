@@ -163,9 +163,11 @@ def under_rank_guard(reader: Analysis | Planner, node: cst.CSTNode) -> bool:
     """Whether ``node`` only runs on some processes: inside ``if rank == 0:`` and the like."""
     analysis = _analysis_of(reader)
     while not isinstance(node, cst.Module):
-        node = analysis.get_metadata(ParentNodeProvider, node)
+        child, node = node, analysis.get_metadata(ParentNodeProvider, node)
         if isinstance(node, cst.If) and is_rank_guard(analysis, node.test):
             return True
+        if isinstance(node, cst.IfExp) and node.body is child and is_rank_guard(analysis, node.test):
+            return True  # `open(path, "w") if is_main_process() else None`
     return False
 
 

@@ -567,8 +567,12 @@ class Project:
             code_of(a.targets[0].target) for a in analysis.within(definition.body, cst.Assign)
             if len(a.targets) == 1 and isinstance(a.value, cst.Call) and _devnull_off_main(analysis, a.value)
         }  # fmt: skip
+        # A class's own methods (`self.close()` in `__del__`) write where their bodies do, which are read here too.
+        methods = {f.name.value for f in analysis.within(definition.body, cst.FunctionDef)} if isinstance(definition, cst.ClassDef) else set()
         for call in analysis.within(definition.body, cst.Call):
             if unguarded and (under_rank_guard(analysis, call) or _devnull_off_main(analysis, call)):
+                continue
+            if m.matches(call.func, m.Attribute(value=m.Name("self"), attr=m.Name(m.MatchIfTrue(lambda name: name in methods)))):
                 continue
             if unguarded and main_only and analysis.reads(call) & main_only:
                 continue  # `f.write(...)`, `os.fsync(f.fileno())`, `tofile(f)`: into os.devnull off the main process

@@ -28,6 +28,10 @@ RANDOM_DRAWS = frozenset(
 )
 
 
+# `loader.next()`, `loader.__next__()`: the next batch of an iterator object (an `IterLoader` around a DataLoader).
+_NEXT_OF_OBJECT = m.Call(func=m.Attribute(value=m.Name() | m.Attribute(), attr=m.Name("next") | m.Name("__next__")), args=[])
+
+
 @dataclass(frozen=True)
 class UnsplitBatches:
     """A training loop's batches that no DataLoader of this file produces, so no sampler of this file splits them."""
@@ -169,8 +173,11 @@ class TrainingBatches:
         (``make_batches(dataset)``): that call is returned, and names what is not followed.
         """
         for _ in range(4):  # each turn follows one local name; a name bound to itself cannot loop
-            while isinstance(source, cst.Call) and m.matches(source.func, m.Name() | m.Attribute()) and source.args:
-                if code_of(source.func).rsplit(".", 1)[-1] not in ("iter", "enumerate", "tqdm", "next"):
+            while isinstance(source, cst.Call) and m.matches(source.func, m.Name() | m.Attribute()):
+                if m.matches(source, _NEXT_OF_OBJECT):
+                    source = source.func.value  # type: ignore[attr-defined]  # `loader.next()`: the object's own batches
+                    continue
+                if not source.args or code_of(source.func).rsplit(".", 1)[-1] not in ("iter", "enumerate", "tqdm", "next"):
                     return source
                 source = source.args[0].value
             if not isinstance(source, cst.Name):

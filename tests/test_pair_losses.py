@@ -242,3 +242,21 @@ def test_a_pair_loss_a_package_only_exports_leaves_the_batch_divided(tmp_path: P
     train = converted["train.py"]
     assert "8 // dist.get_world_size()" in train.output
     assert "DDP342" not in _codes(train)
+
+
+def test_a_pair_loss_a_trainer_only_tests_for_leaves_the_batch_divided(tmp_path: Path) -> None:
+    """`isinstance(criterion, TripletLoss)` in a shared trainer: the softmax entry computes no pair loss."""
+    converted = _project(
+        tmp_path,
+        {
+            "losses/__init__.py": "from .triplet import TripletLoss\n",
+            "losses/triplet.py": TRIPLET,
+            "train.py": SCRIPT.format(
+                loss="from losses import TripletLoss\n\ndef pairs(criterion):\n    return isinstance(criterion, (TripletLoss,))",
+                call="nn.functional.cross_entropy(model(x), y)",
+            ),
+        },
+    )
+    train = converted["train.py"]
+    assert "8 // dist.get_world_size()" in train.output
+    assert "DDP342" not in _codes(train)

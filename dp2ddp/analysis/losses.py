@@ -336,17 +336,34 @@ def pairing_losses(tree: ast.Module, module_name: str) -> list[tuple[str, int, r
 
 
 def referenced(tree: ast.Module, name: str, outside: range = range(0)) -> bool:
-    """Whether ``tree`` uses ``name`` in a statement other than an import (a call, a factory's dict), outside the
-    lines ``outside`` of its own definition: a loss a package only re-exports is not a loss the program computes."""
-    for statement in ast.walk(tree):
-        if isinstance(statement, (ast.Import, ast.ImportFrom)) or not isinstance(statement, ast.stmt) or statement.lineno in outside:
+    """Whether ``tree`` builds or calls ``name`` (``TripletLoss(margin)``, ``triplet_loss(a, b)``) or lists it in a
+    factory's table (``{"triplet": TripletLoss}``), outside the lines ``outside`` of its own definition: a loss a
+    package only re-exports, or a trainer only tests for (``isinstance(c, TripletLoss)``), is not one the program
+    computes."""
+
+    def names_it(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name)
+
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in outside:
             continue
-        for node in ast.iter_child_nodes(statement):
-            if isinstance(node, ast.stmt):
-                continue  # a block's statements are visited on their own
-            if any((isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name) for n in ast.walk(node)):
-                return True
+        if isinstance(node, ast.Call) and names_it(node.func):
+            return True
+        if isinstance(node, ast.Dict) and any(names_it(v) for v in node.values):
+            return True
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and any(names_it(e) for e in node.elts) and not _tests_a_type(tree, node):
+            return True
+        if isinstance(node, ast.Assign) and names_it(node.value):
+            return True  # `Loss = TripletLoss`, then `Loss(...)`
     return False
+
+
+def _tests_a_type(tree: ast.Module, node: ast.AST) -> bool:
+    """Whether ``node`` is the class tuple of an ``isinstance``/``issubclass`` call."""
+    return any(
+        isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in {"isinstance", "issubclass"} and node in call.args
+        for call in ast.walk(tree)
+    )
 
 
 def _pairing_line(function: ast.FunctionDef | ast.AsyncFunctionDef, functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef], depth: int) -> int | None:

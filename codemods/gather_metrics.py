@@ -293,6 +293,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                     self.report(line, "DDP403", why=why)
             elif training and wraps and self._uniform_path(loop, line, varying):
                 self.in_loop[line] = wraps
+            elif training and not wraps and guard is None and (built := self._meter_strings(loop, line, read, meters, varying)):
+                # `msg = "...".format(loss=losses)`, then `logger.info(msg)`: the string is built from reduced copies.
+                for build, meters_read in built.items():
+                    self.in_loop.setdefault(build, {}).update({meter: names.METER_COPY_HELPER for meter in meters_read})
             elif training:
                 self.report(line, "DDP403", why="as convert cannot prove every process reaches this line at the same step")
             else:
@@ -448,6 +452,27 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             reads[code] = planned[code][0]
         self.read_reduced[line] = reads
         return True
+
+    def _meter_strings(
+        self, loop: cst.For | cst.While, line: cst.SimpleStatementLine, read: set[str], meters: list[str], varying: set[str]
+    ) -> dict[cst.SimpleStatementLine, set[str]]:
+        """The lines of the loop that build what ``line`` shows straight from meters (``msg = fmt.format(loss=losses)``),
+        with the meters each reads; empty unless every process reaches ``line`` and each of them at the same step."""
+        if not meters or not self._uniform_path(loop, line, varying):
+            return {}
+        found: dict[cst.SimpleStatementLine, set[str]] = {}
+        for build in self.analysis.within(loop.body, cst.SimpleStatementLine):
+            assign = build.body[0] if len(build.body) == 1 else None
+            if not isinstance(assign, cst.Assign) or not self.analysis.is_before(assign, line):
+                continue
+            if not any(isinstance(t.target, cst.Name) and t.target.value in read for t in assign.targets):
+                continue
+            meters_read = {n.value for n in self.analysis.within(assign.value, cst.Name)} & set(meters)
+            if meters_read:
+                if not self._uniform_path(loop, build, varying) or m.findall(build, REDUCTION):
+                    return {}
+                found[build] = meters_read
+        return found
 
     def _uniform_path(self, loop: cst.For | cst.While, line: cst.CSTNode, varying: set[str]) -> bool:
         """Whether every process reaches ``line`` together: only ``if``s on step counters lead to it."""

@@ -58,10 +58,22 @@ def keyword_arg(
 
 
 def with_argument(call: cst.Call, arg: cst.Arg) -> cst.Call:
-    """``call`` with ``arg`` added after its last argument."""
+    """``call`` with ``arg`` added after its last argument.
+
+    In a call laid out one argument per line, with ``)`` on a line of its own, the new argument gets a
+    line of its own too, indented as the last one, and ``)`` stays where it was.
+    """
     args = list(call.args)
     if args and args[-1].comma == cst.MaybeSentinel.DEFAULT:
-        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        last = args[-1]
+        closing = last.whitespace_after_arg
+        if isinstance(closing, cst.ParenthesizedWhitespace):
+            # The whitespace before the last argument: its line break and indentation.
+            before = args[-2].comma.whitespace_after if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else call.whitespace_before_args
+            if isinstance(before, cst.ParenthesizedWhitespace):
+                args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=before), whitespace_after_arg=cst.SimpleWhitespace(""))
+                return call.with_changes(args=[*args, arg.with_changes(whitespace_after_arg=closing)])
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     return call.with_changes(args=[*args, arg])
 
 

@@ -1744,3 +1744,18 @@ def test_a_dataset_built_inside_a_loader_handed_to_a_function_is_bound_on_the_li
     assert result.changed, result.findings
     assert "dataset = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))\ntrain(DataLoader(dataset," in result.output
     assert "sampler=DistributedSampler(dataset, shuffle=True)" in result.output
+
+
+def test_an_argument_added_to_a_call_laid_out_one_per_line_gets_a_line_of_its_own() -> None:
+    """`pin_memory=True` on the last line before `)`: the worker generator goes on the next line, `)` stays."""
+    from dp2ddp.api import convert_source
+
+    source = (
+        "import torch\nimport torch.nn as nn\n\nmodel = nn.DataParallel(Net())\n"
+        "train_loader = torch.utils.data.DataLoader(\n    train_dataset,\n    batch_size=32,\n    shuffle=True,\n"
+        "    num_workers=4,\n    pin_memory=True\n)\nfor epoch in range(3):\n    for x, y in train_loader:\n"
+        "        model(x).sum().backward()\n"
+    )
+    output = convert_source(source).output
+    assert "    pin_memory=True,\n    generator=torch.Generator().manual_seed(" in output
+    assert "% 2**63)\n)\n" in output

@@ -135,3 +135,38 @@ def test_a_builder_only_training_asks_for_is_split_where_it_builds(tmp_path: Pat
     )
     assert "DistributedSampler" in converted["factory.py"].output or "ShardedSampler" in converted["factory.py"].output
     assert "split_loader" not in converted["train.py"].output
+
+
+def test_a_builder_its_own_module_trains_with_is_left_to_that_module(tmp_path: Path) -> None:
+    """`get_loader(..., "train")` called in the builder's own module, which trains the model handed to it: that
+    loader is split there, not left whole for callers elsewhere."""
+    factory = "import torch\nimport torch.nn as nn\n" + FACTORY + dedent(
+        """
+
+        def fit(model, dataset):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = get_loader(dataset, "train", 8)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+        """
+    )
+    train = dedent(
+        """\
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import TensorDataset
+
+        from factory import fit, get_loader
+
+        if __name__ == "__main__":
+            data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+            model = nn.DataParallel(nn.Linear(4, 1))
+            fit(model, data)
+            print(len(get_loader(data, "val", 8)))
+        """
+    )
+    converted = _convert(tmp_path, {"factory.py": factory, "train.py": train})
+    output = converted["factory.py"].output
+    assert "Sampler(" in output or "split_loader(" in output, output

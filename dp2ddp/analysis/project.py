@@ -870,6 +870,8 @@ class Project:
                     continue
                 if not ((name, function.name) in requested or any(_asks_for_a_split(n) for n in ast.walk(function))):
                     continue
+                if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == function.name for c in ast.walk(module.tree)):
+                    continue  # its own module calls it too: that module's conversion splits it where it trains
                 position = _loader_position(function, built[0])
                 if position is not None:
                     found[name, function.name] = position

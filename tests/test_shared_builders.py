@@ -170,3 +170,16 @@ def test_a_builder_its_own_module_trains_with_is_left_to_that_module(tmp_path: P
     converted = _convert(tmp_path, {"factory.py": factory, "train.py": train})
     output = converted["factory.py"].output
     assert "Sampler(" in output or "split_loader(" in output, output
+
+
+def test_training_batches_read_straight_off_a_builder_kept_whole_are_refused(tmp_path: Path) -> None:
+    """`for x, y in get_loader(dataset, "train", 8):` binds no name to split: the batches are whole, so DDP317."""
+    train = TRAIN.format(binding="loader = None", evaluation='print(len(get_loader(dataset, "test", 8)))').replace(
+        "for x, y in loader:", 'for x, y in get_loader(dataset, "train", 8):'
+    )
+    for name, text in {"factory.py": FACTORY, "train.py": train}.items():
+        (tmp_path / name).write_text(dedent(text), encoding="utf-8")
+    result = convert_project(tmp_path, {path: path.read_text(encoding="utf-8") for path in sorted(tmp_path.glob("*.py"))})
+    findings = [f.code for outcome in result.files.values() if isinstance(outcome, ConvertResult) for f in outcome.findings]
+    assert "DDP317" in findings
+    assert not any(isinstance(o, ConvertResult) and o.changed for o in result.files.values())

@@ -87,6 +87,13 @@ class TrainingBatches:
         role = self.analysis.role
         if not role.loader_sources and not role.loader_attributes:
             return False
+        # A builder that keeps its loaders whole (it builds the evaluation ones too) splits nothing there: only
+        # the bindings this file splits where it trains are split (add_distributed_sampler's split-at-use).
+        whole = dict(role.split_builders)
+
+        def splits(qualified: str) -> bool:
+            return role.loader_site(qualified) is not None and qualified not in whole
+
         seeds: set[str] = set()
         attributes = {attribute for attribute, _ in role.loader_attributes}
         for assign in self.analysis.nodes(cst.Assign):
@@ -97,7 +104,7 @@ class TrainingBatches:
             return True
         for assign in self.analysis.nodes(cst.Assign):
             calls = self.analysis.within(assign.value, cst.Call)
-            if any(role.loader_site(q.name) for call in calls for q in self.analysis.qualified_names(call.func)):
+            if any(splits(q.name) for call in calls for q in self.analysis.qualified_names(call.func)):
                 # `loader = make_loader()`, `train_loader, val_loader = make_loaders()`, and what is read off
                 # the result: `self.train_loader = DataModule(cfg).train_loader`, `make_loaders(cfg)["train"]`
                 for target in assign.targets:
@@ -108,7 +115,7 @@ class TrainingBatches:
         # And what is made from them: `dataset = data_loader.load_data()`, `tbar = tqdm(loader)`.
         produced = self.analysis.flows_from(seeds) if seeds else set()
         calls = self.analysis.within(source, cst.Call)
-        direct = any(role.loader_site(q.name) for call in calls for q in self.analysis.qualified_names(call.func))
+        direct = any(splits(q.name) for call in calls for q in self.analysis.qualified_names(call.func))
         return direct or bool(self.analysis.reads(source) & produced)
 
     def _unpacks_a_loader_batch(self, source: cst.CSTNode, loop: cst.For | cst.While, holders: list[Holder]) -> bool:

@@ -1068,12 +1068,15 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         assert self._pair_loss is not None
         return f"the loss `{self._pair_loss[0]}` pairs the samples of a batch"
 
-    def _report_pairing(self, call: cst.Call) -> None:
+    def _report_pairing(self, call: cst.Call, batch: str | None = None) -> None:
+        """DDP342 at ``call``, a DataLoader (its ``batch_size``) or a binding split where it trains (``batch``)."""
         assert self._pair_loss is not None
         self.paired.add(call)
         self.analysis.batch_kept_for_pairs = True
-        batch = argument(call, BATCH_SIZE, "batch_size")
-        self.report(call, "DDP342", loss=self._pair_loss[0], site=self._pair_loss[1], batch=code_of(batch) if batch is not None else "1")
+        if batch is None:
+            value = argument(call, BATCH_SIZE, "batch_size")
+            batch = code_of(value) if value is not None else "1"
+        self.report(call, "DDP342", loss=self._pair_loss[0], site=self._pair_loss[1], batch=batch)
 
     def _passes_batch(self, call: cst.Call, values: set[str]) -> bool:
         """Whether one of ``call``'s arguments is the batch value itself, or a product or sum with it."""
@@ -1420,7 +1423,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 analysis.sharded_names.add(code_of(site.target).rsplit(".", 1)[-1])
                 self.report(site.assign, "DDP327", loader=code_of(site.target), builder=builder, lines=lines)
                 if self._pair_loss is not None and not self.keep_per_process_batch:
-                    self._report_pairing(site.assign.value)  # type: ignore[arg-type]
+                    self._report_pairing(site.assign.value, batch=f"{code_of(site.target)}.batch_size")  # type: ignore[arg-type]
 
     def _returned_again(self, bound: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.Assign]]:
         """Where the callers of the function that bound ``bound`` bind it, when the function returns it:

@@ -260,3 +260,20 @@ def test_a_pair_loss_a_trainer_only_tests_for_leaves_the_batch_divided(tmp_path:
     train = converted["train.py"]
     assert "8 // dist.get_world_size()" in train.output
     assert "DDP342" not in _codes(train)
+
+
+def test_a_loader_split_where_it_trains_keeps_its_batch_for_a_pair_loss(tmp_path: Path) -> None:
+    """A builder of another module kept whole for evaluation: the training binding takes its share with the batch kept."""
+    factory = (
+        "from torch.utils.data import DataLoader\n\n\ndef get_loader(dataset, flag):\n"
+        '    return DataLoader(dataset, batch_size=8, shuffle=flag == "train")\n'
+    )
+    train = SCRIPT.format(loss=PAIR_LOSS + "\nfrom factory import get_loader", call="contrastive_loss(model(x), y)").replace(
+        "    loader = DataLoader(TensorDataset(torch.randn(32, 6), torch.arange(32) % 4), batch_size=8, shuffle=True)\n",
+        '    data = TensorDataset(torch.randn(32, 6), torch.arange(32) % 4)\n    loader = get_loader(data, "train")\n    print(len(get_loader(data, "val")))\n',
+    )
+    converted = _project(tmp_path, {"factory.py": factory, "train.py": train})
+    output = converted["train.py"].output
+    assert "    loader = split_loader(loader, keep_batch=True)\n" in output
+    message = next(f.message for f in converted["train.py"].findings if f.code == "DDP342")
+    assert "keeps `loader.batch_size` per process" in message

@@ -977,6 +977,31 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP241",
+            "parameters-unfrozen-after-wrap",
+            "error",
+            "`{call}` makes parameters of the wrapped model trainable after the wrap: DDP synchronises only the "
+            "parameters that required gradients when it was built, so these would train apart on each process; "
+            "the file is left as it was: make them trainable before the wrap and keep them out of the optimizer "
+            "until here (`optimizer.add_param_group(...)`), then convert again",
+            doc=_doc(
+                "Finds, after a DataParallel wrap, `requires_grad = True` in a loop over the wrapped model's "
+                "parameters, `requires_grad_()` on it, or a call on it of a method or function of the program that "
+                "does so (`model.module.features.unfix(ratio)`, which unfreezes the backbone as training goes on). "
+                "Methods named `train`, `eval`, `forward` and `__init__` are not counted.",
+                "DataParallel copied every parameter to its replicas at each forward, so unfreezing a layer just "
+                "worked. DDP registers its gradient hooks once, for the parameters that require gradients when it "
+                "is built. A parameter unfrozen later gets gradients that are never averaged: each process steps it "
+                "with its own share's gradient, and the replicas drift apart without an error.",
+                "model = nn.DataParallel(model)\n...\nif epoch == 10:\n    for p in model.module.backbone.parameters():\n"
+                "        p.requires_grad = True",
+                "for p in model.backbone.parameters():\n    p.requires_grad = True  # before the wrap: DDP hooks them\n"
+                "optimizer = torch.optim.SGD(model.head.parameters(), lr=0.1)\nmodel = wrap_ddp(model)\n...\n"
+                "if epoch == 10:\n    optimizer.add_param_group({\"params\": model.module.backbone.parameters()})",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP236",
             "part-wrap-beside-whole-wrap",
             "note",

@@ -1311,3 +1311,99 @@ def test_a_logger_class_guarded_inside_is_no_writer_for_the_check_of_its_callers
     assert all(isinstance(outcome, ConvertResult) and outcome.changed for outcome in converted.values()), converted
     assert "is_main_process()" in converted["logger.py"].output  # type: ignore[union-attr]
     assert not any(f.code == "DDP111" for f in converted["main.py"].findings)  # type: ignore[union-attr]
+
+
+UNFREEZING = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+{model_module}
+
+
+def train(model, loader, optimizer, epochs):
+    for epoch in range(epochs):
+        {unfreeze}
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    net = Net()
+    {before_wrap}
+    model = nn.DataParallel(net)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, loader, optimizer, 2)
+"""
+NET = """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+"""
+
+
+@pytest.mark.parametrize(
+    "unfreeze, before_wrap, refused",
+    [
+        ("if epoch == 1:\n            model.module.backbone.requires_grad_(True)", "net.backbone.requires_grad_(False)", True),
+        ("if epoch == 1:\n            for p in model.module.backbone.parameters():\n                p.requires_grad = True", "pass", True),
+        # made trainable before the wrap, added to the optimizer later: nothing changes after DDP is built
+        ("if epoch == 1:\n            optimizer.add_param_group({'params': []})", "net.backbone.requires_grad_(True)", False),
+        # frozen after the wrap: DDP238's find_unused_parameters, not a refusal
+        ("if epoch == 1:\n            model.module.backbone.requires_grad_(False)", "pass", False),
+    ],
+)
+def test_parameters_made_trainable_after_the_wrap_are_refused(unfreeze: str, before_wrap: str, refused: bool) -> None:
+    """DDP hooks the parameters that require gradients when it is built; one unfrozen later trains apart (DDP241)."""
+    result = convert_source(UNFREEZING.format(model_module=NET, unfreeze=unfreeze, before_wrap=before_wrap))
+    codes = {f.code for f in result.findings}
+    assert ("DDP241" in codes) is refused
+    assert result.changed is not refused
+
+
+def test_a_method_of_another_module_that_unfreezes_called_on_the_wrapped_model_is_refused(tmp_path) -> None:
+    """`model.module.features.unfix(ratio)`, whose class (another module) sets requires_grad = True: DDP241."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    features = dedent(
+        """
+        import torch.nn as nn
+
+
+        class Features(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = nn.Linear(4, 8)
+                self.unfix(0.0)
+
+            def unfix(self, ratio):
+                for p in self.layer.parameters():
+                    p.requires_grad = ratio > 0.5
+                    if ratio > 0.5:
+                        p.requires_grad = True
+                return ratio > 0.5
+
+            def forward(self, x):
+                return self.layer(x)
+        """
+    )
+    net = NET.replace("self.backbone = nn.Linear(4, 8)", "self.backbone = Features()")
+    main = UNFREEZING.format(
+        model_module="from features import Features\n" + net, unfreeze="model.module.backbone.unfix(epoch / 2)", before_wrap="pass"
+    )
+    sources = {tmp_path / "features.py": features, tmp_path / "main.py": main}
+    for path, text in sources.items():
+        path.write_text(text)
+    result = convert_project(tmp_path, sources)
+    entry = result.files[tmp_path / "main.py"]
+    assert isinstance(entry, ConvertResult) and not entry.changed
+    assert "DDP241" in {f.code for f in entry.findings}

@@ -30,7 +30,7 @@ import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from . import names
-from .parameters import PARAMETER_FREE, skipping_classes
+from .parameters import PARAMETER_FREE, skipping_classes, unfreezing_methods
 from .syntax import DEVICE_MOVE, MAIN_GUARD, REDUCTION, argument, call_to, code_of, parameter_for, without_device_move
 from .script import inside_helper
 
@@ -56,6 +56,9 @@ DEVICE_LIST = re.compile(r"^devices?(_ids?)?$", re.IGNORECASE)
 FREEZES = m.Assign(
     targets=[m.ZeroOrMore(), m.AssignTarget(m.Attribute(attr=m.Name("requires_grad"))), m.ZeroOrMore()], value=m.Name("False")
 ) | m.Call(func=m.Attribute(attr=m.Name("requires_grad_")), args=[m.Arg(m.Name("False"))])
+UNFREEZES = m.Assign(
+    targets=[m.ZeroOrMore(), m.AssignTarget(m.Attribute(attr=m.Name("requires_grad"))), m.ZeroOrMore()], value=m.Name("True")
+) | m.Call(func=m.Attribute(attr=m.Name("requires_grad_")), args=[m.ZeroOrOne(m.Arg(m.Name("True")))])
 CASTS = frozenset({"half", "float", "double", "bfloat16"})
 DTYPE = re.compile(r"^torch\.(half|float16|bfloat16|float|float32|float64|double)$")
 # In-place tensor methods that overwrite values; `requires_grad_` and friends do not.
@@ -175,6 +178,7 @@ class ModelLifecycle:
                 self._move_after_mutations(wrap, self.blockers[before:])
                 self._find_unused_parameters(wrap)
                 self._frozen_after_the_wrap(wrap)
+                self._unfrozen_after_the_wrap(wrap)
         for wrap in self.imported:
             before = len(self.blockers)
             self._after_the_wrap(wrap)
@@ -752,6 +756,58 @@ class ModelLifecycle:
                 if any(self.analysis.reads(a.value) & held for a in call.args):
                     self._frozen(wrap, call, code_of(call))
                     return
+
+    def _unfrozen_after_the_wrap(self, wrap: Wrap) -> None:
+        """Parameters of the wrapped model made trainable after the wrap: ``for p in model.module.backbone.parameters():
+        p.requires_grad = True``, ``model.module.head.requires_grad_()``, or a method or function that does it
+        (``model.module.features.unfix(ratio)``), in this file or another module of the program, called on the
+        model or on what a function of this file is handed as the model. DDP synchronises the parameters that
+        required gradients when it was built; the others train apart on each process (DDP241)."""
+        anchor = wrap.statement if wrap.statement is not None else wrap.call
+        held = set(wrap.names) | set(self.analysis.effects.models)
+        if not held:
+            return
+        over_parameters = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
+
+        def on_the_wrapper(node: cst.CSTNode) -> bool:
+            # In the wrap's own function after it, what holds the wrapper; in another function (`train(model, ...)`),
+            # a name spelled as the wrapper's, or DataParallel's `.module`, which only a wrapper has.
+            if self._scope_of(node) is wrap.scope:
+                return self.analysis.is_after(node, anchor) and (self._is_model(node, held) or bool(self.analysis.reads(node) & held))
+            return bool(self.analysis.reads(node) & held) or bool(self.analysis.findall_in(node, m.Attribute(attr=m.Name("module"))))
+
+        for unfreeze in self.analysis.findall_in(self.analysis.module, UNFREEZES):
+            if self._scope_of(unfreeze) is wrap.scope and not self.analysis.is_after(unfreeze, anchor):
+                continue
+            if isinstance(unfreeze, cst.Call):
+                unfrozen: cst.CSTNode = unfreeze.func.value  # type: ignore[attr-defined]
+            else:
+                loop = next((a for a in self.analysis.ancestors(unfreeze) if isinstance(a, cst.For) and self.analysis.findall_in(a.iter, over_parameters)), None)
+                if loop is None:
+                    continue
+                unfrozen = loop.iter
+            if self._scope_of(unfreeze) is not wrap.scope and not self.analysis.findall_in(unfrozen, m.Attribute(attr=m.Name("module"))):
+                continue  # a model of the script's own making, frozen and unfrozen before any wrap sees it
+            if on_the_wrapper(unfrozen) or (self._scope_of(unfreeze) is wrap.scope and self.analysis.reads(unfrozen) & held):
+                self.blockers.append(Hazard(unfreeze, "DDP241", (("call", code_of(unfrozen)),)))
+                return
+        try:
+            own = unfreezing_methods(ast.parse(self.analysis.code))
+        except (SyntaxError, ValueError):
+            own = set()
+        methods = (own | self.analysis.role.unfreezing_methods) - {"requires_grad_"}
+        if not methods:
+            return
+        for call in self.analysis.nodes(cst.Call):
+            if not m.matches(call.func, m.Attribute(attr=m.Name(m.MatchIfTrue(lambda name: name in methods)))):
+                continue
+            receiver = call.func.value  # type: ignore[attr-defined]
+            if on_the_wrapper(receiver):
+                self.blockers.append(Hazard(call, "DDP241", (("call", code_of(call)),)))
+                return
+
+    def _scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        return next((a for a in self.analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Module))), self.analysis.module)
 
     def _frozen(self, wrap: Wrap, at: cst.CSTNode, frozen: str) -> None:
         self.unused_parameters.setdefault(wrap.call, frozen)

@@ -275,3 +275,26 @@ def skipping_classes(classes: list[ast.ClassDef], known: Mapping[str, str] = {},
                 found[cls.name] = reason
                 changed = True
     return {name: reason for name, reason in found.items() if name not in known}
+
+
+# Methods that only switch modes or build: a model's own `train()` that unfreezes would match every script.
+_NOT_UNFREEZING = frozenset({"__init__", "train", "eval", "forward"})
+
+
+def unfreezing_methods(tree: ast.Module) -> set[str]:
+    """Names of the functions and methods of ``tree`` (other than ``__init__``, ``train``, ``eval`` and
+    ``forward``) that make parameters trainable: ``p.requires_grad = True``, ``m.requires_grad_()`` or
+    ``m.requires_grad_(True)``. Called on a model DDP already wraps, they add parameters DDP never synchronises."""
+    found: set[str] = set()
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or function.name in _NOT_UNFREEZING:
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in node.targets):
+                if isinstance(node.value, ast.Constant) and node.value.value is True:
+                    found.add(function.name)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_":
+                if not node.args or (isinstance(node.args[0], ast.Constant) and node.args[0].value is True):
+                    found.add(function.name)
+    return found
+

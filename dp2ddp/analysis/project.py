@@ -38,7 +38,7 @@ from .deep import run_deep
 from .effects import is_rank_guard, opens_for_writing, under_rank_guard
 from .losses import pairing_losses, referenced
 from .module import Analysis
-from .parameters import is_model_class, skipping_classes
+from .parameters import is_model_class, skipping_classes, unfreezing_methods
 from .paths import sys_path_folders
 from .roles import ModuleRole, Site
 from .syntax import code_of
@@ -776,6 +776,7 @@ class Project:
                 split_builders=tuple(dict.fromkeys(split_builders.get(name, ()))) if name in self.converted else (),
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 freezing_classes=frozenset(freezing.get(name, ())),
+                unfreezing_methods=self._program_unfreezing(name) if name in self.converted else frozenset(),
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 meets_wrapped_models=any(name in self.reach[entry] for entry in self.drivers),
@@ -876,6 +877,11 @@ class Project:
                 if position is not None:
                     found[name, function.name] = position
         return found
+
+    def _program_unfreezing(self, name: str) -> frozenset[str]:
+        """What the other modules of module ``name``'s programs define that makes parameters trainable."""
+        program = set(self.reachable(name)).union(*(reached for reached in self.reach.values() if name in reached))
+        return frozenset().union(*(unfreezing_methods(self.modules[other].tree) for other in sorted(program - {name})))
 
     def _program_pair_losses(self, name: str) -> tuple[tuple[str, Site], ...]:
         """The losses of another module of module ``name``'s programs that pair the samples of a batch, and that the

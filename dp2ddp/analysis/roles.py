@@ -70,6 +70,9 @@ class ModuleRole:
     # Model classes of other project modules whose `train()` freezes parameters (a partial BatchNorm): a DDP
     # wrap of one needs find_unused_parameters=True, since those parameters stop getting gradients.
     freezing_classes: frozenset[str] = frozenset()
+    # Methods and functions of the other modules of this module's programs that make parameters trainable
+    # (`features.unfix(ratio)` setting requires_grad = True): called on a wrapped model, DDP never syncs them.
+    unfreezing_methods: frozenset[str] = frozenset()
     # Model classes of the modules this one imports, directly or not, whose forward may leave a sub-module
     # without a gradient: (qualified name, the sub-module, where the class is). A DDP wrap of one, or of a model
     # convert cannot follow to its class, needs find_unused_parameters=True.

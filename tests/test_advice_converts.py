@@ -316,6 +316,42 @@ CASES = [
         id="two backward passes through one forward convert once the losses are summed into one",
     ),
     pytest.param(
+        "DDP241",
+        _script(
+            "net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))\n"
+            "net[0].requires_grad_(False)\nmodel = nn.DataParallel(net)\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.SGD(model.module[2].parameters(), lr=0.1)
+            for epoch in range(2):
+                if epoch == 1:
+                    model.module[0].requires_grad_(True)
+                    optimizer.add_param_group({"params": model.module[0].parameters()})
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+        # trainable before the wrap, kept out of the optimizer until the epoch it joins
+        _script(
+            "net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))\nmodel = nn.DataParallel(net)\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.SGD(model.module[2].parameters(), lr=0.1)
+            for epoch in range(2):
+                if epoch == 1:
+                    optimizer.add_param_group({"params": model.module[0].parameters()})
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+    ),
+    pytest.param(
         "DDP222",
         _script(
             "model = nn.DataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)))\n",

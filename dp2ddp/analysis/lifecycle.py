@@ -59,6 +59,7 @@ FREEZES = m.Assign(
 UNFREEZES = m.Assign(
     targets=[m.ZeroOrMore(), m.AssignTarget(m.Attribute(attr=m.Name("requires_grad"))), m.ZeroOrMore()], value=m.Name("True")
 ) | m.Call(func=m.Attribute(attr=m.Name("requires_grad_")), args=[m.ZeroOrOne(m.Arg(m.Name("True")))])
+_OVER_PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
 CASTS = frozenset({"half", "float", "double", "bfloat16"})
 DTYPE = re.compile(r"^torch\.(half|float16|bfloat16|float|float32|float64|double)$")
 # In-place tensor methods that overwrite values; `requires_grad_` and friends do not.
@@ -737,17 +738,12 @@ class ModelLifecycle:
             f.name.value for f in self.analysis.nodes(cst.FunctionDef)
             if self.analysis.findall_in(f, FREEZES) and f.params.params
         }  # fmt: skip
-        over_parameters = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
         for freeze in self.analysis.findall_in(wrap.scope, FREEZES):
             if not self.analysis.is_after(freeze, anchor):
                 continue
-            if isinstance(freeze, cst.Call):
-                frozen: cst.CSTNode = freeze.func.value  # type: ignore[attr-defined]
-            else:
-                loop = next((a for a in self.analysis.ancestors(freeze) if isinstance(a, cst.For) and self.analysis.findall_in(a.iter, over_parameters)), None)
-                if loop is None:
-                    continue
-                frozen = loop.iter
+            frozen = self._switched(freeze)
+            if frozen is None:
+                continue
             if self._is_model(frozen, held) or self.analysis.reads(frozen) & held:
                 self._frozen(wrap, freeze, code_of(frozen))
                 return
@@ -767,8 +763,6 @@ class ModelLifecycle:
         held = set(wrap.names) | set(self.analysis.effects.models)
         if not held:
             return
-        over_parameters = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
-
         def on_the_wrapper(node: cst.CSTNode) -> bool:
             # In the wrap's own function after it, what holds the wrapper; in another function (`train(model, ...)`),
             # a name spelled as the wrapper's, or DataParallel's `.module`, which only a wrapper has.
@@ -779,13 +773,9 @@ class ModelLifecycle:
         for unfreeze in self.analysis.findall_in(self.analysis.module, UNFREEZES):
             if self._scope_of(unfreeze) is wrap.scope and not self.analysis.is_after(unfreeze, anchor):
                 continue
-            if isinstance(unfreeze, cst.Call):
-                unfrozen: cst.CSTNode = unfreeze.func.value  # type: ignore[attr-defined]
-            else:
-                loop = next((a for a in self.analysis.ancestors(unfreeze) if isinstance(a, cst.For) and self.analysis.findall_in(a.iter, over_parameters)), None)
-                if loop is None:
-                    continue
-                unfrozen = loop.iter
+            unfrozen = self._switched(unfreeze)
+            if unfrozen is None:
+                continue
             if self._scope_of(unfreeze) is not wrap.scope and not self.analysis.findall_in(unfrozen, m.Attribute(attr=m.Name("module"))):
                 continue  # a model of the script's own making, frozen and unfrozen before any wrap sees it
             if on_the_wrapper(unfrozen) or (self._scope_of(unfreeze) is wrap.scope and self.analysis.reads(unfrozen) & held):
@@ -805,6 +795,14 @@ class ModelLifecycle:
             if on_the_wrapper(receiver):
                 self.blockers.append(Hazard(call, "DDP241", (("call", code_of(call)),)))
                 return
+
+    def _switched(self, switch: cst.CSTNode) -> cst.CSTNode | None:
+        """What a ``requires_grad`` switch applies to: ``part`` of ``part.requires_grad_(...)``, or the parameters a
+        loop around ``p.requires_grad = ...`` walks (``model.module.backbone.parameters()``); None for any other."""
+        if isinstance(switch, cst.Call):
+            return switch.func.value  # type: ignore[attr-defined]
+        loop = next((a for a in self.analysis.ancestors(switch) if isinstance(a, cst.For) and self.analysis.findall_in(a.iter, _OVER_PARAMETERS)), None)
+        return loop.iter if loop is not None else None
 
     def _scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
         return next((a for a in self.analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Module))), self.analysis.module)

@@ -38,6 +38,16 @@ def {names.MAIN_PROCESS_HELPER}() -> bool:
     return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
 '''
 
+MAIN_VALUE_HELPER_SOURCE = f'''
+def {names.MAIN_VALUE_HELPER}(value):
+    """The main process's value of something each process draws for itself (a timestamp, a run id), on every process."""
+    if not dist.is_initialized():
+        return value
+    shared = [value]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
+'''
+
 EFFECT, NEUTRAL, OTHER = "effect", "neutral", "other"
 # Calls that compute a value and change nothing, so an assignment of theirs may move under a guard with the
 # print that reads it. Any other call may change what every process needs (a learning rate, a generator).
@@ -76,6 +86,8 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         self._setters: dict[str, bool] = {}
         # Names this codemod bound in each scope, so two hoists never share one.
         self._hoisted_names: dict[int, set[str]] = {}
+        # Assignments of a value each process draws for itself that take the main process's value instead.
+        self.shared_values: set[cst.Assign] = set()
 
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
@@ -103,10 +115,41 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             self._report_per_process_paths(analysis)
 
     def _report_per_process_paths(self, analysis: Analysis) -> None:
-        """``run_id = random.randint(...)`` or a timestamp that then names a directory: one per process."""
+        """``run_id = random.randint(...)`` or a timestamp that then names a directory: one per process. Where every
+        process runs the line, it takes the main process's value instead; elsewhere it is reported."""
         for found in per_process_paths(analysis):
-            if not under_rank_guard(self, found.assign):
+            if under_rank_guard(self, found.assign):
+                continue
+            if self._run_by_every_process(found.assign):
+                self.shared_values.add(found.assign)
+                self.report(found.assign, "DDP426", value=code_of(found.draw.func), path=found.path)
+            else:
                 self.report(found.assign, "DDP423", value=code_of(found.draw.func), path=found.path)
+
+    def _run_by_every_process(self, assign: cst.Assign) -> bool:
+        """Whether every process runs ``assign`` together, once per call, so that a broadcast there pairs up: it is in
+        a function, outside loops; no call of the function in this file is under a rank condition; and the function
+        writes nothing itself (a writer may be guarded where another module calls it) unless this file's own entry
+        block calls it."""
+        function = None
+        for ancestor in self.analysis.ancestors(assign):
+            if isinstance(ancestor, (cst.For, cst.While, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+                return False
+            if isinstance(ancestor, cst.FunctionDef):
+                function = ancestor
+                break
+        if function is None:
+            return False  # module level runs at import, before the process group exists
+        name = function.name.value
+        owner = next((a for a in self.analysis.ancestors(function) if isinstance(a, cst.ClassDef)), None)
+        called = m.Name(name) | m.Attribute(attr=m.Name(name))
+        if name == "__init__" and owner is not None:
+            called = m.Name(owner.name.value) | m.Attribute(attr=m.Name(owner.name.value))
+        calls = [c for c in self.analysis.nodes(cst.Call) if m.matches(c.func, called)]
+        if any(under_rank_guard(self, c) for c in calls):
+            return False
+        writes = any(self._is_effect_line(line) for line in self.analysis.findall_in(function, m.SimpleStatementLine()))
+        return not writes or any(any(m.matches(a, MAIN_GUARD) for a in self.analysis.ancestors(c)) for c in calls)
 
     def _report_unknown_writers(self, analysis: Analysis) -> None:
         """A call to another file's function whose name says it writes: convert cannot see whether it is safe to guard."""
@@ -204,6 +247,9 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
     def _classify(self, statement: cst.CSTNode) -> str:
         if self.effects.collectives_in(statement) or self._state_changes(statement, []):
             return OTHER
+        index, last = self.analysis.index, self.analysis.last
+        if any(index[statement] <= index[shared] <= last[statement] for shared in self.shared_values):
+            return OTHER  # it becomes a broadcast every process joins
         if self._is_effect_line(statement):
             return EFFECT
         if self._assigned_names(statement) is not None:
@@ -650,11 +696,20 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             module = updated_node
         else:
             module = updated_node.with_changes(body=self._guarded(original_node.body, updated_node.body))
+        if self.shared_values:
+            import_torch_distributed(self.context, self.facts.distributed_alias)
+            module = add_helper(module, self.facts, names.MAIN_VALUE_HELPER, MAIN_VALUE_HELPER_SOURCE)
         if not self.uses_helper:
             return module
         import_torch_distributed(self.context, self.facts.distributed_alias)
         AddImportsVisitor.add_needed_import(self.context, "os")
         return add_helper(module, self.facts, names.MAIN_PROCESS_HELPER, MAIN_PROCESS_HELPER_SOURCE)
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        if original_node not in self.shared_values:
+            return updated_node
+        shared = cst.Call(func=cst.Name(names.MAIN_VALUE_HELPER), args=[cst.Arg(updated_node.value)])
+        return updated_node.with_changes(value=shared)
 
 
 def _result_name(collective: cst.Call) -> str:

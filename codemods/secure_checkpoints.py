@@ -3,8 +3,8 @@
 - ``torch.load(path)`` with no ``map_location`` restores tensors onto the
   device they were saved from, which is GPU 0 for every process. It gets
   ``map_location=local_device()``, this process's own device.
-- Where the script loads a file it also saves, ``dist.barrier()`` goes right
-  before the load. Only the main process saves (guard_side_effects), so the
+- Where the script loads a file it also saves, or an attribute another module
+  of the program saves at, ``dist.barrier()`` goes right before the load. Only the main process saves (guard_side_effects), so the
   others wait there until the file is complete instead of reading half of it.
 
 - ``model.load_state_dict(sd)`` on the DDP model becomes
@@ -78,6 +78,12 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
             path = argument(call, 0, "f")
             if path is None:
                 continue
+            if isinstance(path, cst.Attribute) and path.attr.value in analysis.role.saved_attributes:
+                # `torch.load(trainer.snapshot_path)`, where another module of the program saves `self.snapshot_path`.
+                line = self._statement(call)
+                if line is not None and not under_rank_guard(self, line):
+                    self.barriers.add(line)
+                continue
             if code_of(path) not in saved:
                 # `def build_net(pretrained): ... torch.load(pretrained)`, called with a path the script saves:
                 # the processes wait where the call hands it in.
@@ -130,9 +136,19 @@ class SecureCheckpointsCommand(Dp2ddpCodemod):
                 if not isinstance(parent, (cst.If, cst.Else)):
                     break
                 owner = parent
-            if not isinstance(owner, cst.If) or is_rank_guard(self.analysis, owner.test):
+            if not isinstance(owner, cst.If) or is_rank_guard(self.analysis, owner.test) or not self._asks_for_files(owner.test):
                 return statement
             statement = owner
+
+    def _asks_for_files(self, test: cst.BaseExpression) -> bool:
+        """Whether an ``if`` asks the file system (``os.path.isfile(path)``, ``glob(...)``): a process could ask before
+        the main process has written, so the wait goes before it. Any other ``if`` (an option, `__name__`) gets the
+        same answer on every process, and the wait stays at the load, after what the branch runs first."""
+        return any(
+            q.name.startswith(("os.path.", "glob.", "os.listdir", "os.scandir", "pathlib.")) or q.name.endswith((".exists", ".is_file"))
+            for call in self.analysis.within(test, cst.Call)
+            for q in self.analysis.qualified_names(call.func)
+        ) or bool(self.analysis.findall_in(test, m.Call(func=m.Attribute(attr=m.Name("exists") | m.Name("is_file")))))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         if original_node in self.saves_wrapper:

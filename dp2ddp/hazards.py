@@ -292,6 +292,8 @@ class DistributedHazards:
             return set() if self._without_grad(call) else {f"forward:{func.removeprefix('self.')}"}
         if func in names.COLLECTIVE_HELPERS:
             return {"torch.distributed.all_reduce"}
+        if func == names.MAIN_VALUE_HELPER:
+            return {"torch.distributed.broadcast_object_list"}
         if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
             return set() if self._backward_of_a_plain_model(call) else {"backward"}
         group_collective = process_group_collective(self.analysis, call)

@@ -1002,6 +1002,52 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP242",
+            "optimizer-rebuilt-after-unread-method",
+            "error",
+            "`{call}` runs code convert cannot read on the wrapped model, and the optimizer is then built again from "
+            "it (`{rebuild}`): if the method makes parameters trainable, DDP, which synchronises only those that "
+            "required gradients when it was built, would leave them training apart on each process; the file is "
+            "left as it was: make them trainable before the wrap and add them with `optimizer.add_param_group(...)` "
+            "in place of building the optimizer again, then convert again",
+            doc=_doc(
+                "Finds, after a DataParallel wrap, an optimizer built again from the wrapped model (a name that "
+                "steps or zeroes gradients, bound from a call handed the model) after a method called on the model "
+                "that is neither nn.Module's nor defined by the program convert reads (a class imported from a "
+                "folder put on `sys.path`, or a module outside the project).",
+                "Building the optimizer again mid-training is how a script starts training what a method just made "
+                "trainable (a backbone unfrozen after some epochs). DDP registers its gradient hooks once, for the "
+                "parameters that require gradients when it is built; one unfrozen later gets gradients that are "
+                "never averaged, and the replicas drift apart without an error. convert cannot tell whether the "
+                "method unfreezes anything, and the difference changes training.",
+                "model = nn.DataParallel(model)\n...\nif model.module.features.unfix(epoch / epochs):\n"
+                "    optimizer = build_optimizer(model.module)",
+                "model.features.unfix(1.0)  # trainable before the wrap: DDP hooks them\n"
+                "optimizer = build_optimizer(model)\nmodel = wrap_ddp(model)",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP243",
+            "model-unwrapped-and-wrapped-again-under-flag",
+            "note",
+            "`{unwrap}` takes the model out of its wrapper under `{condition}`, which is not about GPUs, and the "
+            "branch wraps it again: on either path every process trains a wrapped model, so the wrap converts where "
+            "it is",
+            doc=_doc(
+                "Finds a DataParallel wrap under a condition that is not about GPUs, of a model the same branch took "
+                "out of its wrapper just before (`model = model.cpu().module`), to change it and wrap it again.",
+                "A wrap under a flag usually means some processes would train an unwrapped model, which DDP207 "
+                "refuses. Here the model was a wrapper before the branch (`.module` would raise otherwise) and is "
+                "one after it, so the flag decides only which wrapped model trains.",
+                "if args.convert_from:\n    model = model.cpu().module\n    convert_model(model)\n"
+                "    model = nn.DataParallel(model).cuda()",
+                "if args.convert_from:\n    model = model.cpu().module\n    convert_model(model)\n"
+                "    model = wrap_ddp(model)",
+                "Safe: the wrap converts where it is.",
+            ),
+        ),
+        Rule(
             "DDP236",
             "part-wrap-beside-whole-wrap",
             "note",
@@ -2026,6 +2072,27 @@ RULES: dict[str, Rule] = {
                 "run_id = random.randint(1, 100000)\nlogdir = os.path.join(\"runs\", str(run_id))\nwriter = SummaryWriter(logdir)",
                 "shared = [random.randint(1, 100000)]\ndist.broadcast_object_list(shared)\nrun_id = shared[0]",
                 "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
+            "DDP426",
+            "per-process-path-shared",
+            "note",
+            "`{value}` gives each process its own value, and it names a file or a directory (`{path}`): every "
+            "process now takes the main process's value (`main_process_value(...)`, a broadcast), so all of them "
+            "read and write one place",
+            doc=_doc(
+                "Finds a random number, a UUID or a timestamp that later names a file, a directory or a writer's "
+                "log directory, drawn on a line every process runs together: in a function, outside loops, never "
+                "called under a rank condition, and not a writer another module could guard at its call.",
+                "Every process would draw its own value. The main process saves under its name, and another "
+                "process that loads the file back by its own name finds nothing when its clock crossed a second, "
+                "or its random draw differed. One broadcast of the main process's value makes the name the same "
+                "everywhere.",
+                "timestamp = time.strftime(\"%Y%m%d-%H%M%S\")\nself.snapshot_path = f\"{save_dir}/{timestamp}.pt\"",
+                "timestamp = main_process_value(time.strftime(\"%Y%m%d-%H%M%S\"))\nself.snapshot_path = f\"{save_dir}/{timestamp}.pt\"",
+                "Safe: every process reaches the line together, so the broadcast pairs up; a value drawn elsewhere "
+                "keeps DDP423.",
             ),
         ),
         Rule(

@@ -352,6 +352,41 @@ CASES = [
         ),
     ),
     pytest.param(
+        "DDP242",
+        _script(
+            "from backbones import Net\nmodel = nn.DataParallel(Net())\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.SGD(model.module.head.parameters(), lr=0.1)
+            for epoch in range(2):
+                if model.module.features.unfix(epoch / 2):
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+        # trainable before the wrap, joining the optimizer when the schedule says
+        _script(
+            "from backbones import Net\nnet = Net()\nnet.features.unfix(1.0)\nmodel = nn.DataParallel(net)\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.SGD(model.module.head.parameters(), lr=0.1)
+            for epoch in range(2):
+                if epoch == 1:
+                    optimizer.add_param_group({"params": model.module.features.parameters()})
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+        id="an optimizer built again after a method convert cannot read converts once it is extended instead",
+    ),
+    pytest.param(
         "DDP222",
         _script(
             "model = nn.DataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)))\n",

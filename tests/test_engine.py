@@ -185,9 +185,9 @@ def test_a_refused_file_lists_the_hazards_behind_its_error_in_one_run() -> None:
     result = convert_source(source)
     assert result.output == source
     assert [(f.line, f.code, f.severity) for f in result.findings] == [
-        (11, "DDP423", "warning"),
-        (14, "DDP309", "warning"),
-        (22, "DDP220", "error"),
+        (9, "DDP423", "warning"),
+        (15, "DDP309", "warning"),
+        (23, "DDP220", "error"),
     ]
 
 

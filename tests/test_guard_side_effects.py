@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 import re
 from textwrap import dedent
 
@@ -534,6 +536,37 @@ def test_another_files_writer_whose_name_says_it_picks_its_process_is_not_report
         """
     )
     assert not [f for f in findings if f.endswith("DDP422")]
+
+
+@pytest.mark.parametrize(
+    "where, shared",
+    [
+        # every process builds the trainer together: one broadcast of the main process's stamp
+        (
+            "class Trainer:\n    def __init__(self, out):\n        {stamp}\n        self.path = os.path.join(out, stamp)\n\n"
+            "    def save(self):\n        torch.save({{}}, self.path)\n\n\ndef main(args):\n    Trainer(args.out).save()",
+            True,
+        ),
+        # a stamp per epoch, in a loop: a process that left the loop early would leave the others waiting
+        ("def main(out):\n    for epoch in range(3):\n        {draw}", False),
+        # called only on the main process: the others never reach a broadcast there
+        ("def make(out):\n    {draw}\n\nif dist.get_rank() == 0:\n    make(args.out)", False),
+        # module level runs at import, before the process group exists
+        ("{draw}", False),
+    ],
+)
+def test_a_stamp_naming_a_file_takes_the_main_process_value_where_every_process_draws_it(where: str, shared: bool) -> None:
+    """`stamp = time.strftime(...)` naming a checkpoint: shared (DDP426) only where a broadcast pairs up, else DDP423."""
+    stamp = 'stamp = time.strftime("%Y%m%d-%H%M%S")'
+    before = where.split("{draw}")[0]
+    indent = " " * (len(before) - len(before.rstrip(" ")))
+    draw = f'{stamp}\n{indent}torch.save({{}}, os.path.join("out", stamp + ".pt"))'
+    body = where.replace("{draw}", draw).replace("{stamp}", stamp).replace("{{}}", "{}")
+    source = "import os\nimport time\nimport torch\nimport torch.distributed as dist\n\n" + body + "\nmodel = torch.nn.DataParallel(Net())\n"
+    output, findings = _convert(source)
+    codes = {f.split(":")[1] for f in findings}
+    assert ("DDP426" in codes, "DDP423" in codes) == (shared, not shared)
+    assert ('main_process_value(time.strftime("%Y%m%d-%H%M%S"))' in output) is shared
 
 
 def test_a_random_run_id_that_names_a_directory_is_reported() -> None:

@@ -31,10 +31,38 @@ class SecureCheckpointsTest(CodemodTest):
 
 
             net = wrap_ddp(net)
-            dist.barrier()
             if args.resume:
+                dist.barrier()
                 checkpoint = torch.load("./checkpoint/ckpt.pth", map_location=local_device())
             torch.save(state, "./checkpoint/ckpt.pth")
+        """
+        self.assertCodemod(before, after, expected_warnings=[])
+
+    def test_barrier_goes_before_an_if_that_asks_for_the_file(self) -> None:
+        """A process that asked `isfile` before the main process wrote would skip the load: wait before the `if`."""
+        before = """
+            import os
+            import torch
+
+            net = wrap_ddp(net)
+            torch.save(state, "ckpt.pth")
+            if os.path.isfile("ckpt.pth"):
+                checkpoint = torch.load("ckpt.pth")
+        """
+        after = f"""
+            import os
+            import torch
+            import torch.distributed as dist
+
+
+            {HELPER}
+
+
+            net = wrap_ddp(net)
+            torch.save(state, "ckpt.pth")
+            dist.barrier()
+            if os.path.isfile("ckpt.pth"):
+                checkpoint = torch.load("ckpt.pth", map_location=local_device())
         """
         self.assertCodemod(before, after, expected_warnings=[])
 

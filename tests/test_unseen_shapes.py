@@ -1369,6 +1369,61 @@ def test_parameters_made_trainable_after_the_wrap_are_refused(unfreeze: str, bef
     assert result.changed is not refused
 
 
+@pytest.mark.parametrize(
+    "unfreeze, refused",
+    [
+        # SiamMask: the backbone's class comes from a folder on sys.path, and the optimizer is built again after it
+        ("if model.module.backbone.unfix(epoch / 2):\n            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)", True),
+        # nothing built again: whatever the method does, the optimizer steps what it stepped
+        ("model.module.backbone.unfix(epoch / 2)", False),
+        # nn.Module's own methods run code convert knows
+        ("model.module.backbone.train()\n        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)", False),
+    ],
+)
+def test_an_optimizer_built_again_after_a_method_convert_cannot_read_is_refused(unfreeze: str, refused: bool) -> None:
+    """A method of an unreadable class called on the wrapped model, then the optimizer built again from it: the
+    method may have made parameters trainable that DDP never hooked (DDP242)."""
+    net = "from siam import Backbone\n" + NET.replace("nn.Linear(4, 8)", "Backbone()")
+    result = convert_source(UNFREEZING.format(model_module=net, unfreeze=unfreeze, before_wrap="pass"))
+    codes = {f.code for f in result.findings}
+    assert ("DDP242" in codes) is refused
+    assert result.changed is not refused
+
+
+def test_a_method_the_program_defines_is_read_not_feared(tmp_path) -> None:
+    """The same rebuild, but the program defines `unfix` and it only freezes: convert reads it and converts."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    siam = dedent(
+        """
+        import torch.nn as nn
+
+
+        class Backbone(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = nn.Linear(4, 8)
+
+            def unfix(self, ratio):
+                for p in self.layer.parameters():
+                    p.requires_grad = False
+                return ratio > 0.5
+
+            def forward(self, x):
+                return self.layer(x)
+        """
+    )
+    net = "from siam import Backbone\n" + NET.replace("nn.Linear(4, 8)", "Backbone()")
+    unfreeze = "if model.module.backbone.unfix(epoch / 2):\n            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)"
+    sources = {tmp_path / "siam.py": siam, tmp_path / "main.py": UNFREEZING.format(model_module=net, unfreeze=unfreeze, before_wrap="pass")}
+    for path, text in sources.items():
+        path.write_text(text)
+    entry = convert_project(tmp_path, sources).files[tmp_path / "main.py"]
+    assert isinstance(entry, ConvertResult) and entry.changed
+    assert "DDP242" not in {f.code for f in entry.findings}
+
+
 def test_a_method_of_another_module_that_unfreezes_called_on_the_wrapped_model_is_refused(tmp_path) -> None:
     """`model.module.features.unfix(ratio)`, whose class (another module) sets requires_grad = True: DDP241."""
     from dp2ddp.api import ConvertResult
@@ -1407,3 +1462,45 @@ def test_a_method_of_another_module_that_unfreezes_called_on_the_wrapped_model_i
     entry = result.files[tmp_path / "main.py"]
     assert isinstance(entry, ConvertResult) and not entry.changed
     assert "DDP241" in {f.code for f in entry.findings}
+
+
+REWRAP = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main(args):
+    if args.small:
+        model = nn.DataParallel(nn.Linear(4, 1))
+    else:
+        model = nn.DataParallel(nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1)))
+    if args.convert_from:
+{branch}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "branch, converts",
+    [
+        # CondenseNet: taken out of its wrapper, changed, wrapped again: a wrapped model on either path
+        ("model = model.cpu().module\nconvert_model(model)\nmodel = nn.DataParallel(model)", True),
+        # a model of its own under the flag: the other path keeps the earlier wrap, this one wraps a new model
+        ("model = nn.DataParallel(nn.Linear(4, 1))", False),
+        # unwrapped and replaced before the wrap: the wrap is of something else
+        ("model = model.module\nmodel = nn.Linear(4, 1)\nmodel = nn.DataParallel(model)", False),
+    ],
+)
+def test_a_model_unwrapped_and_wrapped_again_under_a_flag_converts(branch: str, converts: bool) -> None:
+    """A wrap under a flag converts where the same branch took the model out of its wrapper first (DDP243)."""
+    body = "\n".join("        " + line for line in branch.splitlines())
+    result = convert_source(REWRAP.format(branch=body))
+    codes = {f.code for f in result.findings}
+    assert result.changed is converts
+    assert ("DDP243" in codes) is converts and ("DDP207" in codes) is not converts

@@ -243,7 +243,7 @@ class ProcessEffects:
 
     def _is_collective(self, call: cst.Call, functions: set[str]) -> bool:
         func = code_of(call.func)
-        if func in functions or func in names.COLLECTIVE_HELPERS:
+        if func in functions or func in names.COLLECTIVE_HELPERS or func == names.MAIN_VALUE_HELPER:
             return True
         if func in self.models or (func.startswith("self.") and func[5:] in self.models):
             return True

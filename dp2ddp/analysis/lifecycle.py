@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -30,7 +30,7 @@ import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from . import names
-from .parameters import PARAMETER_FREE, skipping_classes, unfreezing_methods
+from .parameters import MODULE_METHODS, PARAMETER_FREE, skipping_classes, unfreezing_methods
 from .syntax import DEVICE_MOVE, MAIN_GUARD, REDUCTION, argument, call_to, code_of, parameter_for, without_device_move
 from .script import inside_helper
 
@@ -308,6 +308,15 @@ class ModelLifecycle:
                 if not conditions:
                     continue
                 not_gpu = []
+            unwrapped = self._unwrapped_before(wrap, not_gpu) if not_gpu else None
+            if unwrapped is not None:
+                # `model = model.cpu().module; <change it>; model = DataParallel(model)` under a flag: on either
+                # path the model is a wrapped one, so every process trains a wrapped model.
+                self.findings.append(Hazard(unwrapped, "DDP243", (("condition", code_of(not_gpu[-1].test)), ("unwrap", code_of(unwrapped)))))
+                conditions = [c for c in conditions if c not in not_gpu]
+                if not conditions:
+                    continue
+                not_gpu = []
             for test in (c.test for c in not_gpu):
                 if not any(h.node is test for h in self.blockers):
                     self.blockers.append(Hazard(test, "DDP207", (("condition", code_of(test)),)))
@@ -445,6 +454,26 @@ class ModelLifecycle:
             between = body[body.index(top) + 1 : body.index(outer)]
             if all(self._keeps_model(statement, wrap.target) for statement in between):
                 return self.analysis.position(other.call).start.line
+        return None
+
+    def _unwrapped_before(self, wrap: Wrap, flags: list[cst.If | cst.IfExp]) -> cst.Assign | None:
+        """``model = model.cpu().module`` earlier in the block of ``wrap``'s statement, under the same ``flags`` and
+        no other condition: the branch takes the model out of the wrapper it was in, changes it, and wraps it again.
+        The model was a wrapper before the flag, or ``.module`` would have raised, and is one after it."""
+        if wrap.target is None or wrap.statement is None or wrap.conditions[-len(flags):] != flags or len(flags) != len(wrap.conditions):
+            return None
+        block = self.analysis.parents.get(wrap.statement)
+        if not isinstance(block, cst.IndentedBlock) or self.analysis.parents.get(block) is not flags[0]:
+            return None
+        body = list(block.body)
+        for statement in reversed(body[: body.index(wrap.statement)]):
+            assign = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            if not isinstance(assign, cst.Assign) or not any(code_of(t.target) == wrap.target for t in assign.targets):
+                continue
+            value = _unmoved(assign.value)
+            if isinstance(value, cst.Attribute) and value.attr.value == "module" and code_of(_unmoved(value.value)) == wrap.target:
+                return assign
+            return None  # bound to something else first
         return None
 
     def _keeps_model(self, statement: cst.BaseStatement, name: str) -> bool:
@@ -786,8 +815,6 @@ class ModelLifecycle:
         except (SyntaxError, ValueError):
             own = set()
         methods = (own | self.analysis.role.unfreezing_methods) - {"requires_grad_"}
-        if not methods:
-            return
         for call in self.analysis.nodes(cst.Call):
             if not m.matches(call.func, m.Attribute(attr=m.Name(m.MatchIfTrue(lambda name: name in methods)))):
                 continue
@@ -795,6 +822,38 @@ class ModelLifecycle:
             if on_the_wrapper(receiver):
                 self.blockers.append(Hazard(call, "DDP241", (("call", code_of(call)),)))
                 return
+        self._rebuilt_after_unread_code(wrap, on_the_wrapper)
+
+    def _rebuilt_after_unread_code(self, wrap: Wrap, on_the_wrapper: Callable[[cst.CSTNode], bool]) -> None:
+        """The optimizer built again from the wrapped model after a method convert cannot read ran on it
+        (`if model.module.features.unfix(ratio): optimizer = build_optimizer(model.module)`, the method in a class
+        imported from a folder put on sys.path): building it again is how a script trains what the method made
+        trainable, and DDP would leave that training apart on each process. Unknown, and training would change:
+        DDP242, unless every method called there is one of nn.Module's or one the program defines."""
+        try:
+            known = {f.name for f in ast.walk(ast.parse(self.analysis.code)) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        except (SyntaxError, ValueError):
+            return
+        known |= MODULE_METHODS | self.analysis.role.program_functions
+        optimizers = {
+            c.func.value.value for c in self.analysis.nodes(cst.Call)  # type: ignore[attr-defined]
+            if m.matches(c.func, m.Attribute(value=m.Name(), attr=m.Name("zero_grad") | m.Name("step")))
+        } - set(wrap.names) - set(self.analysis.effects.models)  # fmt: skip
+        for assign in self.analysis.nodes(cst.Assign):
+            if not isinstance(assign.value, cst.Call) or not on_the_wrapper(assign.value):
+                continue
+            bound = {n.value for t in assign.targets for n in self.analysis.findall_in(t.target, m.Name())}
+            if not bound & optimizers:
+                continue
+            scope = self._scope_of(assign)
+            for call in self.analysis.within(scope, cst.Call):
+                if not isinstance(call.func, cst.Attribute) or self._scope_of(call) is not scope or not self.analysis.is_after(assign, call):
+                    continue
+                receiver = call.func.value
+                if call.func.attr.value not in known and _dotted(receiver) and on_the_wrapper(receiver):
+                    values = (("call", code_of(call)), ("rebuild", code_of(assign).strip()))
+                    self.blockers.append(Hazard(call, "DDP242", values))
+                    return
 
     def _switched(self, switch: cst.CSTNode) -> cst.CSTNode | None:
         """What a ``requires_grad`` switch applies to: ``part`` of ``part.requires_grad_(...)``, or the parameters a
@@ -948,9 +1007,11 @@ class ModelLifecycle:
                 continue
             assign = line.body[0]
             assert isinstance(assign, cst.Assign)
-            if code_of(assign.targets[0].target) != name or name in self.analysis.reads(assign.value):
+            if code_of(assign.targets[0].target) != name:
                 continue
             block = self.analysis.parents.get(line)
+            if name in self.analysis.reads(assign.value) and not self._unwrapped_to_wrap_again(assign, name, block, call):
+                continue
             if (
                 self.analysis.is_after(line, anchor)
                 and self.analysis.is_after(call, line)
@@ -958,6 +1019,18 @@ class ModelLifecycle:
             ):
                 return True
         return False
+
+    def _unwrapped_to_wrap_again(self, assign: cst.Assign, name: str, block: cst.CSTNode | None, call: cst.Call) -> bool:
+        """``model = model.cpu().module``, then, in the same block after ``call``, ``model`` wrapped again: what
+        ``call`` changes is the inner model before its new wrap; the old wrapper is dropped unused."""
+        value = _unmoved(assign.value)
+        if not (isinstance(value, cst.Attribute) and value.attr.value == "module" and code_of(_unmoved(value.value)) == name):
+            return False
+        return any(
+            other.target == name and other.statement is not None and self.analysis.parents.get(other.statement) is block
+            and self.analysis.is_after(other.statement, call)
+            for other in self.wraps
+        )  # fmt: skip
 
     def _casts(self, call: cst.Call) -> bool:
         if not isinstance(call.func, cst.Attribute):
@@ -1733,3 +1806,17 @@ def _returned_value(statement: cst.BaseStatement) -> cst.BaseExpression | None:
         if isinstance(small, cst.Return) and small.value is not None:
             return small.value
     return None
+
+
+def _dotted(node: cst.BaseExpression) -> bool:
+    """``model.module.features``: names and attributes only, no call or subscript between."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _unmoved(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``model.cpu()``, ``model.cuda()`` or ``model.to(device)``, any number of them -> ``model``."""
+    while m.matches(node, m.Call(func=m.Attribute(attr=m.Name("cpu") | m.Name("cuda") | m.Name("to")))):
+        node = node.func.value  # type: ignore[attr-defined]
+    return node

@@ -87,6 +87,8 @@ WORKER_INIT_HELPER = "WorkerInitPerProcess"
 DRAWN_PER_PROCESS_HELPER = "DrawnPerProcess"
 # Holds a training step's lines that draw noise for the batch: each process draws its own.
 PER_PROCESS_RANDOM_HELPER = "per_process_random"
+# Hands every process the main process's value of something each draws for itself (a timestamp naming a file).
+MAIN_VALUE_HELPER = "main_process_value"
 HELPERS = frozenset(
     {
         SETUP_HELPER,
@@ -105,6 +107,7 @@ HELPERS = frozenset(
         WORKER_INIT_HELPER,
         DRAWN_PER_PROCESS_HELPER,
         PER_PROCESS_RANDOM_HELPER,
+        MAIN_VALUE_HELPER,
     }
 )
 # Helpers that every process must call together.

@@ -277,6 +277,16 @@ def skipping_classes(classes: list[ast.ClassDef], known: Mapping[str, str] = {},
     return {name: reason for name, reason in found.items() if name not in known}
 
 
+# nn.Module's own methods, public ones: called on a model they run code convert knows.
+MODULE_METHODS = frozenset({
+    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval",
+    "extra_repr", "float", "forward", "get_buffer", "get_extra_state", "get_parameter", "get_submodule", "half",
+    "load_state_dict", "modules", "named_buffers", "named_children", "named_modules", "named_parameters",
+    "parameters", "register_backward_hook", "register_buffer", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_full_backward_pre_hook", "register_module", "register_parameter",
+    "requires_grad_", "share_memory", "state_dict", "to", "to_empty", "train", "type", "zero_grad",
+})  # fmt: skip
+
 # Methods that only switch modes or build: a model's own `train()` that unfreezes would match every script.
 _NOT_UNFREEZING = frozenset({"__init__", "train", "eval", "forward"})
 

@@ -777,6 +777,8 @@ class Project:
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 freezing_classes=frozenset(freezing.get(name, ())),
                 unfreezing_methods=self._program_unfreezing(name) if name in self.converted else frozenset(),
+                program_functions=self._program_functions(name) if name in self.converted else frozenset(),
+                saved_attributes=self._program_saved_attributes(name) if name in self.converted else frozenset(),
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 meets_wrapped_models=any(name in self.reach[entry] for entry in self.drivers),
@@ -882,6 +884,26 @@ class Project:
         """What the other modules of module ``name``'s programs define that makes parameters trainable."""
         program = set(self.reachable(name)).union(*(reached for reached in self.reach.values() if name in reached))
         return frozenset().union(*(unfreezing_methods(self.modules[other].tree) for other in sorted(program - {name})))
+
+    def _program_functions(self, name: str) -> frozenset[str]:
+        """The names of every function and method the other modules of module ``name``'s programs define."""
+        program = set(self.reachable(name)).union(*(reached for reached in self.reach.values() if name in reached))
+        return frozenset(f.name for other in sorted(program - {name}) for f in _all_functions(self.modules[other].tree))
+
+    def _program_saved_attributes(self, name: str) -> frozenset[str]:
+        """The attributes the other modules of module ``name``'s programs pass ``torch.save`` as the path."""
+        program = set(self.reachable(name)).union(*(reached for reached in self.reach.values() if name in reached))
+        found: set[str] = set()
+        for other in sorted(program - {name}):
+            for call in ast.walk(self.modules[other].tree):
+                if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute) or call.func.attr != "save":
+                    continue
+                if not (isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"):
+                    continue
+                path = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "f"), None)
+                if isinstance(path, ast.Attribute):
+                    found.add(path.attr)
+        return frozenset(found)
 
     def _program_pair_losses(self, name: str) -> tuple[tuple[str, Site], ...]:
         """The losses of another module of module ``name``'s programs that pair the samples of a batch, and that the

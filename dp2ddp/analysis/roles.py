@@ -73,6 +73,12 @@ class ModuleRole:
     # Methods and functions of the other modules of this module's programs that make parameters trainable
     # (`features.unfix(ratio)` setting requires_grad = True): called on a wrapped model, DDP never syncs them.
     unfreezing_methods: frozenset[str] = frozenset()
+    # Names of every function and method the other modules of this module's programs define: a method called on
+    # the wrapped model under none of these names (nor nn.Module's) runs code convert cannot read.
+    program_functions: frozenset[str] = frozenset()
+    # Attributes the other modules of this module's programs save a checkpoint at (`torch.save(model,
+    # self.snapshot_path)`): a load here of `trainer.snapshot_path` reads a file the main process writes.
+    saved_attributes: frozenset[str] = frozenset()
     # Model classes of the modules this one imports, directly or not, whose forward may leave a sub-module
     # without a gradient: (qualified name, the sub-module, where the class is). A DDP wrap of one, or of a model
     # convert cannot follow to its class, needs find_unused_parameters=True.

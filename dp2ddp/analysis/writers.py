@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import QualifiedNameSource
 
 from . import names
@@ -51,6 +52,8 @@ def per_process_paths(analysis: Analysis, counts: Callable[[cst.Call], bool] = l
     """
     found = []
     for assign in analysis.nodes(cst.Assign):
+        if m.matches(assign.value, m.Call(func=m.Name(names.MAIN_VALUE_HELPER))):
+            continue  # the main process's value, handed to every process
         draws = [c for c in analysis.within(assign.value, cst.Call) if analysis.matches(c, call_to(names.PER_PROCESS_VALUES))]
         if not draws:
             continue

@@ -30,6 +30,7 @@ process and take the same branch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -46,7 +47,7 @@ from dp2ddp.analysis.lifecycle import per_process_names
 from dp2ddp.analysis.decisions import (
     is_training_loop, loader_names, per_process_stops, plateau_steps, schedule_counters, split_loader_names,
 )
-from dp2ddp.analysis.results import batch_names, batch_sizes, in_inner_data_loop, is_bound_here, loop_results
+from dp2ddp.analysis.results import summed_loss, batch_names, batch_sizes, in_inner_data_loop, is_bound_here, loop_results
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values, divide_by=1):
@@ -173,6 +174,11 @@ class _LoopPlan:
         return [cst.parse_statement(line) for line in lines]
 
 
+# Statistics of a list of per-step losses that are linear in the steps: the mean over processes of each process's
+# equals the statistic of the whole batches' losses.
+_STEP_STATISTICS = frozenset({"numpy.mean", "numpy.average", "numpy.sum", "statistics.mean", "statistics.fmean", "builtins.sum"})
+
+
 class GatherMetricsCommand(Dp2ddpCodemod):
     DESCRIPTION = "All-reduce reported metrics (loss sums, correct/total, AverageMeters) where they are reported."
     def __init__(self, context: CodemodContext) -> None:
@@ -191,6 +197,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         # the size itself, or the product whose right-hand factor it is; and torch.distributed's spelling there.
         self.scaled_sizes: dict[cst.BaseExpression, str] = {}
         self.scaled_products: dict[cst.BinaryOperation, str] = {}
+        # Progress lines reported as this process's own (DDP403).
+        self.progress_reported: set[cst.SimpleStatementLine] = set()
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -198,6 +206,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         super().plan(analysis)
         self.effects = analysis.effects
         self.training_loaders = split_loader_names(analysis)
+        self.plateau_args = {step.value for step in plateau_steps(analysis)}
         for loop in analysis.nodes(cst.For):
             if loop in analysis.whole_loops:
                 continue  # every process counts the whole set already
@@ -209,10 +218,103 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 # `while True: x, y = next(it)`: its losses are one process's, and are printed as in a for loop.
                 self._plan_reports(loop, True, {}, [])
         self._plan_plateau_steps(analysis)
+        self._report_per_process_prints(analysis)
         for test, value in per_process_stops(analysis, self.training_loaders):
             self.report(test, "DDP424", value=value)
         for aug, counter in schedule_counters(analysis):
             self.report(aug, "DDP421", counter=counter)
+
+    def _report_per_process_prints(self, analysis: Analysis) -> None:
+        """Every number a training loop's loss reaches a print or log through is reduced above, or reported here.
+
+        From each training loop's losses, values flow on through assignments
+        (``epoch_loss = loss.data.item()``), into what collects them
+        (``losses.append(...)``, ``meter.add(loss)``), and out of the function
+        that trains through its ``return`` into what its callers bind
+        (``train_loss = train_epoch(...)``). A side effect that reads one of
+        them, and that the plans above neither reduce nor report, prints this
+        process's own number as if it were the whole data's (DDP427). The
+        accumulators reduced after their loop are whole-data values again.
+        """
+        reduced = {name for plan in self.after_loop.values() for name in (*plan.sums, *plan.means, *plan.meters)}
+        # Reduced in place by an earlier conversion: `all_reduce_meter(losses)`, `total = all_reduce_mean(total)`.
+        for call in analysis.findall(REDUCTION):
+            if isinstance(analysis.parents.get(call), cst.Expr) or isinstance(analysis.parents.get(call), cst.Assign):
+                reduced |= {code_of(a.value) for a in call.args if isinstance(a.value, cst.Name)}  # type: ignore[attr-defined]
+        seeds: dict[cst.CSTNode, set[str]] = {}
+        loops = [loop for loop in analysis.nodes(cst.For) if self._is_training_loop(loop) and loop not in analysis.whole_loops]
+        loops += [loop for loop in analysis.nodes(cst.While) if self._trains(loop)]
+        for loop in loops:
+            if under_rank_guard(self, loop):
+                continue
+            losses: set[str] = set()
+            for call in m.findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("backward")))):
+                receiver = call.func.value  # type: ignore[attr-defined]
+                while isinstance(receiver, cst.BinaryOperation):  # `(loss * dist.get_world_size()).backward()`
+                    receiver = receiver.left
+                if isinstance(receiver, cst.Name):
+                    losses.add(receiver.value)
+            seeds.setdefault(_scope(analysis, loop), set()).update(losses - reduced)
+        functions = {f.name.value: f for f in analysis.nodes(cst.FunctionDef)}
+        tainted: dict[cst.CSTNode, set[str]] = {}
+        for _ in range(3):  # a value returned by a function whose caller returns it in turn
+            for scope, names_ in seeds.items():
+                tainted[scope] = _flow(analysis, scope, names_ | tainted.get(scope, set()), reduced, self._unreduced_reads)
+            returning = {
+                f.name.value for f in functions.values()
+                if any(r.value is not None and self._unreduced_reads(r.value) & tainted.get(f, set()) for r in analysis.within(f, cst.Return))
+            }  # fmt: skip
+            grown = False
+            for assign in analysis.nodes(cst.Assign):
+                call = assign.value
+                if not isinstance(call, cst.Call) or not m.matches(call.func, m.Name() | m.Attribute(value=m.Name("self"))):
+                    continue
+                if code_of(call.func).removeprefix("self.") not in returning:
+                    continue
+                bound = {n.value for t in assign.targets for n in analysis.within(t.target, cst.Name)} - reduced
+                scope = _scope(analysis, assign)
+                if not bound <= seeds.get(scope, set()):
+                    seeds.setdefault(scope, set()).update(bound)
+                    grown = True
+            if not grown:
+                break
+        handled = set(self.in_loop) | set(self.read_reduced) | self.progress_reported
+        for statement in analysis.nodes(cst.SimpleStatementLine):
+            calls = [s.value for s in statement.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
+            if not calls or not all(self.effects.is_side_effect(c) for c in calls):
+                continue
+            if statement in handled or m.findall(statement, REDUCTION):
+                continue
+            shown = self._unreduced_reads(statement) & tainted.get(_scope(analysis, statement), set())
+            if shown:
+                self.report(statement, "DDP427", value=sorted(shown, key=len)[0])
+
+    def _unreduced_reads(self, node: cst.CSTNode) -> set[str]:
+        """What ``node`` reads outside the values planned to be reduced on its line."""
+        line = node if isinstance(node, cst.SimpleStatementLine) else next(
+            (a for a in self.analysis.ancestors(node) if isinstance(a, cst.SimpleStatementLine)), None
+        )
+        wraps = self.in_loop.get(line, {}) if line is not None else {}  # type: ignore[arg-type]
+        index, last = self.analysis.index, self.analysis.last
+        # What the line reduces, and `len(losses)`: how many steps a list holds, alike on every process.
+        inside = [
+            e for kind in (cst.Call, cst.Subscript, cst.Name) for e in self.analysis.within(node, kind)
+            if code_of(e) in wraps or m.matches(e, REDUCTION | m.Call(func=m.Name("len")))
+        ]  # fmt: skip
+
+        def outside(e: cst.CSTNode) -> bool:
+            return not any(index[w] <= index[e] <= last[w] for w in inside)
+
+        def value(name: cst.Name) -> bool:  # not a keyword (`loss=`) or an attribute's name (`.avg`)
+            parent = self.analysis.parents.get(name)
+            return not (isinstance(parent, cst.Arg) and parent.keyword is name) and not (isinstance(parent, cst.Attribute) and parent.attr is name)
+
+        names_ = {e.value for e in self.analysis.within(node, cst.Name) if value(e) and outside(e)}
+        return names_ | {code_of(e) for e in self.analysis.within(node, cst.Attribute) if outside(e)}
+
+    def _report_progress(self, line: cst.SimpleStatementLine, why: str) -> None:
+        self.progress_reported.add(line)
+        self.report(line, "DDP403", why=why)
 
     def _plan_plateau_steps(self, analysis: Analysis) -> None:
         """Average the value a ReduceLROnPlateau steps on, so every process lowers its rate in the same epoch.
@@ -252,6 +354,61 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self._plan_reports(loop, self._is_training_loop(loop), results.running, plan.meters)
         if self._is_training_loop(loop):
             self._plan_reports_after(loop)
+            self._plan_step_lists(loop)
+
+    def _plan_step_lists(self, loop: cst.For) -> None:
+        """Average over processes what the lines right after a training loop compute from a list of its losses.
+
+        ``losses = []``, ``losses.append(loss.item())`` once per step, then
+        ``np.average(losses)``, ``np.mean``, ``statistics.mean`` or ``sum``: each
+        process's statistic is over its own shares' losses, and with equally many
+        steps on every process the mean over processes is the statistic of the whole
+        batches' losses, as DataParallel computed it. Only statements of the loop's
+        own block qualify (every process reaches them together, a ``return`` too),
+        up to one that binds the list again; a criterion that sums over the batch
+        keeps its list per process.
+        """
+        block = self.analysis.parents.get(loop)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)) or under_rank_guard(self, loop):
+            return
+        losses = {
+            code_of(call.func.value)  # type: ignore[attr-defined]
+            for call in m.findall(loop.body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward"))))
+            if call not in self.analysis.scaled_backwards
+        }
+        owner = next((a for a in self.analysis.ancestors(loop) if isinstance(a, (cst.FunctionDef, cst.Module))), self.analysis.module)
+        lists = set()
+        for call in self.analysis.within(loop.body, cst.Call):
+            if not m.matches(call.func, m.Attribute(value=m.Name(), attr=m.Name("append"))) or len(call.args) != 1:
+                continue
+            if in_inner_data_loop(self.analysis, call, loop) or not isinstance(self.analysis.parents.get(call), cst.Expr):
+                continue
+            value = call.args[0].value
+            name = call.func.value.value  # type: ignore[attr-defined]
+            empty = any(
+                m.matches(a.value, m.List(elements=[])) and self.analysis.is_before(a, loop)
+                for a in self.analysis.within(owner, cst.Assign)
+                if any(m.matches(t.target, m.Name(name)) for t in a.targets)
+            )  # fmt: skip
+            if empty and self.analysis.reads(value) & losses and not summed_loss(self.analysis, value, loop):
+                lists.add(name)
+        if not lists:
+            return
+        statistic = m.Call(
+            func=m.MatchIfTrue(lambda f: bool({q.name for q in self.analysis.qualified_names(f)} & _STEP_STATISTICS)),
+            args=[m.Arg(m.Name(m.MatchIfTrue(lambda n: n in lists))), m.ZeroOrMore()],
+        )
+        statements = list(block.body)
+        for statement in statements[statements.index(loop) + 1 :]:
+            if isinstance(statement, cst.SimpleStatementLine) and not under_rank_guard(self, statement):
+                for found in self.analysis.findall_in(statement, statistic):
+                    # Reduced already, or the value a ReduceLROnPlateau steps on, which is averaged where it is passed.
+                    if found not in self.plateau_args and not any(m.matches(a, REDUCTION) or a in self.plateau_args for a in self.analysis.ancestors(found)):
+                        self.in_loop.setdefault(statement, {})[code_of(found)] = names.MEAN_HELPER
+            rebinds = {n.value for n in self.analysis.within(statement, cst.Name) if is_bound_here(self.analysis, n)}
+            lists -= rebinds
+            if not lists:
+                return
 
     def _plan_reports(
         self, loop: cst.For | cst.While, training: bool, accumulators: dict[str, str], meters: list[str]
@@ -290,7 +447,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if training and wraps and guard is not None:
                 if not self._reduce_before(guard, loop, line, wraps, varying):
                     why = "as only some processes pass the rank condition around it, and convert cannot reduce before that condition"
-                    self.report(line, "DDP403", why=why)
+                    self._report_progress(line, why=why)
             elif training and wraps and self._uniform_path(loop, line, varying):
                 self.in_loop[line] = wraps
             elif training and not wraps and guard is None and (built := self._meter_strings(loop, line, read, meters, varying)):
@@ -298,9 +455,9 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 for build, meters_read in built.items():
                     self.in_loop.setdefault(build, {}).update({meter: names.METER_COPY_HELPER for meter in meters_read})
             elif training:
-                self.report(line, "DDP403", why="as convert cannot prove every process reaches this line at the same step")
+                self._report_progress(line, why="as convert cannot prove every process reaches this line at the same step")
             else:
-                self.report(line, "DDP403", why="as evaluation shards may give processes different numbers of steps")
+                self._report_progress(line, why="as evaluation shards may give processes different numbers of steps")
 
     def _built_from(self, loop: cst.For | cst.While, line: cst.SimpleStatementLine, read: set[str]) -> set[str]:
         """Names that the values of ``read``, as the loop binds them before ``line``, are computed from."""
@@ -350,7 +507,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 wraps = self._loss_reads(line, losses)
                 if wraps and guarded:
                     why = "as only some processes pass the rank condition around it"
-                    self.report(line, "DDP403", why=why)
+                    self._report_progress(line, why=why)
                 elif wraps:
                     self.in_loop[line] = wraps
             rebinds = {n.value for n in self.analysis.within(statement, cst.Name) if is_bound_here(self.analysis, n)}
@@ -364,6 +521,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         for loss in losses:
             if m.findall(line, m.Call(func=m.Attribute(value=m.Name(loss), attr=m.Name("item")))):
                 wraps[f"{loss}.item()"] = names.MEAN_HELPER
+            # Its value through `.data` or `.detach()`: `loss.data.item()`, and `loss.data[0]` of old PyTorch.
+            value = m.Attribute(value=m.Name(loss), attr=m.Name("data")) | m.Call(func=m.Attribute(value=m.Name(loss), attr=m.Name("detach")))
+            for read in m.findall(line, m.Call(func=m.Attribute(value=value, attr=m.Name("item"))) | m.Subscript(value=value)):
+                wraps[code_of(read)] = names.MEAN_HELPER
             if self._reads_tensor(line, loss):
                 wraps[loss] = names.MEAN_HELPER  # `print(loss)`: the tensor, averaged as its value is
         return wraps
@@ -513,7 +674,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
     ) -> cst.SimpleStatementLine:
         reads = self.read_reduced.get(original_node)
         if reads:
-            in_reads = m.MatchIfTrue(lambda node: isinstance(node, (cst.Name, cst.Call)) and code_of(node) in reads)
+            in_reads = m.MatchIfTrue(lambda node: isinstance(node, (cst.Name, cst.Call, cst.Subscript)) and code_of(node) in reads)
             return m.replace(updated_node, in_reads, lambda node, _: cst.Name(reads[code_of(node)]))  # type: ignore[return-value]
         wraps = self.in_loop.get(original_node)
         if not wraps:
@@ -613,6 +774,12 @@ class _ReduceValues(cst.CSTTransformer):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         return self._reduced(original_node, updated_node)
 
+    def visit_Subscript(self, node: cst.Subscript) -> bool:
+        return code_of(node) not in self.wraps  # `loss.data[0]` is wrapped whole
+
+    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.BaseExpression:
+        return self._reduced(original_node, updated_node)
+
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
         return updated_node.with_changes(keyword=original_node.keyword)
 
@@ -622,3 +789,37 @@ class _ReduceValues(cst.CSTTransformer):
     def _reduced(self, original_node: cst.BaseExpression, updated_node: cst.BaseExpression) -> cst.BaseExpression:
         helper = self.wraps.get(code_of(original_node))
         return updated_node if helper is None else cst.Call(func=cst.Name(helper), args=[cst.Arg(updated_node)])
+
+
+def _scope(analysis: Analysis, node: cst.CSTNode) -> cst.CSTNode:
+    return next((a for a in analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Module))), analysis.module)
+
+
+# Methods that keep what they are handed: a list's, a set's, a deque's, a meter's.
+_COLLECTING = frozenset({"append", "extend", "insert", "appendleft", "add", "update", "push", "put"})
+
+
+def _flow(
+    analysis: Analysis, scope: cst.CSTNode, seeds: set[str], clean: set[str], reads: Callable[[cst.CSTNode], set[str]]
+) -> set[str]:
+    """``seeds`` and the names of ``scope`` that take a value from one of them: by assignment, by ``+=``, or as
+    what a collecting method is handed one (``losses.append(loss.item())``, ``meter.add(loss)``). Names in ``clean`` are
+    reduced where they are bound and pass nothing on."""
+    found = set(seeds) - clean
+    while True:
+        grown = set(found)
+        for assign in analysis.within(scope, cst.Assign):
+            if _scope(analysis, assign) is scope and reads(assign.value) & found and not m.matches(assign.value, REDUCTION):
+                grown |= {n.value for t in assign.targets for n in analysis.within(t.target, cst.Name)}
+        for aug in analysis.within(scope, cst.AugAssign):
+            if _scope(analysis, aug) is scope and analysis.reads(aug.value) & found:
+                grown |= {n.value for n in analysis.within(aug.target, cst.Name)}
+        for call in analysis.within(scope, cst.Call):
+            if _scope(analysis, call) is not scope or not m.matches(call.func, m.Attribute(value=m.Name(), attr=m.Name(m.MatchIfTrue(lambda n: n in _COLLECTING)))):
+                continue
+            if isinstance(analysis.parents.get(call), cst.Expr) and any(analysis.reads(a.value) & found for a in call.args):
+                grown.add(call.func.value.value)  # type: ignore[attr-defined]
+        grown -= clean
+        if grown == found:
+            return found
+        found = grown

@@ -712,13 +712,28 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return updated_node.with_changes(value=shared)
 
 
+# Functions whose value is named after what they are handed: `np.mean(losses)` is the losses' mean.
+_OF_ITS_ARGUMENT = frozenset({
+    "sum", "float", "np.mean", "np.average", "np.sum", "numpy.mean", "numpy.average", "numpy.sum", "statistics.mean",
+    "statistics.fmean", "torch.mean",
+})  # fmt: skip
+
+
 def _result_name(collective: cst.Call) -> str:
     """A name for a collective's value: ``global_loss`` for ``all_reduce_mean(loss.item())``, ``test_result`` for ``test(...)``."""
     func = code_of(collective.func).rsplit(".", 1)[-1]
     if func in names.COLLECTIVE_HELPERS and collective.args:
         value = collective.args[0].value
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-            value = value.func.value  # loss.item() -> loss
+        while isinstance(value, (cst.Call, cst.Subscript)) or m.matches(value, m.Attribute(attr=m.Name("data"))):
+            # loss.item() -> loss, loss.data[0] -> loss, np.mean(losses) -> losses
+            if isinstance(value, cst.Call) and value.args and not value.args[0].keyword and code_of(value.func) in _OF_ITS_ARGUMENT:
+                value = value.args[0].value
+            elif isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+                value = value.func.value
+            elif isinstance(value, cst.Call):
+                break
+            else:
+                value = value.value  # type: ignore[attr-defined]
         stem = value.attr.value if isinstance(value, cst.Attribute) else code_of(value)
         if stem.isidentifier():
             return f"global_{stem}"

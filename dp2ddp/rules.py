@@ -2096,6 +2096,27 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP427",
+            "per-process-number-printed",
+            "warning",
+            "`{value}` comes from this process's share of the training data, and this line prints or logs it as "
+            "DataParallel printed the whole batch's: convert cannot tell how it combines over processes; reduce it "
+            "on every process first (`all_reduce_mean(...)` for a mean, `all_reduce_sum(...)` for a sum), or read "
+            "it as this process's",
+            doc=_doc(
+                "Finds a print, log or writer call that reads a value flowing from a training loop's loss (through "
+                "assignments, a list or object that collects it, or a function that returns it) which convert did "
+                "not reduce: `losses.append(loss.item())` then `print(np.average(losses))`, `meter.add(loss)` then "
+                "`print(meter.val())` for a class convert does not know, `loss.data[0]`.",
+                "Under DataParallel one process saw every batch, so the number was the whole data's. After the "
+                "conversion each process computes it from its own share, and the main process prints its own: "
+                "the number changes, and nothing says so.",
+                "losses.append(loss.item())\n...\nprint(\"train loss\", np.average(losses))",
+                "losses.append(loss.item())\n...\nprint(\"train loss\", all_reduce_mean(np.average(losses)))",
+                "No fix: the line is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP424",
             "per-process-stop",
             "warning",
@@ -2953,6 +2974,11 @@ NOT_IN_OUTPUT: dict[str, str] = {
         "the converted loader keeps the batch per process, so each process's pair loss sees as many samples as "
         "DataParallel's did; pairing within each process's batch is how DDP scripts ordinarily mine pairs, and "
         "only against the DataParallel run is the global batch world_size times larger"
+    ),
+    "DDP427": (
+        "a DDP script that prints the main process's own number (its share's loss, or a mean over its own steps) "
+        "makes an ordinary choice; only against the DataParallel run, which printed the whole batch's, does the "
+        "number differ, and check cannot tell which number the script meant to print"
     ),
     "DDP306": (
         "this file builds no DataLoader and runs no training loop: the data is loaded by code in another file, "

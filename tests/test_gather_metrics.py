@@ -358,3 +358,66 @@ def test_the_loss_printed_after_the_training_loop(after: str, converted: str, re
     result = convert_source(dedent(PRINTS).replace("{inside}", "pass").replace("{after}", after))
     assert converted in result.output
     assert any(f.code == "DDP403" for f in result.findings) == reported
+
+
+PRINTED = """
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+{extra}
+
+def train_epoch(model, loader, optimizer, criterion):
+    losses = []
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        {collect}
+    {after}
+
+
+def main():
+    model = nn.DataParallel(nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    criterion = {criterion}
+    for epoch in range(2):
+        train_loss = train_epoch(model, loader, optimizer, criterion)
+        print("epoch", epoch, "train loss", train_loss)
+"""
+
+
+@pytest.mark.parametrize(
+    ("collect", "after", "criterion", "extra", "reduced", "reported"),
+    [
+        # Autoformer's shape: the mean of a list of per-step losses, returned, then printed by the caller
+        ("losses.append(loss.item())", "return np.average(losses)", "nn.MSELoss()", "", "return all_reduce_mean(np.average(losses))", False),
+        ("losses.append(loss.item())", "return sum(losses) / len(losses)", "nn.MSELoss()", "", "return all_reduce_mean(sum(losses)) / len(losses)", False),
+        # a criterion that sums over the batch: each step's value is a sum over this process's share
+        ("losses.append(loss.item())", "return np.average(losses)", "nn.MSELoss(reduction='sum')", "", None, True),
+        # a spread of the steps' losses is not linear in them: not averaged over processes
+        ("losses.append(loss.item())", "return np.std(losses)", "nn.MSELoss()", "", None, True),
+        # a collector of the script's own convert knows nothing of
+        ("meter.add(loss)", "return meter.value()", "nn.MSELoss()", "meter = Averager()", None, True),
+    ],
+)
+def test_a_number_printed_from_the_losses_is_averaged_or_reported(
+    collect: str, after: str, criterion: str, extra: str, reduced: str | None, reported: bool
+) -> None:
+    """Every number a training loop's loss reaches a print through is reduced, or reported at the print (DDP427)."""
+    source = PRINTED.format(collect=collect, after=after, criterion=criterion, extra=extra)
+    result = convert_source(dedent(source))
+    assert result.changed
+    if reduced is not None:
+        assert f"    {reduced}\n" in result.output
+    assert ("DDP427" in {f.code for f in result.findings}) is reported
+
+
+@pytest.mark.parametrize("read", ["loss.data[0]", "loss.data.item()", "loss.detach().item()"])
+def test_the_loss_read_through_its_data_is_averaged_where_it_is_printed(read: str) -> None:
+    source = SCRIPT.replace("{step}", "").replace("            loss.backward()", f"            loss.backward()\n            print({read})")
+    result = convert_source(dedent(source))
+    assert f"global_loss = all_reduce_mean({read})" in result.output
+    assert "DDP427" not in {f.code for f in result.findings}

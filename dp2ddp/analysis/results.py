@@ -66,7 +66,7 @@ def loop_results(analysis: Analysis, loop: cst.For, training: bool) -> LoopResul
         if _reduced_already(analysis, owner, name, loop) or not _initialised_before(analysis, owner, name, loop):
             continue
         sums = any(
-            SUM_INCREMENT.search(code_of(v)) or m.matches(v, m.Integer()) or _summed_loss(analysis, v, loop)
+            SUM_INCREMENT.search(code_of(v)) or m.matches(v, m.Integer()) or summed_loss(analysis, v, loop)
             or _holds_a_count(analysis, v, loop)
             for v in values
         )  # fmt: skip
@@ -89,7 +89,7 @@ def _holds_a_count(analysis: Analysis, value: cst.BaseExpression, loop: cst.For)
     )
 
 
-def _summed_loss(analysis: Analysis, value: cst.BaseExpression, loop: cst.For) -> bool:
+def summed_loss(analysis: Analysis, value: cst.BaseExpression, loop: cst.For) -> bool:
     """``total += loss.item()`` where the loop computes ``loss`` with a criterion that sums over the batch."""
     read = {n.value for n in analysis.within(value, cst.Name)}
     for assign in analysis.within(loop.body, cst.Assign):

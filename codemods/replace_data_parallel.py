@@ -254,9 +254,10 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
     def leave_If(
         self, original_node: cst.If, updated_node: cst.If
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
-        if self.converting and original_node in self.lifecycle.taken_branches:
+        if self.converting and (original_node in self.lifecycle.taken_branches or original_node in self.lifecycle.taken_else):
             # Under DDP every process wraps: the branch that wraps is the one that runs.
-            body = list(updated_node.body.body)  # type: ignore[attr-defined]
+            taken = updated_node.body if original_node in self.lifecycle.taken_branches else updated_node.orelse.body  # type: ignore[union-attr]
+            body = list(taken.body)  # type: ignore[attr-defined]
             body[0] = body[0].with_changes(leading_lines=[*updated_node.leading_lines, *body[0].leading_lines])
             return cst.FlattenSentinel(body)
         wrap_statements = self.lifecycle.hoisted.get(original_node) if self.converting else None

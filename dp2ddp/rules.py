@@ -707,9 +707,9 @@ RULES: dict[str, Rule] = {
             "DDP225",
             "wrapping-branch-taken",
             "note",
-            "the DataParallel wrap is in the branch of `if {condition}:` that has an `else`; under DDP every "
-            "process wraps, so the `if` became its wrapping branch and the `else` was dropped: check that "
-            "nothing the `else` did is still needed",
+            "the DataParallel wrap is in one branch of `if {condition}:`; under DDP every process wraps, so the "
+            "`if` became its wrapping branch and {dropped} was dropped: check that nothing {dropped} did is still "
+            "needed",
             doc=_doc(
                 "Finds a wrap under a GPU condition whose `if` has an `else` that sets the same things up "
                 "for one device, and keeps only the branch that wraps.",
@@ -1044,6 +1044,27 @@ RULES: dict[str, Rule] = {
                 "    model = nn.DataParallel(model).cuda()",
                 "if args.convert_from:\n    model = model.cpu().module\n    convert_model(model)\n"
                 "    model = wrap_ddp(model)",
+                "Safe: the wrap converts where it is.",
+            ),
+        ),
+        Rule(
+            "DDP244",
+            "wrap-under-flag-with-an-untrained-path",
+            "note",
+            "the DataParallel wrap depends on `{condition}`, which is not about GPUs, and {path} trains nothing: the "
+            "flag is alike on every process, and no process trains a model without the wrap, so the wrap converts "
+            "where it is",
+            doc=_doc(
+                "Finds a DataParallel wrap under a condition that is not about GPUs or ranks (a command-line mode) "
+                "where one path trains nothing: the branch with the wrap only evaluates and then leaves "
+                "(`sys.exit(0)`, `return`), or the branch without it (and all after the `if`) only evaluates.",
+                "A wrap under a flag usually means some processes could train an unwrapped model, which DDP207 "
+                "refuses. A mode flag read from the arguments is alike on every process, and where the path "
+                "without the wrap runs no backward pass, no replica can train apart.",
+                "if args.test_only:\n    model = nn.DataParallel(model)\n    evaluate(model)\n    sys.exit(0)\n"
+                "model = nn.DataParallel(build())\ntrain(model)",
+                "if args.test_only:\n    model = wrap_ddp(model)\n    evaluate(model)\n    sys.exit(0)\n"
+                "model = wrap_ddp(build())\ntrain(model)",
                 "Safe: the wrap converts where it is.",
             ),
         ),

@@ -1504,3 +1504,92 @@ def test_a_model_unwrapped_and_wrapped_again_under_a_flag_converts(branch: str, 
     codes = {f.code for f in result.findings}
     assert result.changed is converts
     assert ("DDP243" in codes) is converts and ("DDP207" in codes) is not converts
+
+
+MODE_FLAG = """
+import sys
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def main(args):
+    model = nn.Linear(4, 1)
+{body}
+"""
+
+
+@pytest.mark.parametrize(
+    "body, converts",
+    [
+        # DeepLabv3: the wrap and training under `if args.train:`, the `else` only evaluates
+        ("if args.train:\n    model = nn.DataParallel(model)\n    train(model)\nelse:\n    print(model(torch.randn(2, 4)))", True),
+        # wide-resnet: a test-only branch that wraps, evaluates and exits
+        ("if args.test_only:\n    model = nn.DataParallel(model)\n    print(model(torch.randn(2, 4)))\n    sys.exit(0)\n"
+         "model = nn.DataParallel(nn.Linear(4, 1))\ntrain(model)", True),
+        # the path without the wrap trains: some processes could train a model DDP does not synchronise
+        ("if args.finetune:\n    model = nn.DataParallel(model)\ntrain(model)", False),
+        # the branch with the wrap evaluates but does not leave: the wrapped model goes on to training
+        ("if args.test_only:\n    model = nn.DataParallel(model)\n    print(model(torch.randn(2, 4)))\ntrain(model)", False),
+        # a flag that reads the rank differs between processes
+        ("if args.local_rank == 0:\n    model = nn.DataParallel(model)\n    train(model)\nelse:\n    print(model)", False),
+    ],
+)
+def test_a_wrap_under_a_mode_flag_converts_where_one_path_trains_nothing(body: str, converts: bool) -> None:
+    """A wrap under a flag that is not about GPUs converts in place where the path without it trains nothing (DDP244)."""
+    source = MODE_FLAG.format(body="\n".join("    " + line for line in body.splitlines()))
+    result = convert_source(source)
+    codes = {f.code for f in result.findings}
+    assert result.changed is converts
+    assert ("DDP244" in codes) is converts and ("DDP207" in codes) is not converts
+
+
+def test_batchnorm_frozen_through_modules_after_the_wrap_finds_unused_parameters() -> None:
+    """`for m in model.modules(): m.weight.requires_grad = False` after the wrap: DDP238, find_unused_parameters."""
+    body = (
+        "model = nn.DataParallel(nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1)))\n"
+        "for m in model.modules():\n    if isinstance(m, nn.BatchNorm1d):\n        m.weight.requires_grad = False\n"
+        "        m.bias.requires_grad = False\ntrain(model)"
+    )
+    result = convert_source(MODE_FLAG.format(body="\n".join("    " + line for line in body.splitlines())))
+    assert "DDP238" in {f.code for f in result.findings}
+    assert "find_unused_parameters=True" in result.output
+
+
+@pytest.mark.parametrize(
+    "forward, unused",
+    [
+        # SC-SfMLearner: a torchvision ResNet kept whole, of which forward calls the stem and the stages, never fc
+        ("x = self.encoder.conv1(x)\n        return self.encoder.layer1(x)", True),
+        ("return self.encoder(x)", False),
+    ],
+)
+def test_a_sub_module_forward_calls_only_parts_of_finds_unused_parameters(forward: str, unused: bool) -> None:
+    source = f"""
+import torch.nn as nn
+import torchvision.models as models
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = models.resnet18()
+
+    def forward(self, x):
+        {forward}
+
+
+model = nn.DataParallel(Encoder())
+"""
+    result = convert_source(source)
+    assert ("DDP215" in {f.code for f in result.findings}) is unused
+    assert ("find_unused_parameters=True" in result.output) is unused

@@ -33,6 +33,7 @@ from . import names
 from .parameters import MODULE_METHODS, PARAMETER_FREE, skipping_classes, unfreezing_methods
 from .syntax import DEVICE_MOVE, MAIN_GUARD, REDUCTION, argument, call_to, code_of, parameter_for, without_device_move
 from .script import inside_helper
+from .effects import is_rank_guard
 
 if TYPE_CHECKING:
     from .module import Analysis
@@ -59,7 +60,10 @@ FREEZES = m.Assign(
 UNFREEZES = m.Assign(
     targets=[m.ZeroOrMore(), m.AssignTarget(m.Attribute(attr=m.Name("requires_grad"))), m.ZeroOrMore()], value=m.Name("True")
 ) | m.Call(func=m.Attribute(attr=m.Name("requires_grad_")), args=[m.ZeroOrOne(m.Arg(m.Name("True")))])
-_OVER_PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
+# What a loop around `x.requires_grad = ...` walks: parameters, or modules whose `weight` and `bias` it switches.
+_OVER_PARAMETERS = m.Call(
+    func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters") | m.Name("modules") | m.Name("named_modules") | m.Name("children"))
+)
 CASTS = frozenset({"half", "float", "double", "bfloat16"})
 DTYPE = re.compile(r"^torch\.(half|float16|bfloat16|float|float32|float64|double)$")
 # In-place tensor methods that overwrite values; `requires_grad_` and friends do not.
@@ -134,6 +138,10 @@ class ModelLifecycle:
         self.returned: set[cst.SimpleStatementLine] = set()
         # `if gpus > 1: <wrap and set up> else: <set up>`: the `if` becomes its wrapping branch.
         self.taken_branches: set[cst.If] = set()
+        # The same where the wrap is in the `else`: the `if` becomes its `else`.
+        self.taken_else: set[cst.If] = set()
+        # The sides such an `if` drops: what they do (pick one GPU) no longer runs.
+        self.dropped_branches: set[cst.CSTNode] = set()
         # Device names whose values is_local_device is reading, so a name its own values lead back to ends there.
         self._resolving_devices: set[str] = set()
         # The side of an `if` that wraps only a part of the model the other side wraps whole: the model, and
@@ -308,6 +316,15 @@ class ModelLifecycle:
                 if not conditions:
                     continue
                 not_gpu = []
+            untrained = self._untrained_path(wrap, not_gpu) if not_gpu else None
+            if untrained is not None:
+                # `if args.test_only: <wrap>; <evaluate>; sys.exit(0)`, or `if args.train: <wrap>; <train> else:
+                # <evaluate>`: the flag is alike on every process, and the path without the wrap trains nothing.
+                self.findings.append(Hazard(not_gpu[-1].test, "DDP244", (("condition", code_of(not_gpu[-1].test)), ("path", untrained))))
+                conditions = [c for c in conditions if c not in not_gpu]
+                if not conditions:
+                    continue
+                not_gpu = []
             unwrapped = self._unwrapped_before(wrap, not_gpu) if not_gpu else None
             if unwrapped is not None:
                 # `model = model.cpu().module; <change it>; model = DataParallel(model)` under a flag: on either
@@ -346,36 +363,44 @@ class ModelLifecycle:
                 for wrap in wraps:
                     for left in gpu_conditions[wrap.call]:
                         self._old_condition_uses(left, [wrap])  # type: ignore[arg-type]
-            elif self._may_take_the_wrapping_branch(condition, wraps):
-                self.taken_branches.add(condition)
+            elif (side := self._may_take_the_wrapping_branch(condition, wraps)) is not None:
+                (self.taken_branches if side == "body" else self.taken_else).add(condition)
+                dropped = condition.orelse.body if side == "body" else condition.body  # type: ignore[union-attr]
+                self.dropped_branches.add(dropped)
                 self._old_condition_uses(condition, wraps)
-                self.findings.append(Hazard(condition.test, "DDP225", (("condition", code_of(condition.test)),)))
+                dropped_side = "the `else`" if side == "body" else "the first branch"
+                self.findings.append(Hazard(condition.test, "DDP225", (("condition", code_of(condition.test)), ("dropped", dropped_side))))
             else:
                 for wrap in wraps:
                     self.blockers.append(Hazard(wrap.call, "DDP204"))
 
-    def _may_take_the_wrapping_branch(self, condition: cst.If, wraps: list[Wrap]) -> bool:
-        """``if len(gpu_ids) > 1: model = DataParallel(model); <setup through model.module> else: <setup>``.
+    def _may_take_the_wrapping_branch(self, condition: cst.If, wraps: list[Wrap]) -> str | None:
+        """``if len(gpu_ids) > 1: model = DataParallel(model); <setup through model.module> else: <setup>``, or the
+        ImageNet example's ``if args.gpu is not None: <one GPU> else: model = DataParallel(model)``.
 
         Under DDP every process wraps, so the branch that wraps is the one that runs:
-        the whole ``if`` becomes that branch. Safe when the ``else`` (not an ``elif``)
-        binds nothing the wrapping branch does not, and leaves no other way out
-        (``return``, ``break``, ``raise``), so no later code depends on it.
+        the whole ``if`` becomes that branch ("body" or "else"). Safe when the other side
+        (not an ``elif``) binds nothing the wrapping branch does not, and leaves no other
+        way out (``return``, ``break``, ``raise``), so no later code depends on it.
         """
         orelse = condition.orelse
         if not isinstance(orelse, cst.Else) or not isinstance(condition.body, cst.IndentedBlock):
-            return False
-        if any(len(w.conditions) != 1 or w.statement not in condition.body.body for w in wraps):
-            return False
-        if m.findall(orelse, CONTROL_FLOW):
-            return False
+            return None
+        if all(len(w.conditions) == 1 and w.statement in condition.body.body for w in wraps):
+            side, taken, other = "body", condition.body, orelse
+        elif all(len(w.conditions) == 1 and w.statement in orelse.body.body for w in wraps):  # type: ignore[attr-defined]
+            side, taken, other = "else", orelse, condition.body
+        else:
+            return None
+        if m.findall(other, CONTROL_FLOW):
+            return None
 
         def bound(node: cst.CSTNode) -> set[str]:
             targets = [*self.analysis.within(node, cst.AssignTarget), *self.analysis.within(node, cst.AugAssign), *self.analysis.within(node, cst.AnnAssign)]
             found = {n.value for t in targets for n in self.analysis.within(t.target, cst.Name)}
             return found | {n.value for a in self.analysis.within(node, cst.ImportAlias) for n in self.analysis.within(a, cst.Name)}
 
-        return bound(orelse) <= bound(condition.body)
+        return side if bound(other) <= bound(taken) else None
 
     def _wrapped_on_both_branches(self) -> set[cst.Call]:
         """``if c: m = DataParallel(m).cuda() else: m = DataParallel(m)``: every path wraps, in place.
@@ -455,6 +480,66 @@ class ModelLifecycle:
             if all(self._keeps_model(statement, wrap.target) for statement in between):
                 return self.analysis.position(other.call).start.line
         return None
+
+    def _untrained_path(self, wrap: Wrap, flags: list[cst.If | cst.IfExp]) -> str | None:
+        """Which path of the flags around ``wrap`` trains nothing, where that makes the wrap safe to convert in place:
+        "this branch" when the outermost flag's branch holding the wrap trains nothing and ends by leaving (``sys.exit(0)``,
+        ``return``, ``raise``), so the wrapped model never reaches training; "the other branch" when the branch
+        without the wrap trains nothing and nothing after the ``if`` trains, so no process trains an unwrapped model.
+        None when a flag reads the rank, or both paths train."""
+        if any(not isinstance(f, cst.If) or is_rank_guard(self.analysis, f.test) or LOCAL_RANK_WORDS.search(code_of(f.test)) for f in flags):
+            return None
+        outer = flags[-1]
+        assert isinstance(outer, cst.If)
+        inside = any(a is outer.body for a in self.analysis.ancestors(wrap.call))
+        branch = outer.body if inside else outer.orelse
+        if branch is None or not isinstance(branch, (cst.IndentedBlock, cst.Else)):
+            return None
+        body = branch.body if isinstance(branch, cst.IndentedBlock) else branch.body.body  # type: ignore[union-attr]
+        if not self._trains(branch) and body and self._leaves(body[-1]):
+            return "this branch"
+        other = outer.orelse if inside else outer.body
+        block = self.analysis.parents.get(outer)
+        if isinstance(other, cst.If) or not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return None  # an `elif` chain: more paths than two
+        statements = list(block.body)
+        after = statements[statements.index(outer) + 1 :]
+        if (other is None or not self._trains(other)) and not any(self._trains(s) for s in after) and isinstance(self._scope_of(outer), cst.FunctionDef):
+            return "the other branch"
+        return None
+
+    def _trains(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` runs a backward pass, itself or through a function of this file it calls."""
+        return bool(self.analysis.findall_in(node, m.Call(func=m.Attribute(attr=m.Name("backward"))))) or any(
+            m.matches(c.func, m.Name() | m.Attribute(value=m.Name("self"))) and code_of(c.func).removeprefix("self.") in self._training_functions
+            for c in self.analysis.within(node, cst.Call)
+        )
+
+    @cached_property
+    def _training_functions(self) -> set[str]:
+        """The functions of this file that run a backward pass, directly or through another of them."""
+        functions = {f.name.value: f for f in self.analysis.nodes(cst.FunctionDef)}
+        found = {name for name, f in functions.items() if self.analysis.findall_in(f, m.Call(func=m.Attribute(attr=m.Name("backward"))))}
+        while True:
+            more = {
+                name for name, f in functions.items() if name not in found
+                and any(code_of(c.func).removeprefix("self.") in found for c in self.analysis.within(f, cst.Call))
+            }  # fmt: skip
+            if not more:
+                return found
+            found |= more
+
+    def _leaves(self, statement: cst.BaseStatement) -> bool:
+        """``sys.exit(0)``, ``exit()``, ``return`` or ``raise``: the statement ends the program or the function."""
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return False
+        small = statement.body[0]
+        if isinstance(small, (cst.Return, cst.Raise)):
+            return True
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            qualified = {q.name for q in self.analysis.qualified_names(small.value.func)}
+            return bool(qualified & {"sys.exit", "builtins.exit", "builtins.quit", "os._exit"}) or code_of(small.value.func) in ("exit", "quit")
+        return False
 
     def _unwrapped_before(self, wrap: Wrap, flags: list[cst.If | cst.IfExp]) -> cst.Assign | None:
         """``model = model.cpu().module`` earlier in the block of ``wrap``'s statement, under the same ``flags`` and
@@ -715,8 +800,13 @@ class ModelLifecycle:
 
     def _after(self, wrap: Wrap) -> Iterator[cst.Call]:
         anchor = wrap.statement if wrap.statement is not None else wrap.call
+        # A branch around the wrap that ends by leaving (`sys.exit(0)`): what follows that `if` runs without it.
+        left = [
+            a for a in self.analysis.ancestors(wrap.call)
+            if isinstance(a, cst.IndentedBlock) and isinstance(self.analysis.parents.get(a), cst.If) and a.body and self._leaves(a.body[-1])
+        ]  # fmt: skip
         for call in self.analysis.within(wrap.scope, cst.Call):
-            if self.analysis.is_after(call, anchor):
+            if self.analysis.is_after(call, anchor) and all(any(x is block for x in self.analysis.ancestors(call)) for block in left):
                 yield call
 
     def _after_the_wrap(self, wrap: Wrap) -> None:
@@ -1570,6 +1660,8 @@ class ModelLifecycle:
         for call in self.analysis.nodes(cst.Call):
             if call in blocked or (isinstance(call.func, cst.Attribute) and call.func.value in wraps):
                 continue  # a hazard already, or the wrap's own move, which the conversion drops
+            if self.dropped_branches and any(a in self.dropped_branches for a in self.analysis.ancestors(call)):
+                continue  # the side of a GPU `if` that no longer runs
             if any(isinstance(a, cst.FunctionDef) and a.name.value in names.HELPERS for a in self.analysis.ancestors(call)):
                 continue  # the helpers convert writes use the device setup_distributed() chose
             device = call.args[0].value if call.args else None

@@ -93,9 +93,31 @@ def skipped_submodule(cls: ast.ClassDef, skipping: Mapping[str, str], models: Se
             continue
         if attribute in uses and all(uses[attribute]) and not conditional_build and _builds_a_module(call, models):
             return spelled
+        children = _children_called(forward, attribute)
+        if children and name not in models and name not in skipping and name != "Parameter" and _builds_a_module(call, models):
+            # `self.encoder = models.resnet18()`, of which forward calls `self.encoder.conv1(x)` up to `layer4` and
+            # never the whole: what it does not name (the classifier `fc`) gets no gradient.
+            return f"{spelled} (forward calls only {', '.join(f'.{c}' for c in children)} of it)"
         if name in skipping:
             return f"{spelled} ({name}: {skipping[name]})"
     return None
+
+
+def _children_called(forward: list[ast.FunctionDef], attribute: str) -> list[str]:
+    """The parts of ``self.<attribute>`` the forward methods name (``self.encoder.layer1``), where they never use
+    ``self.<attribute>`` itself (call it, pass it or iterate it); empty otherwise."""
+    children: list[str] = []
+    for method in forward:
+        parents = {id(child): node for node in ast.walk(method) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(method):
+            if not (_is_self_attribute(node) and node.attr == attribute):  # type: ignore[attr-defined]
+                continue
+            parent = parents.get(id(node))
+            if not (isinstance(parent, ast.Attribute) and parent.value is node):
+                return []
+            if parent.attr not in children:
+                children.append(parent.attr)
+    return children
 
 
 def _indexed_in_part(init: ast.FunctionDef, forward: list[ast.FunctionDef]) -> str | None:

@@ -1593,3 +1593,61 @@ model = nn.DataParallel(Encoder())
     result = convert_source(source)
     assert ("DDP215" in {f.code for f in result.findings}) is unused
     assert ("find_unused_parameters=True" in result.output) is unused
+
+
+def test_a_model_returning_one_output_per_pass_through_a_package_finds_unused_parameters(tmp_path) -> None:
+    """SC-SfMLearner: `models.DispResNet` re-exported by a package, whose decoder appends one head's output per scale
+    and returns the list; a loss reading only some scales leaves the other heads without a gradient."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    net = dedent(
+        """
+        import torch.nn as nn
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(4, 8)
+                self.heads = nn.ModuleList([nn.Linear(8, 1) for _ in range(3)])
+
+            def forward(self, x):
+                x = self.body(x)
+                outputs = []
+                for i in range(3):
+                    outputs.append(self.heads[i](x))
+                return outputs
+        """
+    )
+    main = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        import models
+
+
+        def main():
+            model = nn.DataParallel(models.Net())
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x)[0], y).backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    (tmp_path / "models").mkdir()
+    sources = {tmp_path / "models" / "net.py": net, tmp_path / "models" / "__init__.py": "from .net import Net\n", tmp_path / "main.py": main}
+    for path, text in sources.items():
+        path.write_text(text)
+    entry = convert_project(tmp_path, sources).files[tmp_path / "main.py"]
+    assert isinstance(entry, ConvertResult) and entry.changed
+    assert "DDP215" in {f.code for f in entry.findings}
+    assert "wrap_ddp(models.Net(), find_unused_parameters=True)" in entry.output

@@ -64,7 +64,7 @@ def skipped_submodule(cls: ast.ClassDef, skipping: Mapping[str, str], models: Se
     init = next((s for s in methods if s.name == "__init__"), None)
     forward = _forward_methods(methods)
     for method in forward:
-        walked = _walk_that_stops(method)
+        walked = _walk_that_stops(method) or _outputs_per_pass(method)
         if walked is not None:
             return walked
     if init is None:
@@ -257,6 +257,29 @@ def _about_training(test: ast.expr) -> bool:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test = test.operand
     return isinstance(test, ast.Attribute) and test.attr == "training"
+
+
+def _outputs_per_pass(method: ast.FunctionDef) -> str | None:
+    """``outputs.append(self.head[i](x))`` in a loop, then ``return outputs``: one output per pass, each from its own
+    head (a disparity per scale, a deep-supervision map per stage). A loss that reads only some of them (the first
+    `--num-scales`) leaves the other heads without a gradient."""
+    returned = {
+        ast.unparse(node.value) for node in ast.walk(method)
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Name | ast.Attribute)
+    }  # fmt: skip
+    for loop in ast.walk(method):
+        if not isinstance(loop, ast.For | ast.While):
+            continue
+        for node in ast.walk(loop):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append"):
+                continue
+            if ast.unparse(node.func.value) not in returned or len(node.args) != 1:
+                continue
+            heads = [n for n in ast.walk(node.args[0]) if isinstance(n, ast.Call) and any(_is_self_attribute(a) for a in ast.walk(n.func))]
+            if heads:
+                head = next(a for a in ast.walk(heads[-1].func) if _is_self_attribute(a))  # the innermost: the head itself
+                return f"self.{head.attr} (forward returns {ast.unparse(node.func.value)}, one output per pass of a loop)"  # type: ignore[attr-defined]
+    return None
 
 
 def _walk_that_stops(method: ast.FunctionDef) -> str | None:

@@ -927,6 +927,14 @@ class Project:
             other = self.modules[name]
             for cls, submodule in other.skipping.items():
                 found.append((f"{name}.{cls}", submodule, self.site(other, other.classes[cls])))
+            # A package's re-export (`models/__init__.py`: `from .DispResNet import DispResNet`): `models.DispResNet`.
+            for bound, (source, attribute, _) in other.bindings.items():
+                if attribute is None:
+                    continue
+                target, cls = self._defined_in(source, attribute)
+                defining = self.modules.get(target)
+                if defining is not None and target != name and cls in defining.skipping:
+                    found.append((f"{name}.{bound}", defining.skipping[cls], self.site(defining, defining.classes[cls])))
         return tuple(found)
 
     def _bases(self, module: _Module, name: str) -> set[str]:

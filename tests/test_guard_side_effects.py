@@ -683,6 +683,36 @@ if __name__ == "__main__":
     assert [f.line for f in result.findings if f.code == "DDP422"] == [11]
 
 
+def test_a_writing_method_of_a_part_of_a_project_object_is_reported(tmp_path) -> None:
+    """`logger.train_writer.write(...)`: the project's TermLogger was judged, but not the Writer it holds (SC-SfMLearner)."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    logger = "class Writer:\n    def write(self, text):\n        print(text)\n\n\nclass TermLogger:\n    def __init__(self):\n        self.train_writer = Writer()\n"
+    main = """\
+import torch
+from logger import TermLogger
+
+
+def main():
+    model = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+    logger = TermLogger()
+    loss = model(torch.randn(4, 2)).sum()
+    loss.backward()
+    logger.train_writer.write("done")
+
+
+if __name__ == "__main__":
+    main()
+"""
+    sources = {tmp_path / "logger.py": logger, tmp_path / "main.py": main}
+    for path, text in sources.items():
+        path.write_text(text)
+    entry = convert_project(tmp_path, sources).files[tmp_path / "main.py"]
+    assert isinstance(entry, ConvertResult)
+    assert [f.line for f in entry.findings if f.code == "DDP422"] == [10]
+
+
 def test_a_tensorboard_style_add_method_of_another_files_logger_is_reported() -> None:
     """`logger.add_imgs(...)` on a logger built from another file's class writes like a SummaryWriter does."""
     source = """\

@@ -92,10 +92,16 @@ def imported_writer_calls(analysis: Analysis) -> list[cst.Call]:
         if not WRITER_NAME.search(last) or GUARDS_ITSELF.search(last) or name in effects.functions:
             continue
         imported = [q.name for q in analysis.qualified_names(call.func) if q.source is QualifiedNameSource.IMPORT]
-        if not imported and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
-            # `checkpoint_io.save(...)` on an object built from another file's class.
-            imported = built_from_import(analysis, call.func.value)
-        if any(q in analysis.role.project_calls for q in imported):
+        part = False
+        if not imported and isinstance(call.func, cst.Attribute):
+            # `checkpoint_io.save(...)` on an object built from another file's class, or `logger.train_writer.write(...)`
+            # on a part of one, whose class convert did not follow from there.
+            root, part = call.func.value, False
+            while isinstance(root, cst.Attribute):
+                root, part = root.value, True
+            if isinstance(root, cst.Name):
+                imported = built_from_import(analysis, root)
+        if not part and any(q in analysis.role.project_calls for q in imported):
             continue  # The project's own code: converted there, guarded there or here, or it does not write.
         if not imported or any(q.startswith(("torch.", "builtins.")) for q in imported):
             continue

@@ -99,10 +99,18 @@ class DownloadOnceCommand(Dp2ddpCodemod):
             self.statements.add(statement)
 
     def _downloads_torchvision(self, call: cst.Call) -> bool:
-        """``datasets.MNIST(root, download=True)``."""
+        """``datasets.MNIST(root, download=True)``, or a dataset class of the project's own told to download the same
+        way (``IMBALANCECIFAR10(root, download=True)``, a subclass of torchvision's CIFAR10)."""
         if not m.matches(call, m.Call(args=[m.ZeroOrMore(), _DOWNLOADS, m.ZeroOrMore()])):
             return False
-        return any(q.name.startswith("torchvision.datasets.") for q in self.analysis.qualified_names(call.func))
+        qualified = {q.name for q in self.analysis.qualified_names(call.func)}
+        if any(q.startswith("torchvision.datasets.") for q in qualified) or qualified & self.analysis.role.downloading_classes:
+            return True
+        # A class of this file whose base is a torchvision dataset.
+        classes = [c for c in self.analysis.nodes(cst.ClassDef) if isinstance(call.func, cst.Name) and c.name.value == call.func.value]
+        return any(
+            q.name.startswith("torchvision.datasets.") for c in classes for base in c.bases for q in self.analysis.qualified_names(base.value)
+        )
 
     def _writes_then_reads(self, call: cst.Call) -> tuple[str, str] | None:
         """The first file write and file read of the script's own code ``call`` runs, when it runs both.

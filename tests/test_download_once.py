@@ -246,3 +246,26 @@ def test_code_that_calls_what_convert_cannot_see_is_not_run_by_the_main_process_
     result = convert_source(source)
     assert "main_process_first" not in result.output
     assert not any(f.code == "DDP425" for f in result.findings)
+
+
+def test_a_subclass_of_a_torchvision_dataset_told_to_download_runs_on_the_main_process_first(tmp_path) -> None:
+    """LDAM-DRW's `IMBALANCECIFAR10(..., download=True)`, a subclass of CIFAR10 (and one of it) in another module."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    imbalance = (
+        "import torchvision\n\n\nclass ImbalancedCIFAR10(torchvision.datasets.CIFAR10):\n    pass\n\n\n"
+        "class ImbalancedCIFAR100(ImbalancedCIFAR10):\n    pass\n\n\ndef fetch(root, download=True):\n    return root\n"
+    )
+    main = SCRIPT.replace("from torchvision import datasets", "from imbalance import ImbalancedCIFAR100, fetch")
+    main = main.replace('datasets.MNIST("data", train=True, download=True)', 'ImbalancedCIFAR100("data", download=True)\n    fetch("data", download=True)')
+    sources = {tmp_path / "imbalance.py": imbalance, tmp_path / "main.py": main}
+    for path, text in sources.items():
+        path.write_text(text)
+    entry = convert_project(tmp_path, sources).files[tmp_path / "main.py"]
+    assert isinstance(entry, ConvertResult)
+    assert '    with main_process_first():\n        train_set = ImbalancedCIFAR100("data", download=True)\n' in entry.output
+    # a function told to download is no dataset class: convert cannot tell what it does
+    assert '    fetch("data", download=True)\n' in entry.output and entry.output.count("with main_process_first():") == 1
+    # the same class seen alone, its module unread: left as it is
+    assert "main_process_first" not in convert_source(main).output

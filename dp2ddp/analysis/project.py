@@ -111,6 +111,20 @@ _RANDOM_DRAW = re.compile(
 _RANDOM_TRANSFORM = re.compile(r"(^|\.)Random[A-Z]\w*(?<!Dataset)(?<!Sampler)(?<!Loader)(?<!State)(?<!Generator)$")
 
 
+def _external_names(tree: ast.Module) -> dict[str, str]:
+    """What each imported name of ``tree`` stands for: ``torchvision`` for ``import torchvision``,
+    ``torchvision.datasets`` for ``from torchvision import datasets``."""
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found[alias.asname or alias.name.partition(".")[0]] = alias.name if alias.asname else alias.name.partition(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                found[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return found
+
+
 def _all_functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
     return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
@@ -779,6 +793,7 @@ class Project:
                 unfreezing_methods=self._program_unfreezing(name) if name in self.converted else frozenset(),
                 program_functions=self._program_functions(name) if name in self.converted else frozenset(),
                 saved_attributes=self._program_saved_attributes(name) if name in self.converted else frozenset(),
+                downloading_classes=self._downloading_classes(name) if name in self.converted else frozenset(),
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 meets_wrapped_models=any(name in self.reach[entry] for entry in self.drivers),
@@ -903,6 +918,29 @@ class Project:
                 path = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "f"), None)
                 if isinstance(path, ast.Attribute):
                     found.add(path.attr)
+        return frozenset(found)
+
+    def _downloading_classes(self, name: str) -> frozenset[str]:
+        """The classes of the modules module ``name`` reaches, but its own, that subclass a torchvision dataset,
+        directly or through another such class, by qualified name."""
+        found: set[str] = set()
+        reached = sorted(self.reachable(name) - {name})
+        for _ in range(3):  # a subclass of a subclass, possibly in another module
+            for other in reached:
+                module = self.modules[other]
+                external = _external_names(module.tree)
+                for cls, definition in module.classes.items():
+                    for base in definition.bases:
+                        spelled = _dotted(base)
+                        if spelled is None:
+                            continue
+                        head, _, rest = spelled.partition(".")
+                        full = ".".join(part for part in (external.get(head, ""), rest) if part)
+                        local = f"{other}.{spelled}" if spelled in module.classes else None
+                        bound = module.bindings.get(head)
+                        imported = ".".join(self._defined_in(*bound[:2])) if bound is not None and bound[1] is not None else None  # type: ignore[arg-type]
+                        if full.startswith("torchvision.datasets.") or local in found or imported in found:
+                            found.add(f"{other}.{cls}")
         return frozenset(found)
 
     def _program_pair_losses(self, name: str) -> tuple[tuple[str, Site], ...]:

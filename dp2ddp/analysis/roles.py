@@ -79,6 +79,9 @@ class ModuleRole:
     # Attributes the other modules of this module's programs save a checkpoint at (`torch.save(model,
     # self.snapshot_path)`): a load here of `trainer.snapshot_path` reads a file the main process writes.
     saved_attributes: frozenset[str] = frozenset()
+    # Dataset classes of the other modules of this module's programs that subclass torchvision's
+    # (`IMBALANCECIFAR10(torchvision.datasets.CIFAR10)`), by qualified name: built with download=True, they download.
+    downloading_classes: frozenset[str] = frozenset()
     # Model classes of the modules this one imports, directly or not, whose forward may leave a sub-module
     # without a gradient: (qualified name, the sub-module, where the class is). A DDP wrap of one, or of a model
     # convert cannot follow to its class, needs find_unused_parameters=True.

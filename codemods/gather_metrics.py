@@ -254,6 +254,13 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                     receiver = receiver.left
                 if isinstance(receiver, cst.Name):
                     losses.add(receiver.value)
+            # The terms the loss is summed from in the step (`loss = w1 * loss_1 + w2 * loss_2`): each is this
+            # process's too (`writer.add_scalar("photometric", loss_1.item(), n)`).
+            for assign in analysis.within(loop.body, cst.Assign):
+                if any(m.matches(t.target, m.Name(m.MatchIfTrue(lambda n: n in losses))) for t in assign.targets):
+                    terms = {n.value for n in analysis.within(assign.value, cst.Name)}
+                    bound = {n.value for a in analysis.within(loop.body, cst.AssignTarget) for n in analysis.within(a.target, cst.Name)}
+                    losses |= terms & bound
             seeds.setdefault(_scope(analysis, loop), set()).update(losses - reduced)
         functions = {f.name.value: f for f in analysis.nodes(cst.FunctionDef)}
         tainted: dict[cst.CSTNode, set[str]] = {}

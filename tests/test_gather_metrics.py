@@ -421,3 +421,14 @@ def test_the_loss_read_through_its_data_is_averaged_where_it_is_printed(read: st
     result = convert_source(dedent(source))
     assert f"global_loss = all_reduce_mean({read})" in result.output
     assert "DDP427" not in {f.code for f in result.findings}
+
+
+def test_the_terms_of_a_summed_loss_logged_per_step_are_reported() -> None:
+    """`loss = loss_1 + 0.1 * loss_2`, then `writer.add_scalar("photometric", loss_1.item(), n)`: rank 0's term (DDP427)."""
+    source = SCRIPT.replace("{step}", "").replace(
+        "            loss = model(x).sum()\n            loss.backward()",
+        "            loss_1 = model(x).sum()\n            loss_2 = model(x).abs().sum()\n            loss = loss_1 + 0.1 * loss_2\n"
+        "            loss.backward()\n            print(\"photometric\", loss_1.item())",
+    )
+    result = convert_source(dedent(source))
+    assert [f.code for f in result.findings if f.code == "DDP427"] == ["DDP427"]

@@ -1651,3 +1651,62 @@ def test_a_model_returning_one_output_per_pass_through_a_package_finds_unused_pa
     assert isinstance(entry, ConvertResult) and entry.changed
     assert "DDP215" in {f.code for f in entry.findings}
     assert "wrap_ddp(models.Net(), find_unused_parameters=True)" in entry.output
+
+
+@pytest.mark.parametrize("called", [False, True])
+def test_a_double_backward_in_a_function_the_program_never_names_blocks_nothing(tmp_path, called: bool) -> None:
+    """CycleGAN's networks.py defines a gradient penalty no model of the program calls: dead code, no DDP222."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    networks = dedent(
+        """
+        import torch
+        import torch.nn as nn
+
+
+        def build():
+            return nn.DataParallel(nn.Linear(4, 1))
+
+
+        def gradient_penalty(net, real):
+            real.requires_grad_(True)
+            out = net(real)
+            grads = torch.autograd.grad(outputs=out, inputs=real, grad_outputs=torch.ones_like(out), create_graph=True)[0]
+            penalty = (grads.norm(2, dim=1) - 1).pow(2).mean()
+            penalty.backward(retain_graph=True)
+            return penalty
+        """
+    )
+    main = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        import networks
+
+
+        def main():
+            model = networks.build()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                PENALTY
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    ).replace("PENALTY", "networks.gradient_penalty(model, x)" if called else "pass")
+    sources = {tmp_path / "networks.py": networks, tmp_path / "main.py": main}
+    for path, text in sources.items():
+        path.write_text(text)
+    result = convert_project(tmp_path, sources)
+    entry = result.files[tmp_path / "networks.py"]
+    assert isinstance(entry, ConvertResult)
+    assert ("DDP222" in {f.code for f in entry.findings}) is called
+    assert entry.changed is not called

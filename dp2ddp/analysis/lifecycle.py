@@ -1372,7 +1372,10 @@ class ModelLifecycle:
                 backwards, runs = worst
                 values = (("backwards", _count_of(len(backwards), "backward")), ("forwards", _count_of(runs, "forward")))
                 self.blockers.append(Hazard(backwards[runs], "DDP221", values))
+        dead = self.analysis.role.unreferenced_functions
         for call in self.analysis.nodes(cst.Call):
+            if dead and any(isinstance(a, cst.FunctionDef) and a.name.value in dead for a in self.analysis.ancestors(call)):
+                continue  # a function no module of the program names: it never runs here
             if self.analysis.matches(call, call_to({"torch.autograd.grad"})):
                 create_graph = argument(call, 99, "create_graph")
                 if create_graph is not None and not m.matches(create_graph, m.Name("False")):

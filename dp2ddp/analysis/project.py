@@ -794,6 +794,7 @@ class Project:
                 program_functions=self._program_functions(name) if name in self.converted else frozenset(),
                 saved_attributes=self._program_saved_attributes(name) if name in self.converted else frozenset(),
                 downloading_classes=self._downloading_classes(name) if name in self.converted else frozenset(),
+                unreferenced_functions=self._unreferenced_functions(name) if name in self.converted else frozenset(),
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 meets_wrapped_models=any(name in self.reach[entry] for entry in self.drivers),
@@ -919,6 +920,22 @@ class Project:
                 if isinstance(path, ast.Attribute):
                     found.add(path.attr)
         return frozenset(found)
+
+    def _unreferenced_functions(self, name: str) -> frozenset[str]:
+        """The functions and methods of module ``name`` whose name no module of its programs reads anywhere."""
+        program = set(self.reachable(name)).union(*(reached for reached in self.reach.values() if name in reached))
+        read: set[str] = set()
+        for other in program:
+            for node in ast.walk(self.modules[other].tree):
+                if isinstance(node, ast.Name):
+                    read.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    read.add(node.attr)
+                elif isinstance(node, ast.alias):
+                    read.add((node.asname or node.name).rpartition(".")[2])
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+                    read.add(node.value)  # `getattr(self, "name")`
+        return frozenset(f.name for f in _all_functions(self.modules[name].tree) if f.name not in read and not f.name.startswith("__"))
 
     def _downloading_classes(self, name: str) -> frozenset[str]:
         """The classes of the modules module ``name`` reaches, but its own, that subclass a torchvision dataset,

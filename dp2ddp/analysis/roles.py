@@ -82,6 +82,9 @@ class ModuleRole:
     # Dataset classes of the other modules of this module's programs that subclass torchvision's
     # (`IMBALANCECIFAR10(torchvision.datasets.CIFAR10)`), by qualified name: built with download=True, they download.
     downloading_classes: frozenset[str] = frozenset()
+    # Functions of this module that no module of its programs names anywhere, itself included: dead code for
+    # these programs (`cal_gradient_penalty` of a GAN library whose models never call it).
+    unreferenced_functions: frozenset[str] = frozenset()
     # Model classes of the modules this one imports, directly or not, whose forward may leave a sub-module
     # without a gradient: (qualified name, the sub-module, where the class is). A DDP wrap of one, or of a model
     # convert cannot follow to its class, needs find_unused_parameters=True.

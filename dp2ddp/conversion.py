@@ -81,8 +81,16 @@ def unconverted(source: str) -> ConvertResult:
     """The result for a source with no DataParallel to convert, and why: it trains on one device, or it
     runs DDP already."""
     # Imported here: the prefilter reads names, and this module must load without them.
-    from dp2ddp.prefilter import distributed_call
+    from dp2ddp.prefilter import distributed_call, hand_parallel_call
 
     found = distributed_call(source)
-    reason = NO_DATA_PARALLEL if found is None else already_distributed(found[0], found[1])
+    by_hand = hand_parallel_call(source) if found is None else None
+    if by_hand is not None:
+        reason = (
+            f"it never wraps a model in nn.DataParallel, but splits batches over GPUs by hand ({by_hand[0]} on line "
+            f"{by_hand[1]}), which convert does not rewrite: nothing was converted; wrap the model in nn.DataParallel "
+            "in place of the hand-made replicas, then convert"
+        )
+    else:
+        reason = NO_DATA_PARALLEL if found is None else already_distributed(found[0], found[1])
     return ConvertResult(source, source, (), reason)

@@ -76,9 +76,19 @@ def distributed_call(source: str) -> tuple[str, int, int] | None:
 
     Read from tokens, before any parse; a ``def`` of that name is no call.
     """
-    if not any(word in source for word in _DISTRIBUTED_CALLS):
+    return _first_call(source, _DISTRIBUTED_CALLS)
+
+
+def hand_parallel_call(source: str) -> tuple[str, int, int] | None:
+    """The first call of ``parallel_apply`` (``torch.nn.parallel``), as (name, line, column): a script that
+    replicates its model and splits its batch by hand, as DataParallel does inside, without DataParallel."""
+    return _first_call(source, frozenset({"parallel_apply"}))
+
+
+def _first_call(source: str, words: frozenset[str] | set[str]) -> tuple[str, int, int] | None:
+    if not any(word in source for word in words):
         return None
-    aliases = {word: word for word in _DISTRIBUTED_CALLS}
+    aliases = {word: word for word in words}
     previous: list[tokenize.TokenInfo | None] = [None, None]
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):

@@ -263,3 +263,15 @@ def test_a_ddp_script_without_data_parallel_is_told_ddp001(tmp_path: Path) -> No
 def test_a_script_that_starts_no_ddp_still_trains_on_one_device(body: str) -> None:
     """Should keep the one-device reason where nothing calls DDP or init_process_group."""
     assert "trains on one device" in (convert_source(body).reason or "")
+
+
+def test_a_script_that_replicates_its_model_by_hand_is_not_said_to_train_on_one_device() -> None:
+    """wavenet_vocoder's replicate/scatter/parallel_apply/gather: several GPUs without DataParallel, said so."""
+    body = (
+        "import torch\nfrom torch.nn.parallel import replicate, scatter, parallel_apply, gather\n\n\n"
+        "def forward(model, x, devices):\n    replicas = replicate(model, devices)\n    inputs = scatter(x, devices)\n"
+        "    return gather(parallel_apply(replicas, inputs), devices[0])\n"
+    )
+    reason = convert_source(body).reason or ""
+    assert "trains on one device" not in reason
+    assert "by hand (parallel_apply on line 8)" in reason

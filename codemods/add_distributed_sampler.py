@@ -1772,6 +1772,9 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         AddImportsVisitor.add_needed_import(self.context, "torch.utils.data", "SequentialSampler")
         if m.matches(shuffle, m.Name("False")):
             return sequential
+        if isinstance(shuffle, (cst.IfExp, cst.Lambda, cst.NamedExpr)) and not shuffle.lpar:
+            # `shuffle=True if sampler is None else False`: a conditional as a test needs its parentheses.
+            shuffle = shuffle.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return cst.IfExp(test=shuffle, body=random, orelse=sequential)
 
     def _sampler(self, dataset: cst.BaseExpression, shuffle: cst.BaseExpression) -> cst.Call:

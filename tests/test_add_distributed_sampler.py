@@ -1759,3 +1759,38 @@ def test_an_argument_added_to_a_call_laid_out_one_per_line_gets_a_line_of_its_ow
     output = convert_source(source).output
     assert "    pin_memory=True,\n    generator=torch.Generator().manual_seed(" in output
     assert "% 2**63)\n)\n" in output
+
+
+def test_a_conditional_shuffle_stays_one_test_in_the_sampler_it_becomes() -> None:
+    """`shuffle=True if sampler is None else False` (RandAugment) as the test of RandomSampler-or-SequentialSampler
+    keeps its parentheses: without them the converted script did not parse."""
+    from textwrap import dedent
+
+    from dp2ddp.api import convert_source
+
+    source = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def main(sampler=None):
+            model = nn.DataParallel(nn.Linear(4, 1))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+            loader = DataLoader(data, batch_size=8, shuffle=True if sampler is None else False, sampler=sampler)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    result = convert_source(source)
+    assert result.changed
+    compile(result.output, "converted.py", "exec")
+    assert "RandomSampler(data) if (True if sampler is None else False) else SequentialSampler(data)" in result.output

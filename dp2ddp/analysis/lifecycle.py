@@ -307,29 +307,9 @@ class ModelLifecycle:
             conditions = wrap.conditions
             # Every condition that is not about GPUs, all in one run: fixing the innermost alone revealed the next.
             not_gpu = [c for c in conditions if not self.is_gpu_condition(c.test)]
-            earlier = self._wrapped_before(wrap, not_gpu) if not_gpu else None
-            if earlier is not None:
-                # A model built again and wrapped again under a flag: on the path that skips it, the model
-                # is the one wrapped earlier, so every process trains a wrapped model either way.
-                self.findings.append(Hazard(not_gpu[-1].test, "DDP240", (("condition", code_of(not_gpu[-1].test)), ("line", str(earlier)))))
-                conditions = [c for c in conditions if c not in not_gpu]
-                if not conditions:
-                    continue
-                not_gpu = []
-            untrained = self._untrained_path(wrap, not_gpu) if not_gpu else None
-            if untrained is not None:
-                # `if args.test_only: <wrap>; <evaluate>; sys.exit(0)`, or `if args.train: <wrap>; <train> else:
-                # <evaluate>`: the flag is alike on every process, and the path without the wrap trains nothing.
-                self.findings.append(Hazard(not_gpu[-1].test, "DDP244", (("condition", code_of(not_gpu[-1].test)), ("path", untrained))))
-                conditions = [c for c in conditions if c not in not_gpu]
-                if not conditions:
-                    continue
-                not_gpu = []
-            unwrapped = self._unwrapped_before(wrap, not_gpu) if not_gpu else None
-            if unwrapped is not None:
-                # `model = model.cpu().module; <change it>; model = DataParallel(model)` under a flag: on either
-                # path the model is a wrapped one, so every process trains a wrapped model.
-                self.findings.append(Hazard(unwrapped, "DDP243", (("condition", code_of(not_gpu[-1].test)), ("unwrap", code_of(unwrapped)))))
+            settled = self._wrapped_either_way(wrap, not_gpu) if not_gpu else None
+            if settled is not None:
+                self.findings.append(settled)
                 conditions = [c for c in conditions if c not in not_gpu]
                 if not conditions:
                     continue
@@ -479,6 +459,27 @@ class ModelLifecycle:
             between = body[body.index(top) + 1 : body.index(outer)]
             if all(self._keeps_model(statement, wrap.target) for statement in between):
                 return self.analysis.position(other.call).start.line
+        return None
+
+    def _wrapped_either_way(self, wrap: Wrap, flags: list[cst.If | cst.IfExp]) -> Hazard | None:
+        """The finding that lets a wrap under ``flags`` (not about GPUs) convert where it is, when every process
+        trains a wrapped model whichever way the flags go; None when that is not established (DDP207)."""
+        test = flags[-1].test
+        earlier = self._wrapped_before(wrap, flags)
+        if earlier is not None:
+            # A model built again and wrapped again under a flag: on the path that skips it, the model
+            # is the one wrapped earlier.
+            return Hazard(test, "DDP240", (("condition", code_of(test)), ("line", str(earlier))))
+        untrained = self._untrained_path(wrap, flags)
+        if untrained is not None:
+            # `if args.test_only: <wrap>; <evaluate>; sys.exit(0)`, or `if args.train: <wrap>; <train> else:
+            # <evaluate>`: the flag is alike on every process, and the path without the wrap trains nothing.
+            return Hazard(test, "DDP244", (("condition", code_of(test)), ("path", untrained)))
+        unwrapped = self._unwrapped_before(wrap, flags)
+        if unwrapped is not None:
+            # `model = model.cpu().module; <change it>; model = DataParallel(model)` under a flag: on either
+            # path the model is a wrapped one.
+            return Hazard(unwrapped, "DDP243", (("condition", code_of(test)), ("unwrap", code_of(unwrapped))))
         return None
 
     def _untrained_path(self, wrap: Wrap, flags: list[cst.If | cst.IfExp]) -> str | None:

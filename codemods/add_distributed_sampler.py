@@ -1559,23 +1559,38 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if original_node in self.drawn_per_process:
             split = self._drawn_per_process(original_node, split)
         workers = argument(original_node, WORKERS, "num_workers")
-        if self.SHARDS_EVALUATION or workers is None or m.matches(workers, m.Integer("0")):
+        unpacked = [arg for arg in original_node.args if arg.star == "**"]
+        if self.SHARDS_EVALUATION or (workers is None and not unpacked) or m.matches(workers, m.Integer("0")):
             return split
         split = self._worker_init_per_process(split)
-        if argument(original_node, 99, "generator") or any(arg.star == "**" for arg in original_node.args):
-            return split  # a generator of its own, or an unpacked dict that may hold one
+        if argument(original_node, 99, "generator") or len(unpacked) > 1:
+            return split  # a generator of its own, or dicts of which any may hold one
         # The workers' seeds are drawn from the loader's generator: seeded alike on every process, they
         # would draw the same augmentations for different samples. Each process draws its own.
-        seed = f"torch.Generator().manual_seed((torch.initial_seed() + {self.distributed_at(original_node)}.get_rank()) % 2**63)"
+        seed = cst.parse_expression(
+            f"torch.Generator().manual_seed((torch.initial_seed() + {self.distributed_at(original_node)}.get_rank()) % 2**63)"
+        )
         AddImportsVisitor.add_needed_import(self.context, "torch")
-        return with_argument(split, keyword_arg("generator", cst.parse_expression(seed)))
+        if not unpacked:
+            return with_argument(split, keyword_arg("generator", seed))
+        # `**kwargs` may hold `num_workers` and a generator of its own: the generator goes in first, so the
+        # dict's own wins where it has one, and the loader gets exactly one either way.
+        first = cst.DictElement(cst.SimpleString('"generator"'), seed)
+        args = []
+        for arg in split.args:
+            if arg.star == "**" and isinstance(arg.value, cst.Dict):  # `**{**kwargs, "batch_size": ...}`, as split
+                arg = arg.with_changes(value=arg.value.with_changes(elements=[first, *arg.value.elements]))
+            elif arg.star == "**":
+                arg = arg.with_changes(value=cst.Dict([first, cst.StarredDictElement(arg.value)]))
+            args.append(arg)
+        return split.with_changes(args=args)
 
     def _draws_alike(self, call: cst.Call) -> bool:
         """A split training loader that may have no workers (none given, 0, or an option such as
         `num_workers=args.workers` that may be 0), in a file that draws augmentations (DDP338)."""
         workers = argument(call, WORKERS, "num_workers")
         some_workers = isinstance(workers, cst.Integer) and workers.evaluated_value > 0
-        return not some_workers and not any(a.star for a in call.args) and self._draws_augmentations
+        return not some_workers and not any(a.star == "*" for a in call.args) and self._draws_augmentations
 
     @cached_property
     def _draws_augmentations(self) -> bool:

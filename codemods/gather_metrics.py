@@ -261,6 +261,12 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                     terms = {n.value for n in analysis.within(assign.value, cst.Name)}
                     bound = {n.value for a in analysis.within(loop.body, cst.AssignTarget) for n in analysis.within(a.target, cst.Name)}
                     losses |= terms & bound
+            # What the wrapped model returns for this process's share (`output = model(x)`): a training accuracy
+            # counted from it (`correct = output.argmax(1).eq(y).sum()`) is this process's own too.
+            models = analysis.lifecycle.model_names | self.effects.models
+            for assign in analysis.within(loop.body, cst.Assign):
+                if any(code_of(c.func).removeprefix("self.") in models for c in analysis.within(assign.value, cst.Call)):
+                    losses |= {n.value for t in assign.targets for n in analysis.within(t.target, cst.Name)}
             seeds.setdefault(_scope(analysis, loop), set()).update(losses - reduced)
         functions = {f.name.value: f for f in analysis.nodes(cst.FunctionDef)}
         tainted: dict[cst.CSTNode, set[str]] = {}
@@ -285,7 +291,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                     grown = True
             if not grown:
                 break
-        handled = set(self.in_loop) | set(self.read_reduced) | self.progress_reported
+        # A line with values reduced in place (in_loop) is still read for what it prints beside them.
+        handled = set(self.read_reduced) | self.progress_reported
         for statement in analysis.nodes(cst.SimpleStatementLine):
             calls = [s.value for s in statement.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
             if not calls or not all(self.effects.is_side_effect(c) for c in calls):
@@ -304,9 +311,11 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         wraps = self.in_loop.get(line, {}) if line is not None else {}  # type: ignore[arg-type]
         index, last = self.analysis.index, self.analysis.last
         # What the line reduces, and `len(losses)`: how many steps a list holds, alike on every process.
+        # Sample counts scaled by the world size (`x.shape[0] * dist.get_world_size()`) are whole-batch counts again.
+        scaled = self.scaled_sizes.keys() | self.scaled_products.keys()
         inside = [
-            e for kind in (cst.Call, cst.Subscript, cst.Name) for e in self.analysis.within(node, kind)
-            if code_of(e) in wraps or m.matches(e, REDUCTION | m.Call(func=m.Name("len")))
+            e for kind in (cst.Call, cst.Subscript, cst.Name, cst.BinaryOperation) for e in self.analysis.within(node, kind)
+            if code_of(e) in wraps or e in scaled or m.matches(e, REDUCTION | m.Call(func=m.Name("len")))
         ]  # fmt: skip
 
         def outside(e: cst.CSTNode) -> bool:

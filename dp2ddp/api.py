@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
 import inspect
 import warnings
@@ -14,6 +15,7 @@ from libcst.codemod import Codemod, CodemodContext, SkipFile
 from dp2ddp.codemods import codemods, groups
 from dp2ddp.analysis.module import Analysis
 from dp2ddp.analysis.names import is_data_parallel_like
+from dp2ddp.analysis.project import runs_inference_only
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.codemods._base import FINDINGS_KEY, QUIET_KEY, Finding
 from dp2ddp.analysis import names
@@ -24,6 +26,7 @@ from dp2ddp.codemods._chain import ChainedTransformer, apply_queued_imports
 # What convert takes and gives back, and its prefilter, load without LibCST; importable from here too.
 from dp2ddp.conversion import (  # noqa: F401
     BATCH_MODES,
+    INFERENCE_ONLY,
     NO_DATA_PARALLEL,
     BatchMode,
     ConversionError,
@@ -102,6 +105,8 @@ def _convert_admitted(
         if not _wraps_or_imports_data_parallel(module := parse_admitted(source)):
             return unconverted(source)
     analysis = Analysis(module if module is not None else parse_admitted(source), role)
+    if role is None and analysis.script_facts.model_wraps and runs_inference_only(ast.parse(source)):
+        return ConvertResult(source, source, (), INFERENCE_ONLY)
     output, findings = _convert(analysis, codemod_groups, options)
     if output != source:
         _check_stable(source, output, codemod_groups, options, role)

@@ -67,6 +67,13 @@ class ConvertResult:
 
 
 NO_DATA_PARALLEL = "it never wraps a model in nn.DataParallel, so it trains on one device: nothing to convert"
+# DDP speeds up training only: an inference program under torchrun repeats the whole inference on every process,
+# and splitting it right means gathering its outputs in order, which the program's own code decides.
+INFERENCE_ONLY = (
+    "its DataParallel model only runs inference on the data it loads: nothing calls backward(), steps or builds an "
+    "optimizer, so DDP has nothing to synchronise and each process would repeat the whole inference: left as it was "
+    "(keep nn.DataParallel for inference, or shard the inputs and gather the outputs by hand)"
+)
 
 
 def already_distributed(what: str, line: int) -> str:

@@ -25,7 +25,7 @@ from dp2ddp.analysis.project import Project
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source, deeply, with_output_checked
 from dp2ddp.codemods._base import helper_insertion_index
-from dp2ddp.conversion import DEFAULT_HELPERS_MODULE, NO_DATA_PARALLEL, HelpersMode
+from dp2ddp.conversion import DEFAULT_HELPERS_MODULE, INFERENCE_ONLY, NO_DATA_PARALLEL, HelpersMode
 
 # The first lines of a helpers module convert wrote; the digest covers everything after them,
 # so an edit by hand is seen and the module is never overwritten.
@@ -113,6 +113,10 @@ def convert_project(
     for path in sorted(project.self_tests & set(paths)):
         reason = "its DataParallel is in the `__main__` self-test of a module the project imports: left as it was"
         result.files[path] = ConvertResult(sources[path], sources[path], (), reason)
+    if project.trains_nowhere(reached):
+        # Nothing trains: each module of the programs around the wrapped model says so, and none changes.
+        for path in sorted({project.modules[name].path for name in project.converted} & set(paths)):
+            result.files[path] = ConvertResult(sources[path], sources[path], (), INFERENCE_ONLY)
     paths = [path for path in paths if path not in result.files]
     work = [(sources[path], options, roles.get(path)) for path in paths]
     for path, converted in zip(paths, mapper(_convert_one, work)):

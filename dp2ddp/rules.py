@@ -1640,8 +1640,8 @@ RULES: dict[str, Rule] = {
             "DDP338",
             "augmentations-drawn-per-process",
             "note",
-            "this training loader may draw its random augmentations in the main process (no `num_workers`, or a "
-            "number that may be 0), from the "
+            "this training loader may draw its random augmentations in the main process (no `num_workers`, a "
+            "number that may be 0, or a `**` dict that may hold one), from the "
             "random state every process shares: its dataset now draws them from a stream of each process's own "
             "(`DrawnPerProcess`), so the processes do not draw the same crops and flips for different samples",
             doc=_doc(

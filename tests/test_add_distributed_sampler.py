@@ -1513,8 +1513,45 @@ def main(data, batch_size, **kwargs):
     assert "batch_size // dist.get_world_size()" in converted
     assert "sampler=DistributedSampler(data, shuffle=True)" in converted
     assert "shuffle=True," not in converted.replace("DistributedSampler(data, shuffle=True)", "")
-    assert converted.endswith(call[call.index("**") :])
+    # The dict is passed on whole, after a generator of the process's own that an entry of its own overrides.
+    generator = '**{"generator": torch.Generator().manual_seed((torch.initial_seed() + dist.get_rank()) % 2**63), '
+    assert converted.endswith(generator + call[call.index("**") : -1] + "})")
     assert "train_loader.sampler.set_epoch(epoch)" in result.output
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["no generator in the dict", "a generator of its own"])
+def test_workers_of_a_loader_with_unpacked_options_draw_per_process(own: bool, tmp_path: Path) -> None:
+    """`DataLoader(data, ..., **kwargs)` whose dict may hold `num_workers`: the workers' seeds come from a
+    generator seeded by the rank, unless the dict brings a generator, which wins; the loader builds either way."""
+    import torch
+    import torch.distributed as dist
+    from dp2ddp.api import convert_source
+
+    source = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def build(batch_size, **kwargs):
+    data = TensorDataset(torch.arange(8.0))
+    return DataLoader(data, batch_size=batch_size, shuffle=True, **kwargs)
+
+
+if __name__ == "__main__":
+    model = torch.nn.DataParallel(torch.nn.Linear(1, 1))
+    for x, in build(4, num_workers=1):
+        model(x[:, None]).sum().backward()
+"""
+    output = convert_source(source).output
+    namespace: dict[str, object] = {"__name__": "converted"}
+    exec(compile(output, str(tmp_path / "converted.py"), "exec"), namespace)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        given = torch.Generator().manual_seed(7)
+        loader = namespace["build"](4, num_workers=1, **({"generator": given} if own else {}))  # type: ignore[operator]
+        assert loader.num_workers == 1
+        assert loader.generator.initial_seed() == (7 if own else torch.initial_seed() % 2**63)
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dp2ddp.api import ConversionError, ConvertResult
+from dp2ddp.conversion import INFERENCE_ONLY
 from dp2ddp.projects import DEFAULT_HELPERS_MODULE, ProjectError, ProjectResult, convert_project
 from tests.conftest import FIXTURES
 
@@ -515,8 +516,38 @@ def test_an_entry_that_hands_an_optimizer_to_a_library_engine_still_trains(tmp_p
         "    for (x, y) in loader:\n        print(model(x).argmax(1))\n",
     )
     result = convert_project(tmp_path, {tmp_path / "model.py": model, tmp_path / "predict.py": predict})
-    predicted = result.files[tmp_path / "predict.py"]
-    assert isinstance(predicted, ConvertResult) and predicted.changed and "sampler=" not in predicted.output
+    # Nothing in that project trains: it is left as it was, and says why.
+    for path in (tmp_path / "model.py", tmp_path / "predict.py"):
+        left = result.files[path]
+        assert isinstance(left, ConvertResult) and not left.changed and left.reason == INFERENCE_ONLY
+
+
+def test_a_module_only_an_inference_program_runs_keeps_its_loader_whole(tmp_path: Path) -> None:
+    """Should split the loader of the program that trains, and keep whole the loader a helper module builds for a
+    program that only predicts (its outputs are collected by position and never gathered)."""
+    model = "import torch.nn as nn\n\n\ndef generate_model():\n    return nn.DataParallel(nn.Linear(4, 2))\n"
+    train = (
+        "import torch\nimport torch.nn.functional as F\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from model import generate_model\n\nif __name__ == '__main__':\n    model = generate_model()\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=8, shuffle=True)\n"
+        "    for x, y in loader:\n        optimizer.zero_grad()\n        F.cross_entropy(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+    )
+    classify = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\ndef classify(model, inputs):\n"
+        "    loader = DataLoader(TensorDataset(inputs), batch_size=8)\n    outputs = []\n"
+        "    for (x,) in loader:\n        outputs.append(model(x))\n    return torch.cat(outputs)\n"
+    )
+    predict = (
+        "import torch\n\nfrom classify import classify\nfrom model import generate_model\n\n"
+        "if __name__ == '__main__':\n    model = generate_model()\n    print(classify(model, torch.randn(20, 4)).argmax(1))\n"
+    )
+    sources = {tmp_path / "model.py": model, tmp_path / "train.py": train, tmp_path / "classify.py": classify, tmp_path / "predict.py": predict}
+    result = convert_project(tmp_path, sources)
+    trained, classified = result.files[tmp_path / "train.py"], result.files[tmp_path / "classify.py"]
+    assert isinstance(trained, ConvertResult) and "sampler=DistributedSampler(" in trained.output
+    assert isinstance(classified, ConvertResult) and "DistributedSampler" not in classified.output
 
 
 def test_a_writer_whose_value_is_used_is_never_guarded_at_its_call_and_says_so(tmp_path: Path) -> None:

@@ -1710,3 +1710,90 @@ def test_a_double_backward_in_a_function_the_program_never_names_blocks_nothing(
     assert isinstance(entry, ConvertResult)
     assert ("DDP222" in {f.code for f in entry.findings}) is called
     assert entry.changed is not called
+
+
+INFERENCE = """
+import json
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    model = nn.DataParallel(nn.Linear(4, 2))
+    model.eval()
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=16)
+    outputs = []
+    for (x,) in loader:
+        outputs.append(model(x))
+    with open("out.json", "w") as f:
+        json.dump(torch.cat(outputs).tolist(), f)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_script_that_only_runs_inference_on_loaded_data_is_left_as_it_was() -> None:
+    """A DataParallel batch-inference script trains nothing DDP could synchronise: sharding its only loader would
+    write every W-th output; kept whole, each process would repeat it. It is left as it was, saying why."""
+    from dp2ddp.conversion import INFERENCE_ONLY
+
+    result = convert_source(INFERENCE)
+    assert not result.changed and result.reason == INFERENCE_ONLY and not result.findings
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(("        outputs.append(model(x))\n", "        model(x).sum().backward()\n"), id="a backward"),
+        pytest.param(("import json\n", "import json\nfrom engine import run\n"), id="code of its own imported"),
+    ],
+)
+def test_a_script_that_may_train_is_converted(change: tuple[str, str]) -> None:
+    """Only what the file shows decides: a backward, or an import of code of its own that may train, converts."""
+    result = convert_source(INFERENCE.replace(*change))
+    assert result.changed and "setup_distributed()" in result.output
+
+
+def test_print_rebound_to_a_logger_is_guarded_reduced_and_the_rest_reported() -> None:
+    """`print = logger.info` makes every later `print(...)` a log line: guarded, its loss averaged, and an accuracy
+    counted from this process's outputs reported (DDP427); `traceback.print_exc()` stays on every process."""
+    source = dedent(
+        """
+        import logging
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        logger = logging.getLogger("train")
+        print = logger.info
+
+
+        def main():
+            model = nn.DataParallel(nn.Linear(4, 2))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8, shuffle=True)
+            try:
+                for x, y in loader:
+                    output = model(x)
+                    loss = nn.functional.cross_entropy(output, y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    acc = output.argmax(1).eq(y).float().mean()
+                    print("loss {:.4f} acc {:.4f}".format(loss.item(), acc))
+            except Exception:
+                import traceback
+                traceback.print_exc()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    result = convert_source(source)
+    assert "global_loss = all_reduce_mean(loss.item())" in result.output
+    assert 'if is_main_process():\n                print("loss' in result.output
+    assert [(f.line, f.code) for f in result.findings if f.severity != "note"] == [(23, "DDP427")]

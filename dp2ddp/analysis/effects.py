@@ -194,6 +194,9 @@ class ProcessEffects:
                 self.writers.add(target)
             elif isinstance(value, cst.Call) and (target == "logging" or LOGGER_NAME.search(target)):
                 self.log_functions.add(target)
+            elif m.matches(value, m.Name("print") | m.Attribute(attr=m.Name(m.MatchIfTrue(lambda n: n in names.LOGGER_METHODS)))):
+                # `print = logger.info`, `log = print`: the name prints or logs from then on.
+                self.log_functions.add(target)
         self.log_functions = {name for name in self.log_functions if self._called_directly(name)}
         self.functions = script_functions(analysis.module, analysis)
         # Calls in each function's body, found once for the fixpoints below.

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -770,7 +771,7 @@ class Project:
                 imported_wraps=tuple(dict.fromkeys(wraps.get(name, ()))),
                 drives=self._first_wrap(self.reach[name]) if name in self.drivers and name not in self.wrapping else None,
                 setup_elsewhere=setup_elsewhere,
-                evaluates_only=name in self.drivers and not any(self._may_train(other) for other in self.reach[name]),
+                evaluates_only=self._evaluates_only(name),
                 guarded_functions=tuple(inside.get(name, ())),
                 trains=name in training,
                 guarded_calls=tuple(dict.fromkeys(at_call.get(name, ()))),
@@ -1124,10 +1125,22 @@ class Project:
     def _may_train(self, name: str) -> bool:
         """Whether a module calls ``backward()``, steps anything, or builds an optimizer: an engine of a library
         (`create_supervised_trainer(model, optimizer, loss)`) may run the backward where the project cannot see."""
-        return any(
-            spelled.endswith((".backward", ".step")) or "optim." in spelled or spelled.rpartition(".")[2] in _OPTIMIZERS
-            for _, spelled in self.modules[name].calls
-        )
+        return any(may_train(spelled) for _, spelled in self.modules[name].calls)
+
+    def trains_nowhere(self, within: set[Path] | None = None) -> bool:
+        """Whether the project has programs that use a wrapped model (those of ``within``, if given) and none of
+        them may train: DataParallel only ran inference there, which DDP does not speed up, and under torchrun
+        each process would repeat it whole."""
+        programs = [e for e in self.drivers if within is None or self.modules[e].path in within]
+        run = {other for entry in programs for other in self.reach[entry]}
+        # Data loaded for inference is where converting goes wrong (a shard whose outputs no one gathers).
+        loads = any(self.modules[other].loaders for other in run)
+        return loads and not any(may_train_in(self.modules[other].tree) for other in run)
+
+    def _evaluates_only(self, name: str) -> bool:
+        """Whether every program that runs ``name`` only evaluates: its loaders then train nowhere."""
+        programs = [entry for entry in self.drivers if name in self.reach[entry]]
+        return bool(programs) and not any(may_train_in(self.modules[other].tree) for entry in programs for other in self.reach[entry])
 
     def _steps(self, module: _Module, functions: set[str]) -> bool:
         """Whether one of ``functions`` (or classes) of ``module`` runs a training step: it calls ``backward()``."""
@@ -1350,6 +1363,51 @@ def _is_meter(cls: ast.ClassDef) -> bool:
 
 # torch.optim's optimizers, as a `from torch.optim import Adam` spells them.
 _OPTIMIZERS = frozenset({"SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "LBFGS", "NAdam", "RAdam", "SparseAdam"})
+
+
+# Packages whose code runs no training of a script's model unless the script calls a trainer of theirs, which
+# may_train sees: a script importing only these and Python's own modules shows everything it runs.
+_LIBRARIES = frozenset(sys.stdlib_module_names) | {
+    "torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "PIL", "cv2", "sklearn", "skimage",
+    "pandas", "tqdm", "matplotlib", "h5py", "yaml", "imageio", "tensorboardX", "wandb", "visdom",
+}  # fmt: skip
+
+
+def runs_inference_only(tree: ast.Module) -> bool:
+    """Whether a script is a program (a ``__main__`` block) that loads data but trains nothing it shows, and
+    imports no code of its own that could train elsewhere: no backward, gradient, step or optimizer anywhere."""
+    if not any(_is_main_guard(statement) for statement in tree.body):
+        return False
+    loaders = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and (_dotted(n.func) or "").endswith("DataLoader")]
+    if not loaders:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").partition(".")[0] not in _LIBRARIES):
+            return False
+        if isinstance(node, ast.Import) and any(alias.name.partition(".")[0] not in _LIBRARIES for alias in node.names):
+            return False
+    return not may_train_in(tree)
+
+
+def may_train_in(tree: ast.AST) -> bool:
+    """Whether any call in ``tree`` may train, however its receiver is spelled (``model(x).backward()``)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("backward", "step"):
+            return True
+        if (spelled := _dotted(node.func)) is not None and may_train(spelled):
+            return True
+    return False
+
+
+def may_train(spelled: str) -> bool:
+    """Whether a call, spelled as written, may train: a backward, a gradient, a step, or an optimizer built."""
+    return (
+        spelled.endswith((".backward", ".step", "autograd.grad"))
+        or "optim." in spelled
+        or spelled.rpartition(".")[2] in _OPTIMIZERS
+    )
 
 
 def _is_main_guard(statement: ast.stmt) -> bool:

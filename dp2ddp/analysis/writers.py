@@ -105,6 +105,8 @@ def imported_writer_calls(analysis: Analysis) -> list[cst.Call]:
             continue  # The project's own code: converted there, guarded there or here, or it does not write.
         if not imported or any(q.startswith(("torch.", "builtins.")) for q in imported):
             continue
+        if any(q.startswith("traceback.") for q in imported):
+            continue  # `traceback.print_exc()` shows this process's own error: each process that fails says so
         if effects.is_side_effect(call) or effects.is_collective(call):
             continue
         found.append(call)

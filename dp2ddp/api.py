@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.codemod import Codemod, CodemodContext, SkipFile
 
 from dp2ddp.codemods import codemods, groups
@@ -227,6 +228,8 @@ def _convert(
         settled = [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
         if facts.unresolved_wraps and facts.existing_distributed is None:
             settled += _findings_with_torch_assumed(analysis, codemod_groups, options)
+        if (facts.subclass_wraps or facts.foreign_wraps) and not facts.model_wraps and facts.existing_distributed is None:
+            settled += _findings_with_wraps_assumed(analysis, codemod_groups, options)
         return _accepting_ddp(analysis, codemod_groups, options), settled
     if analysis.lifecycle.blocked:
         refusal = [finding for group in codemod_groups for finding in _plan_only(analysis, group, options)]
@@ -305,6 +308,42 @@ def _groups_applied(
             edits.append(difflib.SequenceMatcher(None, code.splitlines(), output.splitlines(), autojunk=False).get_opcodes())
             code = output
         yield code, findings
+
+
+def _findings_with_wraps_assumed(
+    analysis: Analysis, codemod_groups: list[list[type[Codemod]]], options: ConvertOptions
+) -> list[Finding]:
+    """What the conversion would also report once each wrap in a DataParallel subclass or look-alike is a plain
+    ``nn.DataParallel(model)`` (DDP229's and DDP234's advice), so that following it surfaces nothing new.
+
+    Each such call, on one line, becomes ``torch.nn.DataParallel(<its model>)`` in place, and ``torch`` is
+    imported on the line of the last top-level import: every line stays where it is. Notes go: nothing was changed.
+    """
+    facts = analysis.script_facts
+    calls = {*facts.subclass_wraps, *facts.foreign_wraps}
+    if any(analysis.position(call).start.line != analysis.position(call).end.line or not call.args for call in calls):
+        return []
+
+    class Plain(cst.CSTTransformer):
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+            if original not in calls:
+                return updated
+            model = updated.args[0].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT, comma=cst.MaybeSentinel.DEFAULT)
+            return updated.with_changes(func=cst.parse_expression("torch.nn.DataParallel"), args=[model])
+
+    imports = [s for s in analysis.module.body if m.matches(s, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()]))]
+    if not imports:
+        return []
+    line = analysis.position(imports[-1]).end.line
+    lines = analysis.module.visit(Plain()).code.splitlines(keepends=True)
+    text = lines[line - 1]
+    lines[line - 1] = text.rstrip("\r\n") + "; import torch" + text[len(text.rstrip("\r\n")) :]
+    try:
+        assumed = Analysis(parse_admitted("".join(lines)), analysis.role)
+        _, found = _convert(assumed, codemod_groups, options)
+    except Exception:  # extra findings only: DDP229 or DDP234 alone still says why the file was left as it was
+        return []
+    return [finding for finding in found if finding.severity != "note" and finding.code not in ("DDP229", "DDP234")]
 
 
 def _findings_with_torch_assumed(

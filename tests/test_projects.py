@@ -563,3 +563,31 @@ def test_a_writer_whose_value_is_used_is_never_guarded_at_its_call_and_says_so(t
     assert isinstance(main, ConvertResult) and main.changed
     assert [f.code for f in main.findings if f.code in ("DDP106", "DDP108")] == ["DDP108"]
     assert "model = wrap_ddp(build())" in main.output
+
+
+def test_a_wrap_in_a_project_data_parallel_subclass_lists_every_finding_in_one_run(tmp_path: Path) -> None:
+    """A file refused for DDP229 also lists what convert would report once the wrap is a plain nn.DataParallel
+    (its advice), so following that advice surfaces nothing new."""
+    parallel = (
+        "import torch.nn as nn\n\n\nclass EvenDataParallel(nn.DataParallel):\n"
+        "    def scatter(self, inputs, kwargs, device_ids):\n        return super().scatter(inputs, kwargs, device_ids)\n"
+    )
+    train = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from parallel import EvenDataParallel\n\n\ndef main():\n"
+        "    model = EvenDataParallel(nn.Linear(4, 1), 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n"
+        "    for x, y in loader:\n        if x.abs().max() > 3:\n            continue\n"
+        "        optimizer.zero_grad()\n        nn.functional.mse_loss(model(x), y).backward()\n        optimizer.step()\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    result = convert_project(tmp_path, {tmp_path / "parallel.py": parallel, tmp_path / "train.py": train})
+    trained = result.files[tmp_path / "train.py"]
+    assert isinstance(trained, ConvertResult) and not trained.changed
+    assert [(f.line, f.code) for f in trained.findings if f.severity == "error"] == [(9, "DDP229"), (14, "DDP220")]
+    # Its advice followed, the same DDP220 is all that is left.
+    plain = train.replace("EvenDataParallel(nn.Linear(4, 1), 2)", "nn.DataParallel(nn.Linear(4, 1))")
+    result = convert_project(tmp_path, {tmp_path / "parallel.py": parallel, tmp_path / "train.py": plain})
+    followed = result.files[tmp_path / "train.py"]
+    assert isinstance(followed, ConvertResult) and [(f.line, f.code) for f in followed.findings if f.severity == "error"] == [(14, "DDP220")]

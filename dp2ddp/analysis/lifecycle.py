@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -1567,16 +1567,31 @@ class ModelLifecycle:
         ] + [(stop, "this `break` leaves the loop on some batches") for stop in self.analysis.within(loop.body, cst.Break)]
         start = loop.iter if isinstance(loop, cst.For) else loop.test
         losses = {code_of(b.func.value) for b in self.analysis.within(loop.body, cst.Call) if m.matches(b, _BACKWARD)}  # type: ignore[attr-defined]
-        for skip, how in skips:
-            if self._loop(skip) is not loop:
-                continue
+
+        def reads(skip: cst.CSTNode, dependent: set[str]) -> tuple[list[cst.Name], set[str]]:
             tests = [a.test for a in self.analysis.ancestors(skip) if isinstance(a, cst.If) and self.analysis.is_after(a, start)]
             read = [n for test in tests for n in self.analysis.within(test, cst.Name) if n.value in dependent and not self._reduced(n)]
             read_attributes = {code_of(a) for test in tests for a in self.analysis.within(test, cst.Attribute) if not self._reduced(a)} & dependent
+            return read, read_attributes
+
+        def agreeable(read: list[cst.Name], read_attributes: set[str]) -> bool:
+            return not read_attributes and all(n.value in losses for n in read) and not any(self._under(n, cst.Lambda) for n in read)
+
+        # A skip whose test reads nothing that differs, or only the loss (taken on the averaged loss, DDP224, or
+        # already reduced), is taken alike on every process: a step counter after it (`step += 1`) is alike too.
+        agreed = [
+            skip for skip, _ in skips
+            if isinstance(skip, cst.Continue) and (r := reads(skip, dependent)) and (not any(r) or self.converting and agreeable(*r))
+        ]  # fmt: skip
+        if agreed:
+            dependent = per_process_names(self.analysis, loop, agreed)
+        for skip, how in skips:
+            if self._loop(skip) is not loop:
+                continue
+            read, read_attributes = reads(skip, dependent)
             if not read and not read_attributes:
                 continue
-            agreeable = not read_attributes and all(n.value in losses for n in read) and not any(self._under(n, cst.Lambda) for n in read)
-            if self.converting and agreeable:
+            if self.converting and agreeable(read, read_attributes):
                 # Under DataParallel the loss was the whole batch's: the faithful test is on the
                 # loss averaged over processes, the same number everywhere, so all take one branch.
                 for name in read:
@@ -1693,7 +1708,7 @@ class ModelLifecycle:
                 self.findings.append(Hazard(call, "DDP213", (("device", spelled),)))
 
 
-def per_process_names(analysis: Analysis, loop: cst.For | cst.While) -> set[str]:
+def per_process_names(analysis: Analysis, loop: cst.For | cst.While, agreed: Sequence[cst.Continue] = ()) -> set[str]:
     """Names (and dotted attributes) whose value can differ between processes at the same step of ``loop``.
 
     The batch differs, and so does whatever is computed from it. A value the
@@ -1701,7 +1716,8 @@ def per_process_names(analysis: Analysis, loop: cst.For | cst.While) -> set[str]
     there reads no call and nothing that differs, and runs on every process at
     every step: a step counter (``i = i + 1``, ``i += k``) or a schedule
     (``lr = lr * 0.5``). ``x += loss.item()`` or an increment under ``if loss > 0:``
-    differs. Anything else the body binds (a loop target, ``with ... as``) differs.
+    differs. Anything else the body binds (a loop target, ``with ... as``) differs. The ``agreed`` skips are
+    taken alike on every process (their test is on the averaged loss): they make nothing after them differ.
     """
     body = loop.body
     differ: set[str] = set()
@@ -1732,7 +1748,7 @@ def per_process_names(analysis: Analysis, loop: cst.For | cst.While) -> set[str]
         for name, assigned in bindings.items():
             if name in differ:
                 continue
-            if any(_differs(analysis, loop, node, value, differ) for node, value in assigned):
+            if any(_differs(analysis, loop, node, value, differ, agreed) for node, value in assigned):
                 differ.add(name)
                 changed = True
     return differ
@@ -1755,7 +1771,10 @@ def _bind(
         differ |= {n.value for n in analysis.within(target, cst.Name)}  # `losses[i] = ...`: the container
 
 
-def _differs(analysis: Analysis, loop: cst.For | cst.While, node: cst.CSTNode, value: cst.BaseExpression, differ: set[str]) -> bool:
+def _differs(
+    analysis: Analysis, loop: cst.For | cst.While, node: cst.CSTNode, value: cst.BaseExpression, differ: set[str],
+    agreed: Sequence[cst.Continue] = (),
+) -> bool:
     """Whether this binding can give processes different values, or run on some and not others."""
     if analysis.within(value, cst.Call) or analysis.reads(value) & differ:
         return True
@@ -1768,7 +1787,7 @@ def _differs(analysis: Analysis, loop: cst.For | cst.While, node: cst.CSTNode, v
             return True
     # A `continue` on a value that differs, earlier in the step, skips the binding on some processes.
     for skip in analysis.within(loop.body, cst.Continue):
-        if not analysis.is_before(skip, node) or _enclosing_loop(analysis, skip) is not loop:
+        if not analysis.is_before(skip, node) or _enclosing_loop(analysis, skip) is not loop or skip in agreed:
             continue
         tests = [a.test for a in analysis.ancestors(skip) if isinstance(a, cst.If) and analysis.index[a] > analysis.index[loop]]
         if any(analysis.within(test, cst.Call) or analysis.reads(test) & differ for test in tests):

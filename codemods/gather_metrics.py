@@ -47,7 +47,7 @@ from dp2ddp.analysis.lifecycle import per_process_names
 from dp2ddp.analysis.decisions import (
     is_training_loop, loader_names, per_process_stops, plateau_steps, schedule_counters, split_loader_names,
 )
-from dp2ddp.analysis.results import summed_loss, batch_names, batch_sizes, in_inner_data_loop, is_bound_here, loop_results
+from dp2ddp.analysis.results import summed_loss, batch_names, batch_sizes, in_inner_data_loop, is_bound_here, loop_results, owner_of
 
 SUM_HELPER_SOURCE = f'''
 def {names.SUM_HELPER}(*values, divide_by=1):
@@ -242,7 +242,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if isinstance(analysis.parents.get(call), cst.Expr) or isinstance(analysis.parents.get(call), cst.Assign):
                 reduced |= {code_of(a.value) for a in call.args if isinstance(a.value, cst.Name)}  # type: ignore[attr-defined]
         seeds: dict[cst.CSTNode, set[str]] = {}
-        loops = [loop for loop in analysis.nodes(cst.For) if self._is_training_loop(loop) and loop not in analysis.whole_loops]
+        loops = [
+            loop for loop in analysis.nodes(cst.For)
+            if (self._is_training_loop(loop) or self._trains(loop)) and loop not in analysis.whole_loops  # type: ignore[arg-type]
+        ]  # fmt: skip
         loops += [loop for loop in analysis.nodes(cst.While) if self._trains(loop)]
         for loop in loops:
             if under_rank_guard(self, loop):
@@ -272,7 +275,9 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         tainted: dict[cst.CSTNode, set[str]] = {}
         for _ in range(3):  # a value returned by a function whose caller returns it in turn
             for scope, names_ in seeds.items():
-                tainted[scope] = _flow(analysis, scope, names_ | tainted.get(scope, set()), reduced, self._unreduced_reads)
+                tainted[scope] = _flow(
+                    analysis, scope, names_ | tainted.get(scope, set()), reduced, self._unreduced_reads, self.effects.is_side_effect
+                )
             returning = {
                 f.name.value for f in functions.values()
                 if any(r.value is not None and self._unreduced_reads(r.value) & tainted.get(f, set()) for r in analysis.within(f, cst.Return))
@@ -347,7 +352,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             self.plateau_values.add(step.value)
             self.report(step.value, "DDP419", scheduler=step.scheduler, value=code_of(step.value))
 
-    def _trains(self, loop: cst.While) -> bool:
+    def _trains(self, loop: cst.For | cst.While) -> bool:
         """Whether ``loop`` itself takes training steps: a ``backward()`` whose innermost loop it is."""
         for call in self.analysis.within(loop.body, cst.Call):
             if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
@@ -355,6 +360,23 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 if next(a for a in self.analysis.ancestors(call) if isinstance(a, steps)) is loop:
                     return True
         return False
+
+    def _read_with_ungathered(self, loop: cst.For, ungathered: list[tuple[cst.CSTNode, str]]) -> set[str]:
+        """Accumulators read after ``loop`` on one line with a result no reduction covers (``metrics / cnt``, where
+        ``metrics`` is an object of the script's own): reducing only them would mix a whole-data count with this
+        process's sums. They stay this process's own, as the other value is (DDP427 says so where they are shown)."""
+        held = {h for _, h in ungathered} - {"self", "cls"}  # a method on the object itself (`self.optimizer.step()`)
+        if not held:
+            return set()
+        owner = owner_of(self.analysis, loop)
+        mixed: set[str] = set()
+        for line in self.analysis.findall_in(owner, m.SimpleStatementLine()):
+            if not self.analysis.is_after(line, loop):
+                continue
+            read = {code_of(n) for kind in (cst.Name, cst.Attribute) for n in self.analysis.within(line, kind)}
+            if read & held:
+                mixed |= read - held
+        return mixed
 
     def _loader_names(self, loop: cst.For) -> list[str]:
         return loader_names(loop, self.training_loaders)
@@ -364,7 +386,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
 
     def _plan_loop(self, loop: cst.For) -> None:
         results = loop_results(self.analysis, loop, training=self._is_training_loop(loop))
-        plan = _LoopPlan(results.sums, results.means, results.meters)
+        mixed = self._read_with_ungathered(loop, results.ungathered)
+        plan = _LoopPlan([n for n in results.sums if n not in mixed], [n for n in results.means if n not in mixed], results.meters)
         if plan.sums or plan.means or plan.meters:
             self.after_loop[loop] = plan
         self._plan_reports(loop, self._is_training_loop(loop), results.running, plan.meters)
@@ -816,11 +839,17 @@ _COLLECTING = frozenset({"append", "extend", "insert", "appendleft", "add", "upd
 
 
 def _flow(
-    analysis: Analysis, scope: cst.CSTNode, seeds: set[str], clean: set[str], reads: Callable[[cst.CSTNode], set[str]]
+    analysis: Analysis,
+    scope: cst.CSTNode,
+    seeds: set[str],
+    clean: set[str],
+    reads: Callable[[cst.CSTNode], set[str]],
+    shows: Callable[[cst.Call], bool] = lambda call: False,
 ) -> set[str]:
     """``seeds`` and the names of ``scope`` that take a value from one of them: by assignment, by ``+=``, or as
-    what a collecting method is handed one (``losses.append(loss.item())``, ``meter.add(loss)``). Names in ``clean`` are
-    reduced where they are bound and pass nothing on."""
+    what a method called for its effect is handed one (``losses.append(loss.item())``, ``meter.add(loss)``,
+    ``metrics.add_dict({...})``) unless the call ``shows`` it (a print, a log). Names in ``clean`` are reduced where
+    they are bound and pass nothing on."""
     found = set(seeds) - clean
     while True:
         grown = set(found)
@@ -831,9 +860,11 @@ def _flow(
             if _scope(analysis, aug) is scope and analysis.reads(aug.value) & found:
                 grown |= {n.value for n in analysis.within(aug.target, cst.Name)}
         for call in analysis.within(scope, cst.Call):
-            if _scope(analysis, call) is not scope or not m.matches(call.func, m.Attribute(value=m.Name(), attr=m.Name(m.MatchIfTrue(lambda n: n in _COLLECTING)))):
+            if _scope(analysis, call) is not scope or not m.matches(call.func, m.Attribute(value=m.Name())):
                 continue
-            if isinstance(analysis.parents.get(call), cst.Expr) and any(analysis.reads(a.value) & found for a in call.args):
+            # A method whose result is dropped is called for what it does to its object: it keeps what it is handed.
+            collects = call.func.attr.value in _COLLECTING or isinstance(analysis.parents.get(call), cst.Expr) and not shows(call)  # type: ignore[attr-defined]
+            if collects and isinstance(analysis.parents.get(call), cst.Expr) and any(analysis.reads(a.value) & found for a in call.args):
                 grown.add(call.func.value.value)  # type: ignore[attr-defined]
         grown -= clean
         if grown == found:

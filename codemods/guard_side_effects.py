@@ -113,6 +113,23 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         if self.only_functions is None:
             self._report_unknown_writers(analysis)
             self._report_per_process_paths(analysis)
+            self._report_shell_commands(analysis)
+
+    def _report_shell_commands(self, analysis: Analysis) -> None:
+        """``os.system("rm -rf tmp")`` and its subprocess kin, run for their effect on every process (DDP428)."""
+        for statement in analysis.nodes(cst.Expr):
+            call = statement.value
+            if not isinstance(call, cst.Call) or not analysis.matches(call, call_to(names.SHELL_COMMANDS)):
+                continue
+            if under_rank_guard(self, call) or not self._runs_in_program(call):
+                continue
+            self.report(call, "DDP428", call=code_of(call.func))
+
+    def _runs_in_program(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is in code the program runs: not in one of convert's helpers, nor in a function no
+        module of the program names."""
+        skipped = names.HELPERS | self.analysis.role.unreferenced_functions
+        return not any(isinstance(a, cst.FunctionDef) and a.name.value in skipped for a in self.analysis.ancestors(node))
 
     def _report_per_process_paths(self, analysis: Analysis) -> None:
         """``run_id = random.randint(...)`` or a timestamp that then names a directory: one per process. Where every

@@ -92,7 +92,10 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
         sharded_already = m.Call(
             args=[
                 m.ZeroOrMore(),
-                m.Arg(call_to(names.DISTRIBUTED_SAMPLER) | m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER)), keyword=m.Name("sampler")),
+                m.Arg(
+                    call_to(names.DISTRIBUTED_SAMPLER) | m.Call(func=m.Name(names.EVALUATION_SHARD_HELPER) | m.Name(names.SHARDED_SAMPLER_HELPER)),
+                    keyword=m.Name("sampler") | m.Name("batch_sampler"),
+                ),
                 m.ZeroOrMore(),
             ]
         )

@@ -2138,6 +2138,25 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP428",
+            "shell-command-on-every-process",
+            "warning",
+            "`{call}` runs a shell command on every process: convert cannot tell what it writes or removes, so it "
+            "is left as it was; if it only writes (a code backup, `mkdir`), put it under `if is_main_process():` "
+            "and follow it with `dist.barrier()` where the other processes read what it made",
+            doc=_doc(
+                "Finds a call, as a statement outside any rank condition, of `os.system`, `subprocess.call`, "
+                "`subprocess.run`, `subprocess.check_call`, `subprocess.check_output` or `subprocess.Popen` in a "
+                "converted program.",
+                "Under DataParallel the command ran once. After the conversion every process runs it: W copies "
+                "of a folder written at once, a scratch folder one process removes while another fills it. What "
+                "the command does is in a string convert does not read, so it neither guards it nor proves it safe.",
+                "os.system(f\"cp -r src {save_dir}\")",
+                "if is_main_process():\n    os.system(f\"cp -r src {save_dir}\")\ndist.barrier()",
+                "No fix: the call is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP424",
             "per-process-stop",
             "warning",
@@ -2960,6 +2979,10 @@ REPORTED_IN_OUTPUT["DDP111"] = frozenset(code for code, rule in RULES.items() if
 EXPLAINED_IN_OUTPUT: dict[str, frozenset[str]] = {"DDP342": frozenset({"DDP516"})}
 # Convert warnings that leave no hazard in the converted script for check to find, and why.
 NOT_IN_OUTPUT: dict[str, str] = {
+    "DDP428": (
+        "a shell command a DDP script runs on every process may be meant for every process (a per-process scratch "
+        "folder, a query of the GPU); only against the DataParallel run, which ran it once, is it a question"
+    ),
     "DDP101": "the hazard is in the script that imports this module: a module with no entry point starts no "
     "process group by design, and whether its importer starts one cannot be seen from the module (converted as "
     "a project, the importer gets the setup and convert does not warn)",

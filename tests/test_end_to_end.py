@@ -41,7 +41,7 @@ TRAINED = [
     "noise_drawn_per_process", "parameters_frozen_after_wrap", "loaders_returned_in_a_dict", "parallel_flag_gan",
     "model_rebuilt_under_phase_flag", "module_list_read_in_part", "loading_wrap_returned",
     "per_process_run_dir", "model_unwrapped_and_wrapped_again", "losses_listed_per_step", "gpu_option_else_wraps",
-    "test_only_branch_exits", "resume_skip_with_loss_skip",
+    "test_only_branch_exits", "resume_skip_with_loss_skip", "penalty_returned_through_a_helper",
 ]  # fmt: skip
 
 

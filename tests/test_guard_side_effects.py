@@ -830,3 +830,33 @@ def test_a_progress_bar_draws_on_the_main_process_only() -> None:
     expected = 'bar = Bar("Processing", max=len(loader), file=sys.stderr if is_main_process() else open(os.devnull, "w"))'
     assert expected in result.output and "import sys" in result.output
     assert convert_source(result.output).output == result.output
+
+
+def test_a_shell_command_run_for_its_effect_is_reported_on_every_process() -> None:
+    """`os.system(...)` as a statement runs on every process, and what it writes is in a string convert does not
+    read: reported (DDP428), left as it was; one under a rank condition, or whose output is used, is not."""
+    from dp2ddp.api import convert_source
+
+    source = """import os
+import subprocess
+import torch
+from torch.utils.data import DataLoader
+
+
+def main(data):
+    os.system("mkdir -p runs && cp train.py runs")
+    gpus = subprocess.check_output(["nvidia-smi", "-L"])
+    model = torch.nn.DataParallel(Net())
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    for x, y in loader:
+        model(x).sum().backward()
+    subprocess.run(["rm", "-rf", "scratch"])
+
+
+if __name__ == "__main__":
+    main(None)
+"""
+    result = convert_source(source)
+    assert result.changed
+    assert [(f.line, f.code) for f in result.findings if f.code == "DDP428"] == [(8, "DDP428"), (14, "DDP428")]
+    assert 'os.system("mkdir -p runs && cp train.py runs")' in result.output

@@ -1797,3 +1797,57 @@ def test_print_rebound_to_a_logger_is_guarded_reduced_and_the_rest_reported() ->
     assert "global_loss = all_reduce_mean(loss.item())" in result.output
     assert 'if is_main_process():\n                print("loss' in result.output
     assert [(f.line, f.code) for f in result.findings if f.severity != "note"] == [(23, "DDP427")]
+
+
+def test_a_count_read_beside_an_unreduced_accumulator_is_not_reduced_alone() -> None:
+    """`metrics / cnt` where `metrics` is an object of the script's own: summing `cnt` alone would divide this
+    process's sums by the whole data's count (a W times smaller accuracy). Both stay per process, reported."""
+    source = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Accumulator:
+            def __init__(self):
+                self.total = 0.0
+
+            def add(self, value):
+                self.total += value
+
+
+        def main():
+            model = nn.DataParallel(nn.Linear(4, 2))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8, shuffle=True)
+            metrics = Accumulator()
+            cnt = 0
+            for x, y in train_loader:
+                loss = nn.functional.cross_entropy(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                metrics.add(loss.item() * len(x))
+                cnt += len(x)
+            print(metrics.total / cnt)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    result = convert_source(source)
+    assert result.changed and "all_reduce_sum(cnt)" not in result.output
+    assert [(f.line, f.code) for f in result.findings if f.severity == "warning"] == [(28, "DDP427")]
+
+
+def test_a_penalty_returned_by_a_helper_is_followed_to_the_callers_backward() -> None:
+    """The penalty reaches `backward()` through the loss a helper returns in a tuple: converted where the same
+    backward holds a forward of the model, refused (DDP222) where the penalty is back-propagated alone."""
+    source = (FIXTURES_DIR / "penalty_returned_through_a_helper" / "before.py").read_text(encoding="utf-8")
+    assert convert_source(source).changed
+    alone = source.replace("    loss = loss_real + 1.0 * loss_reg\n", "    loss = loss_reg\n")
+    result = convert_source(alone)
+    assert not result.changed and [f.code for f in result.findings if f.severity == "error"] == ["DDP222"]
+    assert "back-propagated alone" in next(f.message for f in result.findings if f.code == "DDP222")

@@ -1449,16 +1449,66 @@ class ModelLifecycle:
         found = False
         for site in sites:
             scope = self._scope(site)
+            here = False
             for backward in self.analysis.within(scope, cst.Call):
                 if not m.matches(backward, _BACKWARD):
                     continue
                 reached = self._sources(backward.func.value, backward, scope, set(sites), 0)  # type: ignore[attr-defined]
                 if site not in reached:
                     continue
-                found = True
+                here = True
                 if not any(self._is_forward(call) for call in reached):
                     return PENALTY_ALONE
+            if not here and isinstance(scope, cst.FunctionDef):
+                how = self._returned_penalty(site, scope)
+                if how:
+                    return how
+                here = how is not None
+            found = found or here
         return None if found else PENALTY_NOT_FOLLOWED
+
+    def _returned_penalty(self, site: cst.Call, function: cst.FunctionDef) -> str | None:
+        """Whether the loss ``function`` returns, holding the penalty, reaches a ``backward()`` at a call of it
+        (``d_loss, parts = compute_d_loss(...)``, then ``d_loss.backward()``): "" when it does with a forward of
+        the model in the same backward, PENALTY_ALONE when without one, None when convert cannot follow it there."""
+        returns = [ret.value for ret in self.analysis.within(function, cst.Return) if ret.value is not None and self._scope(ret) is function]
+
+        def returned(position: int | None) -> list[set[cst.Call]]:
+            """The calls each return computes the value from; of a tuple, its ``position``-th element's alone."""
+            values = [
+                v.elements[position].value if position is not None and isinstance(v, cst.Tuple) and position < len(v.elements) else v
+                for v in returns
+            ]
+            return [reached for value in values if site in (reached := self._sources(value, value, function, {site}, 0))]
+
+        if not returned(None):
+            return None
+        name = function.name.value
+        spelled = m.Call(func=m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))
+        how = None
+        for call in (c for c in self.analysis.nodes(cst.Call) if m.matches(c, spelled)):
+            scope = self._scope(call)
+            for backward in self.analysis.within(scope, cst.Call):
+                if not m.matches(backward, _BACKWARD):
+                    continue
+                receiver = backward.func.value  # type: ignore[attr-defined]
+                reached = self._sources(receiver, backward, scope, {call}, 0)
+                if call not in reached:
+                    continue
+                # `d_loss, parts = compute_d_loss(...)`, then `d_loss.backward()`: only the first element is trained.
+                assign = self.analysis.parents.get(call)
+                position = None
+                if isinstance(receiver, cst.Name) and m.matches(assign, m.Assign(targets=[m.AssignTarget(m.Tuple())])):
+                    spelled_targets = [code_of(e.value) for e in assign.targets[0].target.elements]  # type: ignore[union-attr]
+                    position = spelled_targets.index(receiver.value) if receiver.value in spelled_targets else None
+                sources = returned(position)
+                if not sources:
+                    continue  # the element trained holds no penalty
+                inside = any(self._is_forward(c) for reached_inside in sources for c in reached_inside)
+                if not inside and not any(self._is_forward(c) for c in reached):
+                    return PENALTY_ALONE
+                how = ""
+        return how
 
     def _holds_parameters(self, node: cst.BaseExpression, before: cst.CSTNode, depth: int = 0) -> bool:
         """``model.parameters()``, or a name bound to an expression that calls it."""

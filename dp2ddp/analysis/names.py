@@ -198,6 +198,10 @@ SIDE_EFFECT_CALLS = frozenset(
         "matplotlib.pyplot.savefig",
     }
 )
+# Calls that run a shell command, whose effect is in a string convert does not read.
+SHELL_COMMANDS = frozenset(
+    {"os.system", "subprocess.call", "subprocess.run", "subprocess.check_call", "subprocess.check_output", "subprocess.Popen"}
+)
 LOGGING_FUNCTIONS = frozenset(
     f"logging.{name}" for name in ("debug", "info", "warning", "warn", "error", "exception", "critical", "log")
 )

@@ -17,7 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from dp2ddp.analysis import names
-from dp2ddp.analysis.syntax import call_to, code_of
+from dp2ddp.analysis.syntax import call_to, code_of, parameter_for
 
 if TYPE_CHECKING:
     from dp2ddp.analysis.module import Analysis, Holder
@@ -116,7 +116,28 @@ class TrainingBatches:
         produced = self.analysis.flows_from(seeds) if seeds else set()
         calls = self.analysis.within(source, cst.Call)
         direct = any(splits(q.name) for call in calls for q in self.analysis.qualified_names(call.func))
-        return direct or bool(self.analysis.reads(source) & produced)
+        return direct or bool(self.analysis.reads(source) & produced) or self._handed_from(source, produced)
+
+    def _handed_from(self, source: cst.CSTNode, produced: set[str]) -> bool:
+        """Whether ``source`` is a parameter of its function (``def run_epoch(model, loader, ...)``) and every call
+        of that function in this file passes it something read off the program's split loaders."""
+        if not isinstance(source, cst.Name) or not produced:
+            return False
+        function = next((a for a in self.analysis.ancestors(source) if isinstance(a, cst.FunctionDef)), None)
+        if function is None or source.value not in {p.name.value for p in function.params.params}:
+            return False
+        for binding in self.analysis.bindings(source) or ():
+            if binding is not None and source.value not in self.analysis.reads(binding.value):
+                return False  # rebound to something else; `loader = tqdm(loader)` still holds what callers pass
+        name = function.name.value
+        called = [c for c in self.analysis.nodes(cst.Call) if m.matches(c.func, m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))]
+        if not called:
+            return False
+        for call in called:
+            given = [a for a in call.args if parameter_for(function, call, a) == source.value]
+            if len(given) != 1 or not self.analysis.reads(given[0].value) & produced:
+                return False
+        return True
 
     def _unpacks_a_loader_batch(self, source: cst.CSTNode, loop: cst.For | cst.While, holders: list[Holder]) -> bool:
         """``for batchs in loader: for batch in batchs:``: the inner loop walks a batch the outer one drew."""

@@ -199,6 +199,9 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self.scaled_products: dict[cst.BinaryOperation, str] = {}
         # Progress lines reported as this process's own (DDP403).
         self.progress_reported: set[cst.SimpleStatementLine] = set()
+        # Functions that return their share's numbers, and whether a name holds them at a line (DDP427).
+        self._returning: set[str] = set()
+        self._from_training: dict[tuple[str, int], bool] = {}
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -282,6 +285,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 f.name.value for f in functions.values()
                 if any(r.value is not None and self._unreduced_reads(r.value) & tainted.get(f, set()) for r in analysis.within(f, cst.Return))
             }  # fmt: skip
+            self._returning = returning
             grown = False
             for assign in analysis.nodes(cst.Assign):
                 call = assign.value
@@ -304,9 +308,10 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 continue
             if statement in handled or m.findall(statement, REDUCTION):
                 continue
-            shown = self._unreduced_reads(statement) & tainted.get(_scope(analysis, statement), set())
+            names_ = tainted.get(_scope(analysis, statement), set())
+            shown = {n for n in self._unreduced_reads(statement) & names_ if self._last_from_training(n, statement, names_)}
             if shown:
-                self.report(statement, "DDP427", value=sorted(shown, key=len)[0])
+                self.report(statement, "DDP427", value=sorted(shown, key=lambda n: (len(n), n))[0])
 
     def _unreduced_reads(self, node: cst.CSTNode) -> set[str]:
         """What ``node`` reads outside the values planned to be reduced on its line."""
@@ -360,6 +365,51 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 if next(a for a in self.analysis.ancestors(call) if isinstance(a, steps)) is loop:
                     return True
         return False
+
+    def _last_from_training(self, name: str, node: cst.CSTNode, tainted: set[str], depth: int = 0) -> bool:
+        """Whether the value ``name`` holds at ``node``, by the last binding of it before ``node`` in its scope,
+        comes from a training loop: bound in one, or computed from a name that is. Names are followed by place
+        here, so an `acc` an evaluation over the whole set binds again after the training loop is not its share.
+        With no binding before ``node`` (a parameter, a value returned by a call), what the names say stands."""
+        key = (name, id(node))
+        cache = self._from_training
+        if key not in cache:
+            cache[key] = True  # a cycle of bindings reads as from training until shown otherwise
+            cache[key] = self._from_training_uncached(name, node, tainted, depth)
+        return cache[key]
+
+    def _from_training_uncached(self, name: str, node: cst.CSTNode, tainted: set[str], depth: int) -> bool:
+        analysis = self.analysis
+        scope = _scope(analysis, node)
+
+        def targets(binding: cst.Assign | cst.AugAssign | cst.For) -> list[cst.BaseExpression]:
+            return [binding.target] if isinstance(binding, (cst.AugAssign, cst.For)) else [t.target for t in binding.targets]
+
+        bindings = [
+            b for b in (*analysis.within(scope, cst.Assign), *analysis.within(scope, cst.AugAssign), *analysis.within(scope, cst.For))
+            if analysis.index[b] < analysis.index[node] and _scope(analysis, b) is scope
+            and any(n.value == name for t in targets(b) for n in analysis.within(t, cst.Name))
+        ]  # fmt: skip
+        # `metrics.add(loss.item())`: a method called for its effect changes what the name holds, as a binding does.
+        changes = [
+            e.value for e in analysis.within(scope, cst.Expr)
+            if m.matches(e.value, m.Call(func=m.Attribute(value=m.Name(name)))) and analysis.index[e] < analysis.index[node]
+            and _scope(analysis, e) is scope
+        ]  # fmt: skip
+        if not bindings or depth > 12:
+            return True
+        last = max([*bindings, *changes], key=lambda b: analysis.index[b])
+        if any(isinstance(a, (cst.For, cst.While)) and self._trains(a) for a in (last, *analysis.ancestors(last))):
+            return True
+        if isinstance(last, cst.Call):
+            read = {n for a in last.args for n in analysis.reads(a.value)} & tainted
+            return any(self._last_from_training(other, last, tainted, depth + 1) for other in read)
+        value = last.iter if isinstance(last, cst.For) else last.value
+        calls = [c for c in analysis.within(value, cst.Call)]
+        if any(code_of(c.func).removeprefix("self.") in self._returning for c in calls):
+            return True  # `train_loss = train_epoch(...)`, a function that returns its share's loss
+        read = (analysis.reads(value) | ({name} if isinstance(last, cst.AugAssign) else set())) & tainted
+        return any(self._last_from_training(other, last, tainted, depth + 1) for other in read if (other, last) != (name, node))
 
     def _read_with_ungathered(self, loop: cst.For, ungathered: list[tuple[cst.CSTNode, str]]) -> set[str]:
         """Accumulators read after ``loop`` on one line with a result no reduction covers (``metrics / cnt``, where

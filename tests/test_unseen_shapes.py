@@ -1851,3 +1851,40 @@ def test_a_penalty_returned_by_a_helper_is_followed_to_the_callers_backward() ->
     result = convert_source(alone)
     assert not result.changed and [f.code for f in result.findings if f.severity == "error"] == ["DDP222"]
     assert "back-propagated alone" in next(f.message for f in result.findings if f.code == "DDP222")
+
+
+def test_names_a_whole_set_evaluation_binds_again_are_not_its_share() -> None:
+    """`output`, `correct` and `acc` in the training loop are this process's (DDP427 at the training print); the
+    same names bound again by an evaluation over a test set kept whole hold whole-set values: not reported."""
+    source = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        model = nn.DataParallel(nn.Linear(4, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8, shuffle=True)
+        test_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=8, **{})
+        for epoch in range(2):
+            for data, target in train_loader:
+                output = model(data)
+                loss = nn.functional.cross_entropy(output, target)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                correct = output.argmax(1).eq(target).sum()
+                acc = correct * 1.0 / len(data)
+                print("train acc", acc)
+            correct = 0
+            with torch.no_grad():
+                for data, target in test_loader:
+                    output = model(data)
+                    correct += output.argmax(1).eq(target).sum()
+            acc = 100.0 * correct / len(test_loader.dataset)
+            print("test acc", acc)
+        """
+    )
+    result = convert_source(source)
+    assert result.changed
+    assert [(f.line, f.code) for f in result.findings if f.code == "DDP427"] == [(19, "DDP427")]

@@ -189,6 +189,7 @@ class Project:
         self.wrapping = {m.name for m in self.by_path.values() if m.wraps}
         self.reach = {m.name: self.reachable(m.name) for m in self.by_path.values() if m.entry}
         self._training_reach: dict[str, bool] = {}
+        self._trains_in: dict[str, bool] = {}
         training = {entry for entry, reached in self.reach.items() if reached & self.wrapping}
         # Modules that build the DataLoaders of a program that trains a wrapped model: split there.
         reached = set().union(*(self.reach[entry] for entry in training))
@@ -1132,15 +1133,25 @@ class Project:
         them may train: DataParallel only ran inference there, which DDP does not speed up, and under torchrun
         each process would repeat it whole."""
         programs = [e for e in self.drivers if within is None or self.modules[e].path in within]
-        run = {other for entry in programs for other in self.reach[entry]}
         # Data loaded for inference is where converting goes wrong (a shard whose outputs no one gathers).
-        loads = any(self.modules[other].loaders for other in run)
-        return loads and not any(may_train_in(self.modules[other].tree) for other in run)
+        loads = any(self.modules[other].loaders for entry in programs for other in self.reach[entry])
+        return loads and not self._any_trains(programs)
 
     def _evaluates_only(self, name: str) -> bool:
         """Whether every program that runs ``name`` only evaluates: its loaders then train nowhere."""
         programs = [entry for entry in self.drivers if name in self.reach[entry]]
-        return bool(programs) and not any(may_train_in(self.modules[other].tree) for entry in programs for other in self.reach[entry])
+        return bool(programs) and not self._any_trains(programs)
+
+    def _any_trains(self, programs: list[str]) -> bool:
+        """Whether a module one of ``programs`` runs may train, however its calls are spelled; each module's tree
+        is walked once for the whole project."""
+        trains = self._trains_in
+        for name in {other for entry in programs for other in self.reach[entry]}:
+            if name not in trains:
+                trains[name] = may_train_in(self.modules[name].tree)
+            if trains[name]:
+                return True
+        return False
 
     def _steps(self, module: _Module, functions: set[str]) -> bool:
         """Whether one of ``functions`` (or classes) of ``module`` runs a training step: it calls ``backward()``."""

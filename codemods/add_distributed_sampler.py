@@ -66,16 +66,14 @@ class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
     ``batch_size`` the sequence is cut into, each process takes a contiguous part of every
     batch, as DataParallel scattered it, so a sampler that groups items (K images of each
     identity) keeps its groups. A loader built anew for every pass names its ``site``: its
-    samplers go on counting that site's passes, where a new one would start at epoch 0.
+    samplers go on counting that site's passes, where a new one would start at epoch 0. A
+    sampler with no length (an endless one) is drawn as it goes, each process its share.
     """
 
     # Passes drawn so far at each site whose loader is built anew for every pass.
     passes = {{}}
 
     def __init__(self, sampler, seed=0, split_batches=False, batch_size=None, site=None):
-        if not hasattr(sampler, "__len__"):
-            # Each pass is drawn whole before it is split: an endless sampler would never finish.
-            raise TypeError(f"{{type(sampler).__name__}} has no length, so its passes cannot be split between processes")
         self.sampler = sampler
         self.seed = seed
         self.split_batches = split_batches
@@ -83,19 +81,26 @@ class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
         self.site = site
         self.epoch = self.passes.get(site, 0)
 
+    def __getattr__(self, name):
+        # What the script asks of its sampler (state_dict, load_state_dict, ...) is the wrapped sampler's.
+        if name.startswith("__") or name == "sampler":
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
     def set_epoch(self, epoch):
         self.epoch = epoch
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
     def __len__(self):
+        # A sampler with no length (an endless one) has none here either: len() raises TypeError, as it did.
         if self.split_batches:
             return len(self.sampler)
         return -(-len(self.sampler) // dist.get_world_size())
 
     def __iter__(self):
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        items = self._draw()
+        items = self._draw(self.seed + self.epoch)
         # The next pass draws a new sequence, also where no epoch loop calls set_epoch.
         self.epoch += 1
         if self.site is not None:
@@ -104,38 +109,72 @@ class {names.SHARDED_SAMPLER_HELPER}(torch.utils.data.Sampler):
             for batch in items:
                 batch = list(batch)
                 yield batch[rank::world_size] or [batch[rank % len(batch)]]
-        else:
-            items += (items * world_size)[: -len(items) % world_size]
-            if self.batch_size is None or self.batch_size % world_size:
-                yield from items[rank::world_size]
-                return
-            for start in range(0, len(items), self.batch_size):
-                batch = items[start : start + self.batch_size]
-                share = len(batch) // world_size
-                yield from batch[rank * share : (rank + 1) * share]
+            return
+        # Each process takes its part of every global batch (or item rank of every W items). The
+        # last part is padded with the sequence's first items to a multiple of the world size.
+        size = world_size if self.batch_size is None or self.batch_size % world_size else self.batch_size
+        first, batch = [], []
+        for item in items:
+            if len(first) < world_size:
+                first.append(item)
+            batch.append(item)
+            if len(batch) == size:
+                yield from batch[rank * size // world_size : (rank + 1) * size // world_size]
+                batch = []
+        if batch:
+            batch += (first * world_size)[: -len(batch) % world_size]
+            share = len(batch) // world_size
+            yield from batch[rank * share : (rank + 1) * share]
 
-    def _draw(self):
-        seed = self.seed + self.epoch
+    def _draw(self, seed):
+        """The pass's sequence, drawn with generators seeded by ``seed``; the script's own are kept aside.
+
+        A sampler with a length is drawn whole at once. One without (an endless sampler) is
+        drawn an item at a time, its generators' states kept between draws.
+        """
         numpy = sys.modules.get("numpy")  # a sampler can only draw from NumPy if the script imported it
-        generator = getattr(self.sampler, "generator", None)
-        own_state = generator.get_state() if isinstance(generator, torch.Generator) else None
-        python_state = random.getstate()
-        numpy_state = numpy.random.get_state() if numpy is not None else None
-        with torch.random.fork_rng(devices=[]):
-            torch.default_generator.manual_seed(seed)
-            random.seed(seed)
-            if numpy is not None:
-                numpy.random.seed(seed % 2**32)
-            if own_state is not None:
-                generator.manual_seed(seed)
-            try:
-                return list(self.sampler)
-            finally:
-                random.setstate(python_state)
-                if numpy is not None:
-                    numpy.random.set_state(numpy_state)
-                if own_state is not None:
-                    generator.set_state(own_state)
+        own = getattr(self.sampler, "generator", None)
+        own = own if isinstance(own, torch.Generator) else None
+        whole = hasattr(self.sampler, "__len__")
+        items, drawing = None, None
+        while True:
+            kept = (random.getstate(), numpy.random.get_state() if numpy else None, own.get_state() if own else None)
+            with torch.random.fork_rng(devices=[]):
+                try:
+                    if drawing is None:
+                        torch.default_generator.manual_seed(seed)
+                        random.seed(seed)
+                        if numpy is not None:
+                            numpy.random.seed(seed % 2**32)
+                        if own is not None:
+                            own.manual_seed(seed)
+                        items = iter(self.sampler)
+                    else:
+                        torch.set_rng_state(drawing[0])
+                        random.setstate(drawing[1])
+                        if numpy is not None:
+                            numpy.random.set_state(drawing[2])
+                        if own is not None:
+                            own.set_state(drawing[3])
+                    try:
+                        drawn = list(items) if whole else [next(items)]
+                    except StopIteration:
+                        drawn = []
+                    drawing = (
+                        torch.get_rng_state(),
+                        random.getstate(),
+                        numpy.random.get_state() if numpy else None,
+                        own.get_state() if own else None,
+                    )
+                finally:
+                    random.setstate(kept[0])
+                    if numpy is not None:
+                        numpy.random.set_state(kept[1])
+                    if own is not None:
+                        own.set_state(kept[2])
+            yield from drawn
+            if whole or not drawn:
+                return
 '''
 SPLIT_LOADER_SOURCE = f'''
 def {names.SPLIT_LOADER_HELPER}(loader, keep_batch=False):

@@ -1508,9 +1508,11 @@ RULES: dict[str, Rule] = {
             "training DataLoader in this file (from its dataset, with `batch_size=` and `shuffle=`) and iterate "
             "it here, then convert again",
             doc=_doc(
-                "Finds a training loop (one that calls `backward()`) whose batches come from something other "
-                "than a DataLoader of the same file: a `get_batch()` method, an iterator over a token stream, "
-                "a loader built by a helper in another file. The finding is at the line that produces the batches.",
+                "Finds a training loop (one that calls `backward()`, or a function or an object's method that "
+                "runs one backward each time it is called, such as `train_step(model, x, y)`) whose batches come "
+                "from something other than a DataLoader of the same file: a `get_batch()` method, an iterator "
+                "over a token stream, a generator over arrays, a loader built by a helper in another file. The "
+                "finding is at the line that produces the batches.",
                 "DDP averages the gradients of the processes. If every process sees the same batch, the "
                 "average equals one process's gradient: the run is no faster than one GPU, and the effective "
                 "batch is not what the learning rate was tuned for. Converting the rest of the script would "

@@ -1692,15 +1692,50 @@ def test_the_sharded_sampler_splits_every_batch_of_a_batch_sampler() -> None:
     assert [a + b for a, b in zip(*shares)] == [[0, 2, 1, 3], [4, 6, 5, 7], [8, 9]]
 
 
-def test_an_endless_sampler_is_refused_when_it_is_wrapped_not_left_to_hang() -> None:
-    """`list(sampler)` never ends on a sampler without a length: say so at construction, on every process alike."""
+def test_an_endless_sampler_is_split_as_it_draws_and_keeps_its_own_methods() -> None:
+    """An endless batch sampler (audio tagging's balanced sampler) cannot be drawn a pass ahead.
+
+    Each process draws it an item at a time with the pass's seeded generators, so the processes
+    agree on every batch and each takes its share; the script's own random state is untouched,
+    len() fails as it did, and what the script asks of its sampler (state_dict) is the sampler's.
+    """
+    import random
+
     class Endless:
         def __iter__(self):
             while True:
-                yield 0
+                yield [random.randrange(1000) for _ in range(4)]
 
-    with pytest.raises(TypeError, match="Endless has no length"):
-        _sharded_sampler_class(0, 2)(Endless())
+        def state_dict(self):
+            return {"pointer": 7}
+
+    shares, after = [], []
+    for rank in range(2):
+        sampler = _sharded_sampler_class(rank, 2)(Endless(), seed=3, split_batches=True)
+        random.seed(rank)
+        batches = iter(sampler)
+        shares.append([next(batches) for _ in range(3)])
+        after.append(random.random())
+        assert sampler.state_dict() == {"pointer": 7}
+        with pytest.raises(TypeError):
+            len(sampler)
+    random.seed(3)
+    drawn = [[random.randrange(1000) for _ in range(4)] for _ in range(3)]
+    assert [[*a, *b] for a, b in zip(*shares)] == [batch[0::2] + batch[1::2] for batch in drawn]
+    assert after == [random.Random(0).random(), random.Random(1).random()]
+
+
+def test_a_finite_sampler_without_a_length_is_split_and_padded_like_one_with() -> None:
+    from torch.utils.data import SequentialSampler
+
+    class Stream:
+        def __iter__(self):
+            yield from range(11)
+
+    for batch_size in (None, 4):
+        shares = [list(_sharded_sampler_class(r, 2)(Stream(), batch_size=batch_size)) for r in range(2)]
+        sized = [list(_sharded_sampler_class(r, 2)(SequentialSampler(range(11)), batch_size=batch_size)) for r in range(2)]
+        assert shares == sized and len(shares[0]) == len(shares[1]) == 6
 
 
 def test_given_the_global_batch_each_process_takes_a_contiguous_part_of_every_batch() -> None:

@@ -42,6 +42,7 @@ TRAINED = [
     "model_rebuilt_under_phase_flag", "module_list_read_in_part", "loading_wrap_returned",
     "per_process_run_dir", "model_unwrapped_and_wrapped_again", "losses_listed_per_step", "gpu_option_else_wraps",
     "test_only_branch_exits", "resume_skip_with_loss_skip", "penalty_returned_through_a_helper",
+    "step_taken_by_a_loss_object", "step_taken_in_a_helper",
 ]  # fmt: skip
 
 
@@ -188,6 +189,13 @@ def assert_sampler_split(reference: dict, ranks: list[dict]) -> None:
     expected = original[0]["indices"]
     first = [passes[0]["indices"] for passes in per_rank]
     drawn = [index for indices in first for index in indices]
+    if drawn_by.get("endless"):
+        # An endless sampler's one pass, drawn alike in both runs: each step the ranks' parts make the original's batch.
+        steps = list(zip(*(_batches(passes[0]) for passes in per_rank)))
+        assert steps and [sorted(sum(step, [])) for step in steps] == [sorted(b) for b in _batches(original[0])[: len(steps)]]
+        assert all(len({len(part) for part in step}) == 1 for step in steps), "the ranks took batches of different sizes"
+        assert all(rank["replicas"] == ranks[0]["replicas"] for rank in ranks), "the ranks ended with different weights"
+        return
     if drawn_by["replacement"]:
         # Draws with replacement repeat samples by design: the ranks share one sequence of the original's
         # length (padded to a multiple of the world size), each an equal part, and not each the whole.

@@ -1888,3 +1888,204 @@ def test_names_a_whole_set_evaluation_binds_again_are_not_its_share() -> None:
     result = convert_source(source)
     assert result.changed
     assert [(f.line, f.code) for f in result.findings if f.code == "DDP427"] == [(19, "DDP427")]
+
+
+ARRAY_BATCHES = """
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+def iter_data(X, Y, n_batch):
+    for i in range(0, len(X), n_batch):
+        yield X[i:i + n_batch], Y[i:i + n_batch]
+"""
+
+
+def test_a_step_taken_in_a_helper_on_array_batches_is_refused_at_the_loop() -> None:
+    """`for x, y in iter_data(X, Y, 8): train_step(model, opt, x, y)`: the backward is in the helper, the batches
+    in the loop that calls it. Before, no loop around a backward was found, and every process trained on all of it
+    with exit 0."""
+    source = dedent(ARRAY_BATCHES) + dedent(
+        """
+
+        def train_step(model, opt, x, y):
+            loss = nn.functional.mse_loss(model(torch.tensor(x)), torch.tensor(y))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+        def main():
+            X, Y = np.random.randn(64, 4), np.random.randn(64, 1)
+            model = nn.DataParallel(nn.Linear(4, 1))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in iter_data(X, Y, 8):
+                    train_step(model, opt, x, y)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    result = convert_source(source)
+    assert [f.code for f in result.findings if f.severity == "error"] == ["DDP317"]
+    assert "iter_data(X, Y, 8)" in next(f.message for f in result.findings if f.code == "DDP317")
+    assert result.output == source
+
+
+def test_a_loop_over_models_that_calls_a_step_is_not_a_loop_over_batches() -> None:
+    """`for model in (a, b): train_step(model, x, y)` hands the step no batch from the loop: its batches come from
+    the loader around it, which is split."""
+    source = _script(
+        """
+        model = nn.DataParallel(nn.Linear(4, 1))
+
+        def train_step(net, x, y):
+            nn.functional.mse_loss(net(x), y).backward()
+        """,
+        """
+        for x, y in loader:
+            for net in (model,):
+                train_step(net, x, y)
+        """,
+    )
+    result = convert_source(source)
+    assert not [f for f in result.findings if f.severity == "error"], result.findings
+    assert "DistributedSampler(" in result.output
+
+
+def test_a_step_a_loss_object_of_another_module_takes_on_array_batches_is_refused(tmp_path) -> None:
+    """A language model's training loop over `iter_data(*shuffle(...))` of utils.py hands each batch to a loss object
+    of loss.py whose `__call__` runs the backward; the evaluation calls it with `only_return_losses=True`, which
+    returns before it. Only the training loop is refused (DDP317)."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    files = {
+        "utils.py": dedent(ARRAY_BATCHES),
+        "loss.py": dedent(
+            """
+            class LossCompute:
+                def __init__(self, criterion, opt):
+                    self.criterion = criterion
+                    self.opt = opt
+
+                def __call__(self, logits, y, only_return_losses=False):
+                    losses = self.criterion(logits, y)
+                    if only_return_losses:
+                        return losses
+                    losses.sum().backward()
+                    self.opt.step()
+                    self.opt.zero_grad()
+            """
+        ),
+        "train.py": dedent(
+            """
+            import numpy as np
+            import torch
+            import torch.nn as nn
+
+            from loss import LossCompute
+            from utils import iter_data
+
+
+            def evaluate(X, Y):
+                for x, y in iter_data(X, Y, 8):
+                    compute_loss(model(torch.tensor(x)), torch.tensor(y), only_return_losses=True)
+
+
+            def run_epoch(X, Y):
+                for x, y in iter_data(X, Y, 8):
+                    logits = model(torch.tensor(x))
+                    compute_loss(logits, torch.tensor(y))
+
+
+            if __name__ == "__main__":
+                X, Y = np.random.randn(64, 4), np.random.randn(64, 1)
+                model = nn.DataParallel(nn.Linear(4, 1))
+                compute_loss = LossCompute(nn.MSELoss(reduction="none"), torch.optim.SGD(model.parameters(), lr=0.1))
+                for epoch in range(2):
+                    run_epoch(X, Y)
+                    evaluate(X, Y)
+            """
+        ),
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    result = convert_project(tmp_path, {tmp_path / name: text for name, text in files.items()})
+    train = result.files[tmp_path / "train.py"]
+    assert isinstance(train, ConvertResult)
+    errors = [(f.code, f.line) for f in train.findings if f.severity == "error"]
+    assert errors == [("DDP317", 16)], train.findings
+    assert train.output == files["train.py"]
+
+
+def test_a_progress_bar_name_rebound_to_the_validation_loader_does_not_make_it_train() -> None:
+    """`tbar = tqdm(trainloader)` for the training loop, then `tbar = tqdm(valloader)` for the evaluation: the
+    training loop reads the first binding only. Before, the validation loader was split and reshuffled as training
+    data, and each process picked its best model on its own shard's score."""
+    source = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+        from tqdm import tqdm
+
+
+        def train(model, trainloader, valloader, optimizer):
+            best = 0.0
+            for epoch in range(2):
+                tbar = tqdm(trainloader)
+                for x, y in tbar:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                tbar = tqdm(valloader)
+                with torch.no_grad():
+                    score = -sum(nn.functional.mse_loss(model(x), y).item() for x, y in tbar)
+                if score > best:
+                    best = score
+                    torch.save(model.module.state_dict(), "best.pth")
+
+
+        def main():
+            valloader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=1, shuffle=False)
+            trainloader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            model = nn.DataParallel(nn.Linear(4, 1))
+            train(model, trainloader, valloader, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    result = convert_source(source)
+    assert not [f for f in result.findings if f.severity == "error"], result.findings
+    lines = result.output.splitlines()
+    assert "sampler=DistributedSampler(" in next(line for line in lines if "trainloader = DataLoader(" in line)
+    assert next(line for line in lines if "valloader = DataLoader(" in line).strip() == (
+        "valloader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=1, shuffle=False)"
+    )
+    assert "valloader.sampler" not in result.output
+
+
+def test_a_loader_bound_in_either_branch_is_split_on_both() -> None:
+    """A binding in one branch does not hide the other branch's from the loop after them."""
+    source = _script(
+        """
+        model = nn.DataParallel(nn.Linear(4, 1))
+        if torch.cuda.is_available():
+            data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+        else:
+            data = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8, shuffle=True)
+        """,
+        """
+        for x, y in data:
+            nn.functional.mse_loss(model(x), y).backward()
+        """,
+    )
+    result = convert_source(source)
+    assert result.output.count("sampler=DistributedSampler(") == 3, result.output

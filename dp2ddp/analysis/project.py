@@ -42,6 +42,7 @@ from .module import Analysis
 from .parameters import is_model_class, skipping_classes, unfreezing_methods
 from .paths import sys_path_folders
 from .roles import ModuleRole, Site
+from .steps import Flag, dotted, step_flags
 from .syntax import code_of
 
 # Spellings of a wrap: DataParallel itself, and the helper a conversion wraps with.
@@ -96,6 +97,28 @@ class _Module:
     # Wraps in the `__main__` block of a module the project imports: its self-test, not part of any program.
     self_test_wraps: int = 0
     entry: bool = False
+
+    @cached_property
+    def steppers(self) -> dict[str, tuple[Flag, ...]]:
+        """Functions (``train_step``) and methods (``LossCompute.__call__``) that take one training step each time
+        they run, directly or through another of them, each with the flags that choose whether it does."""
+        units: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = dict(self.functions)
+        for class_name, cls in self.classes.items():
+            units |= {f"{class_name}.{s.name}": s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        found: dict[str, tuple[Flag, ...]] = {}
+        while True:
+            more = {}
+            for name, unit in units.items():
+                owner = name.rpartition(".")[0]
+
+                def steps(spelled: str, owner: str = owner) -> bool:
+                    return spelled in found or bool(owner) and f"{owner}.{spelled.removeprefix('self.')}" in found
+
+                if name not in found and (flags := step_flags(unit, steps)) is not None:
+                    more[name] = flags
+            if not more:
+                return found
+            found |= more
 
     @property
     def is_package(self) -> bool:
@@ -313,7 +336,7 @@ class Project:
                     module.meters.add(statement.name)
                 if freezes_in_train(statement):
                     module.freezing.add(statement.name)
-                if any(_dotted(base) is not None and _dotted(base).rpartition(".")[2] == "DataParallel" for base in statement.bases):
+                if any(dotted(base) is not None and dotted(base).rpartition(".")[2] == "DataParallel" for base in statement.bases):
                     module.subclasses[statement.name] = statement
             elif _is_main_guard(statement) or (isinstance(statement, (ast.For, ast.While)) and _trains(statement)):
                 module.entry = True
@@ -324,7 +347,7 @@ class Project:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 module.import_nodes.append(node)
             elif isinstance(node, ast.Call):
-                spelled = _dotted(node.func)
+                spelled = dotted(node.func)
                 if spelled is None:
                     continue
                 module.calls.append((node, spelled))
@@ -668,6 +691,7 @@ class Project:
         loader_sources: dict[str, list[tuple[str, Site]]] = {}
         project_calls: dict[str, set[str]] = {}
         training_calls: dict[str, set[str]] = {}
+        step_calls: dict[str, dict[str, tuple[Flag, ...]]] = {}
         meters: dict[str, set[str]] = {}
         freezing: dict[str, set[str]] = {}
         subclass_wraps: dict[str, list[tuple[str, Site]]] = {}
@@ -680,6 +704,13 @@ class Project:
                 project_calls.setdefault(module.name, set()).add(qualified)
                 if self._reaches_training(target):
                     training_calls.setdefault(module.name, set()).add(qualified)
+                steppers = self.modules[target].steppers
+                if function in steppers:
+                    step_calls.setdefault(module.name, {})[qualified] = steppers[function]
+                # A class whose objects take a step when called or asked to (`LossCompute(...)`, then `compute(x, y)`).
+                step_calls.setdefault(module.name, {}).update(
+                    (f"{qualified}.{name.partition('.')[2]}", flags) for name, flags in steppers.items() if name.partition(".")[0] == function
+                )
                 if function in self.modules[target].meters:
                     meters.setdefault(module.name, set()).add(qualified)
                 if function in self.modules[target].freezing:
@@ -785,6 +816,7 @@ class Project:
                     else frozenset()
                 ),
                 training_calls=frozenset(training_calls.get(name, ())),
+                step_calls=tuple(sorted(step_calls.get(name, {}).items())) if name in self.converted or name in training else (),
                 batch_sizers=self._batch_sizers(module) if module.loaders else (),
                 augmentations=self._program_augmentations(name) if name in self.converted or name in self.loading else None,
                 pair_losses=self._program_pair_losses(name) if module.loaders else (),
@@ -950,7 +982,7 @@ class Project:
                 external = _external_names(module.tree)
                 for cls, definition in module.classes.items():
                     for base in definition.bases:
-                        spelled = _dotted(base)
+                        spelled = dotted(base)
                         if spelled is None:
                             continue
                         head, _, rest = spelled.partition(".")
@@ -1006,7 +1038,7 @@ class Project:
             current, cls = todo.pop()
             definition = current.classes.get(cls)
             for base in definition.bases if definition is not None else []:
-                spelled = _dotted(base)
+                spelled = dotted(base)
                 if spelled is None:
                     continue
                 if spelled in current.classes:
@@ -1350,7 +1382,7 @@ def _calls_at_top_level(module: _Module) -> bool:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
             continue
         for node in ast.walk(statement):
-            if isinstance(node, ast.Call) and (spelled := _dotted(node.func)) is not None:
+            if isinstance(node, ast.Call) and (spelled := dotted(node.func)) is not None:
                 if spelled in called or spelled.rpartition(".")[0] in called:
                     return True
     return False
@@ -1389,7 +1421,7 @@ def runs_inference_only(tree: ast.Module) -> bool:
     imports no code of its own that could train elsewhere: no backward, gradient, step or optimizer anywhere."""
     if not any(_is_main_guard(statement) for statement in tree.body):
         return False
-    loaders = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and (_dotted(n.func) or "").endswith("DataLoader")]
+    loaders = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and (dotted(n.func) or "").endswith("DataLoader")]
     if not loaders:
         return False
     for node in ast.walk(tree):
@@ -1407,7 +1439,7 @@ def may_train_in(tree: ast.AST) -> bool:
             continue
         if isinstance(node.func, ast.Attribute) and node.func.attr in ("backward", "step"):
             return True
-        if (spelled := _dotted(node.func)) is not None and may_train(spelled):
+        if (spelled := dotted(node.func)) is not None and may_train(spelled):
             return True
     return False
 
@@ -1438,16 +1470,6 @@ def _trains(loop: ast.stmt) -> bool:
     )
 
 
-
-
-def _dotted(func: ast.expr) -> str | None:
-    parts: list[str] = []
-    while isinstance(func, ast.Attribute):
-        parts.append(func.attr)
-        func = func.value
-    if not isinstance(func, ast.Name):
-        return None
-    return ".".join([func.id, *reversed(parts)])
 
 
 def _devnull_off_main(analysis: Analysis, call: cst.Call) -> bool:

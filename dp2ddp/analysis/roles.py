@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .steps import Flag
+
 
 @dataclass(frozen=True)
 class Site:
@@ -117,6 +119,10 @@ class ModuleRole:
     # imports, wraps a model or trains (`EdgeConnect(config)`, whose `train()` runs DDP's backward): code
     # that runs one may reach a collective, so no barrier goes around it.
     training_calls: frozenset[str] = frozenset()
+    # Qualified names of the other project functions this module calls that take one training step each time they
+    # run (`utils.train_step`), and of such methods of their classes (`loss.LossCompute.__call__`): a loop that calls
+    # one trains on the batches it hands it. Each comes with the flags that choose whether it takes its step.
+    step_calls: tuple[tuple[str, tuple[Flag, ...]], ...] = ()
     # Where the distributed helpers come from: a module of the project, or None to inline them.
     helpers_module: str | None = None
 

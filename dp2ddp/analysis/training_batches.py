@@ -9,6 +9,7 @@ detection, so the two cannot disagree.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from dp2ddp.analysis import names
+from dp2ddp.analysis.steps import Flag, skips_step, step_flags
 from dp2ddp.analysis.syntax import call_to, code_of, parameter_for
 
 if TYPE_CHECKING:
@@ -59,12 +61,14 @@ class TrainingBatches:
         holders = self.loader_holders(loaders)
         seen: set[int] = set()
         found: list[UnsplitBatches] = []
-        for backward in self.analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward")))):
-            loop = next((a for a in self.analysis.ancestors(backward) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
-            if not isinstance(loop, (cst.For, cst.While)) or id(loop) in seen:
+        for step, loss in self.steps:
+            loop = self._loop_of(step)
+            if loop is None or id(loop) in seen:
                 continue
             seen.add(id(loop))
-            source = self.batch_source(loop, backward)  # type: ignore[arg-type]
+            if not self._hands_on(step, loop, loss):
+                continue  # `for lr in rates: train_step(x, y, lr)`: the loop hands the step no batch
+            source = self.batch_source(loop, loss)
             if source is None or self.reaches(source, holders, depth=2) or self.handed_in(source, loop):
                 continue
             if self._unpacks_a_loader_batch(source, loop, holders):
@@ -235,11 +239,10 @@ class TrainingBatches:
     def _backward_sources(self) -> list[cst.CSTNode]:
         """What the loops around each ``backward()`` draw their batches from: the loop's iterable, or ``next(it)``."""
         sources: list[cst.CSTNode] = []
-        for backward in self.analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward")))):
-            loop = next((a for a in self.analysis.ancestors(backward) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
-            if not isinstance(loop, (cst.For, cst.While)):
+        for step, loss in self.steps:
+            loop = self._loop_of(step)
+            if loop is None:
                 continue
-            loss = self.analysis.reads(backward.func.value)  # type: ignore[attr-defined]
             assigns = list(self.analysis.within(loop.body, cst.Assign))
             copies = [e.value for e in self.analysis.within(loop.body, cst.Expr) if isinstance(e.value, cst.Call)]
             sources += [loop.iter] if isinstance(loop, cst.For) else []
@@ -265,12 +268,125 @@ class TrainingBatches:
             holders += [h for value in derived for h in self.analysis.holders(value) if (h.spelled, id(h.scope)) not in known]
         return holders
 
-    def batch_source(self, loop: cst.For | cst.While, backward: cst.Call) -> cst.CSTNode | None:
+    @cached_property
+    def steps(self) -> list[tuple[cst.Call, set[str]]]:
+        """The calls of this file that take a training step, each with the names its loss is computed from.
+
+        A ``backward()``, whose loss is what it differentiates. Or a call of a function that takes
+        one step each time it runs (its ``backward()`` in no loop of its own): ``train_step(model,
+        x, y)`` of this file or of another module of the project, or an object whose method runs
+        the backward (``compute_loss(x, y, logits)`` of a ``LossCompute``). Its loss is computed
+        from what the call is handed, and a loop that calls it trains on those batches.
+        """
+        backwards = self.analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward"))))
+        found = [(b, self.analysis.reads(b.func.value)) for b in backwards]  # type: ignore[attr-defined]
+        stepping = self._stepping_functions
+        for call in self.analysis.nodes(cst.Call):
+            if call not in backwards and self._takes_a_step(call, stepping):
+                found.append((call, self.analysis.reads(call)))
+        return found
+
+    def _hands_on(self, step: cst.Call, loop: cst.For | cst.While, loss: set[str]) -> bool:
+        """Whether a call that takes a step in a for loop is handed what the loop draws, or what is computed from it."""
+        if not isinstance(loop, cst.For) or m.matches(step.func, m.Attribute(attr=m.Name("backward"))) or self.counts_steps(loop.iter):
+            return True
+        drawn = {n.value for n in self.analysis.within(loop.target, cst.Name)}
+        return bool(self._flowing(drawn, list(self.analysis.within(loop.body, cst.Assign)), []) & loss)
+
+    def _loop_of(self, step: cst.Call) -> cst.For | cst.While | None:
+        """The innermost loop around ``step`` in its own function that may draw batches; None where there is none.
+
+        A loop over a display written out (``for net in (G, D):``, or a name bound to one) walks a
+        few objects the script names, not data: the loop around it draws the batches.
+        """
+        for loop in self.analysis.ancestors(step):
+            if isinstance(loop, cst.FunctionDef):
+                return None
+            if isinstance(loop, cst.While) or isinstance(loop, cst.For) and not self._walks_a_display(loop.iter):
+                return loop
+        return None
+
+    def _walks_a_display(self, iterable: cst.BaseExpression) -> bool:
+        displays = (cst.Tuple, cst.List, cst.Set)
+        if isinstance(iterable, cst.Name):
+            bindings = self.analysis.bindings(iterable) or [None]
+            return all(b is not None and isinstance(b.value, displays) for b in bindings)
+        return isinstance(iterable, displays)
+
+    @cached_property
+    def _stepping_functions(self) -> dict[cst.FunctionDef, tuple[Flag, ...]]:
+        """The functions of this file that take one training step each time they run, directly or through
+        another, each with the flags that choose whether it does."""
+        found: dict[cst.FunctionDef, tuple[Flag, ...]] = {}
+        while True:
+            names = {f.name.value for f in found}
+            more = {}
+            for function in self.analysis.nodes(cst.FunctionDef):
+                if function in found or not any(self._takes_a_step(c, found) for c in self.analysis.within(function, cst.Call)):
+                    continue
+                try:
+                    parsed = ast.parse(code_of(function)).body[0]
+                except SyntaxError:
+                    continue
+                flags = step_flags(parsed, lambda spelled: spelled.removeprefix("self.") in names)  # type: ignore[arg-type]
+                if flags is not None:
+                    more[function] = flags
+            if not more:
+                return found
+            found |= more
+
+    def _takes_a_step(self, call: cst.Call, stepping: dict[cst.FunctionDef, tuple[Flag, ...]]) -> bool:
+        """Whether ``call`` runs a backward once: itself, or a function or method among ``stepping`` or the
+        project's, unless a flag it passes (or leaves at its default) skips the step."""
+        if m.matches(call.func, m.Attribute(attr=m.Name("backward"))):
+            return True
+        flags = self._step_flags(call, stepping)
+        if flags is None:
+            return False
+        passed: dict[str | int, object] = {}
+        for position, arg in enumerate(call.args):
+            if arg.star:
+                return False  # `*args`, `**kwargs`: what it passes is not read here
+            passed[arg.keyword.value if arg.keyword is not None else position] = _constant(arg.value)
+        return not skips_step(flags, passed)
+
+    def _step_flags(self, call: cst.Call, stepping: dict[cst.FunctionDef, tuple[Flag, ...]]) -> tuple[Flag, ...] | None:
+        """The flags of the stepping function or method ``call`` runs; None where it runs none."""
+        callee = self.analysis.callee(call)
+        if callee in stepping:
+            return stepping[callee]  # type: ignore[index]
+        steps = dict(self.analysis.role.step_calls)
+        for qualified in self.analysis.qualified_names(call.func):
+            if qualified.name in steps:
+                return steps[qualified.name]
+        # `compute = LossCompute(...)`, then `compute(x, y)` or `compute.step(x, y)`: the object's method.
+        receiver, method = (call.func, "__call__") if isinstance(call.func, cst.Name) else (
+            (call.func.value, call.func.attr.value) if m.matches(call.func, m.Attribute(value=m.Name())) else (None, "")
+        )  # fmt: skip
+        if not isinstance(receiver, cst.Name):
+            return None
+        bindings = self.analysis.bindings(receiver) or []
+        if not bindings or any(b is None or not isinstance(b.value, cst.Call) for b in bindings):
+            return None
+        found: tuple[Flag, ...] | None = None
+        for binding in bindings:
+            built = binding.value.func  # type: ignore[union-attr]
+            flags = next((steps[f"{q.name}.{method}"] for q in self.analysis.qualified_names(built) if f"{q.name}.{method}" in steps), None)
+            if flags is None and isinstance(built, cst.Name):
+                cls = next((c for c in self.analysis.nodes(cst.ClassDef) if c.name.value == built.value), None)
+                own = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == method] if cls is not None else []
+                flags = stepping.get(own[0]) if own else None
+            if flags is None:
+                return None
+            found = flags
+        return found
+
+    def batch_source(self, loop: cst.For | cst.While, loss: set[str]) -> cst.CSTNode | None:
         """What a training loop takes its batches from: a for loop's iterable, or the fetch that produces them.
 
         In a loop that counts steps the batch is fetched inside, as ``x, y = next(it)`` or
-        ``x, y = data.get_batch()``: an assignment from a call whose values reach the loss that
-        ``backward`` differentiates. A fetch in a loop nested inside (a periodic evaluation) is not it,
+        ``x, y = data.get_batch()``: an assignment from a call whose values reach the names in ``loss``,
+        those the step's loss is computed from. A fetch in a loop nested inside (a periodic evaluation) is not it,
         nor a value the loss does not depend on (a learning rate for the step).
         """
         if isinstance(loop, cst.For) and not self.counts_steps(loop.iter):
@@ -285,7 +401,6 @@ class TrainingBatches:
             e.value for e in self.analysis.within(loop.body, cst.Expr)
             if isinstance(e.value, cst.Call) and not any(self.encloses(n, e) for n in nested)
         ]  # fmt: skip
-        loss = self.analysis.reads(backward.func.value)  # type: ignore[attr-defined]
         fetches = [
             a for a in assigns
             if isinstance(a.value, cst.Call) and isinstance(a.targets[0].target, (cst.Tuple, cst.Name))
@@ -319,7 +434,9 @@ class TrainingBatches:
 
         A call in ``copies`` that reads them passes them on to the object it is called on.
         """
-        flows = {n.value for t in fetch.targets for n in self.analysis.within(t.target, cst.Name)}
+        return self._flowing({n.value for t in fetch.targets for n in self.analysis.within(t.target, cst.Name)}, assigns, copies, fetch)
+
+    def _flowing(self, flows: set[str], assigns: list[cst.Assign], copies: list[cst.Call], fetch: cst.Assign | None = None) -> set[str]:
         changed = True
         while changed:
             changed = False
@@ -351,8 +468,8 @@ class TrainingBatches:
         if root is not source and isinstance(root, cst.Call) and any(
             self.handed_in(a.value, loop) for a in root.args
         ):  # fmt: skip
-            return code_of(root).strip()
-        return code_of(source).strip()
+            return " ".join(code_of(root).split())
+        return " ".join(code_of(source).split())
 
     def _bound_in_function(self, source: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
         """Where the one name a loop iterates is bound, in the loop's own function, if it is."""
@@ -383,3 +500,12 @@ class TrainingBatches:
             if function is not None and self.reaches(function.body, holders, depth - 1):
                 return True
         return False
+
+
+def _constant(value: cst.BaseExpression) -> object:
+    """What a constant argument holds (``True``, ``0``, ``"train"``); ``...`` for anything else."""
+    if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[value.value]
+    if isinstance(value, (cst.Integer, cst.Float, cst.SimpleString)):
+        return value.evaluated_value
+    return ...

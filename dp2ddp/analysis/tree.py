@@ -356,6 +356,58 @@ class Tree:
             found.append(assign if isinstance(assign, cst.Assign) else None)
         return found
 
+    def _reached(self, target: cst.Name) -> list[cst.CSTNode]:
+        """The reads of the name ``target`` binds that may see this binding, not another one of the same name.
+
+        ``tbar = tqdm(train_loader)``, the training loop over it, then ``tbar = tqdm(val_loader)``
+        and the evaluation loop: the training loop reads the first binding only. A later binding
+        hides this one from a read when it runs on every path to the read (its block holds the
+        read). A read in another function (a closure), or before every binding of its scope (the
+        next turn of a loop), may see any of them.
+        """
+        scope = self.scopes.get(target)
+        if scope is None or target.value not in scope:
+            return []
+        owner = self.owner(target)
+        # `loader = tqdm(loader)`, `train_loader = split_loader(train_loader)`: a binding made from this one's
+        # value still holds it, so it hides nothing.
+        others = [
+            a.node for a in scope.assignments[target.value]
+            if isinstance(a.node, cst.Name) and a.node is not target and a.node in self.index
+            and not (isinstance(bound := self._assigned(a.node), cst.BaseExpression) and target.value in self.reads(bound))
+        ]  # fmt: skip
+        at = self.index[target]
+        reached = []
+        for read in self.references(target):
+            where = self.index.get(read, -1)
+            if self.owner(read) is not owner:
+                reached.append(read)  # a closure reads the name when it is called
+            elif where > at:
+                if not any(at < self.index[o] < where and self._holds(self._block_of(o), read) for o in others):
+                    reached.append(read)
+            elif any(
+                isinstance(a, (cst.For, cst.While)) and at <= self.last[a]
+                and not any(self.index[a] < self.index[o] < where and self._holds(self._block_of(o), read) for o in others)
+                for a in self.ancestors(read)
+            ):  # fmt: skip
+                reached.append(read)  # the next turn of a loop around both, unless a binding in it comes first
+            elif not any(self.index[o] < where for o in others):
+                reached.append(read)  # read before every binding here: which one it sees is not for this scope to say
+        return reached
+
+    def _assigned(self, name: cst.Name) -> cst.BaseExpression | None:
+        """The value an assignment binds to ``name``; None for any other binding."""
+        target = self.parents.get(name)
+        assign = self.parents.get(target) if isinstance(target, cst.AssignTarget) else None
+        return assign.value if isinstance(assign, cst.Assign) else None
+
+    def _block_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The block (an indented block, or the module) whose statement holds ``node``."""
+        return next((a for a in self.ancestors(node) if isinstance(a, (cst.IndentedBlock, cst.Module))), self.module)
+
+    def _holds(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+        return self.index[outer] <= self.index[inner] <= self.last[outer]
+
     def references(self, name: cst.Name) -> list[cst.CSTNode]:
         """Where the name a binding binds is read, in any scope that sees that binding."""
         scope = self.scopes.get(name)
@@ -567,7 +619,7 @@ class Tree:
             self._add(f'{table}["{key}"]', scope, target, reads, depth, found, seen)
             return
         if isinstance(target, cst.Name):
-            self._add(target.value, self.owner(target), target, self.references(target), depth, found, seen)
+            self._add(target.value, self.owner(target), target, self._reached(target), depth, found, seen)
         elif m.matches(target, m.Attribute(value=m.Name("self"))):
             cls = next((a for a in self.ancestors(target) if isinstance(a, cst.ClassDef)), None)
             if cls is None:

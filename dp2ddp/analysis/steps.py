@@ -1,0 +1,134 @@
+"""Functions that take one training step each time they run, and the flags that choose whether they do.
+
+``train_step(model, x, y)`` runs a ``backward()`` in no loop of its own: a loop that calls it
+trains on what it hands it, as a loop around the ``backward()`` itself would. A flag of the
+function may choose the path: ``loss_compute(x, y, logits, only_return_losses=True)`` returns
+before its backward, and ``step(batch, train=False)`` skips the one under ``if train:``. A call
+that picks the path without the step by a constant (or by the flag's default) takes none.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+_REPEATED = (
+    ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+    ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+)  # fmt: skip
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A parameter of a stepping function whose truth chooses whether the step is taken."""
+
+    name: str
+    steps_when: bool  # the truth the parameter must have for the step to run
+    default: bool | None  # the truth of its default value; None when it has none or it is not a constant
+    position: int | None  # where a call passes it by position (after `self` for a method); None for keyword-only
+
+
+def calls_once(function: Function) -> Iterator[ast.Call]:
+    """The calls ``function`` makes at most once each time it runs: in no loop, comprehension or nested function."""
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _REPEATED):
+            continue
+        if isinstance(node, ast.Call):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def dotted(func: ast.expr) -> str | None:
+    """``a.b.c`` for a name or a dotted name, else None."""
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return None
+    return ".".join([func.id, *reversed(parts)])
+
+
+def step_flags(function: Function, steps: Callable[[str], bool]) -> tuple[Flag, ...] | None:
+    """The flags that choose whether ``function`` takes its step; None when it takes none.
+
+    A ``backward()`` takes a step, and so does a call ``steps`` accepts, spelled as written (a
+    stepping function of the same module). The first such call made once per run is the step.
+    """
+    step = next((c for c in calls_once(function) if _is_backward(c) or (spelled := dotted(c.func)) is not None and steps(spelled)), None)
+    if step is None:
+        return None
+    parameters = {a.arg: a for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)}
+    flags: dict[str, bool] = {}
+    for block, inside in _path(function, step):
+        for statement in block[: block.index(inside)] if inside in block else ():
+            # `if only_return_losses: return losses` before the step: the step needs the flag false.
+            if isinstance(statement, ast.If) and not statement.orelse and isinstance(statement.body[-1], (ast.Return, ast.Raise)):
+                flag = _flag(statement.test, parameters)
+                if flag is not None:
+                    flags.setdefault(flag[0], not flag[1])
+    for parent, child in _ancestry(function, step):
+        if isinstance(parent, ast.If) and (flag := _flag(parent.test, parameters)) is not None:
+            flags.setdefault(flag[0], flag[1] if child in parent.body else not flag[1])
+    order = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+    order = order[1:] if order[:1] in (["self"], ["cls"]) else order
+    return tuple(Flag(name, when, _default(function, name), order.index(name) if name in order else None) for name, when in flags.items())
+
+
+def skips_step(flags: tuple[Flag, ...], passed: dict[str | int, object]) -> bool:
+    """Whether a call surely skips the step, by what it passes (constants by keyword or position, ``...`` for
+    any other value) or by a flag's default it leaves as it is."""
+    for flag in flags:
+        key = flag.name if flag.name in passed else flag.position if flag.position in passed else None
+        if key is None:
+            if flag.default is not None and flag.default != flag.steps_when:
+                return True
+        elif passed[key] is not ... and bool(passed[key]) != flag.steps_when:
+            return True
+    return False
+
+
+def _is_backward(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
+
+
+def _flag(test: ast.expr, parameters: dict[str, ast.arg]) -> tuple[str, bool] | None:
+    """``p`` or ``not p`` for a parameter ``p``: its name, and whether the test holds when it is true."""
+    if isinstance(test, ast.Name) and test.id in parameters:
+        return test.id, True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name) and test.operand.id in parameters:
+        return test.operand.id, False
+    return None
+
+
+def _default(function: Function, name: str) -> bool | None:
+    arguments = function.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaults = dict(zip([a.arg for a in positional][len(positional) - len(arguments.defaults) :], arguments.defaults))
+    defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None}
+    value = defaults.get(name)
+    return bool(value.value) if isinstance(value, ast.Constant) else None
+
+
+def _ancestry(function: ast.AST, target: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+    """(parent, child) pairs from ``function`` down to ``target``."""
+    for child in ast.iter_child_nodes(function):
+        if child is target:
+            return [(function, child)]
+        found = _ancestry(child, target)
+        if found:
+            return [(function, child), *found]
+    return []
+
+
+def _path(function: Function, target: ast.AST) -> Iterator[tuple[list[ast.stmt], ast.AST]]:
+    """Each statement block on the way to ``target``, with the statement of it that holds ``target``."""
+    for parent, child in _ancestry(function, target):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and child in block:
+                yield block, child

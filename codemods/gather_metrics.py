@@ -201,6 +201,9 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         self.progress_reported: set[cst.SimpleStatementLine] = set()
         # Functions that return their share's numbers, and whether a name holds them at a line (DDP427).
         self._returning: set[str] = set()
+        # Names of an enclosing scope that a function fills with its share's numbers (`state["train_loss"] =
+        # loss_avg` in a nested `train()`), each with the functions whose calls do (DDP427).
+        self._filled_by: dict[str, set[str]] = {}
         self._from_training: dict[tuple[str, int], bool] = {}
 
     # -- detection, on the original tree --------------------------------------------
@@ -286,7 +289,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 if any(r.value is not None and self._unreduced_reads(r.value) & tainted.get(f, set()) for r in analysis.within(f, cst.Return))
             }  # fmt: skip
             self._returning = returning
-            grown = False
+            grown = self._fill_enclosing(analysis, tainted, seeds, reduced)
             for assign in analysis.nodes(cst.Assign):
                 call = assign.value
                 if not isinstance(call, cst.Call) or not m.matches(call.func, m.Name() | m.Attribute(value=m.Name("self"))):
@@ -312,6 +315,30 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             shown = {n for n in self._unreduced_reads(statement) & names_ if self._last_from_training(n, statement, names_)}
             if shown:
                 self.report(statement, "DDP427", value=sorted(shown, key=lambda n: (len(n), n))[0])
+
+    def _fill_enclosing(
+        self, analysis: Analysis, tainted: dict[cst.CSTNode, set[str]], seeds: dict[cst.CSTNode, set[str]], reduced: set[str]
+    ) -> bool:
+        """Seed the enclosing scope's names that a function fills, not binds, with its share's numbers.
+
+        ``state["train_loss"] = loss_avg`` or ``history.append(loss)`` in a nested ``train()``
+        changes the ``state`` or ``history`` of the function around it, which prints it. Whether
+        anything grew is returned.
+        """
+        grown = False
+        for function, names_ in list(tainted.items()):
+            if not isinstance(function, cst.FunctionDef):
+                continue
+            bound = _bound_in(analysis, function)
+            for name in names_ - bound - reduced:
+                outer = next((a for a in analysis.ancestors(function) if isinstance(a, (cst.FunctionDef, cst.Module)) and name in _bound_in(analysis, a)), None)
+                if outer is None:
+                    continue
+                self._filled_by.setdefault(name, set()).add(function.name.value)
+                if name not in seeds.get(outer, set()):
+                    seeds.setdefault(outer, set()).add(name)
+                    grown = True
+        return grown
 
     def _unreduced_reads(self, node: cst.CSTNode) -> set[str]:
         """What ``node`` reads outside the values planned to be reduced on its line."""
@@ -396,9 +423,32 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if m.matches(e.value, m.Call(func=m.Attribute(value=m.Name(name)))) and analysis.index[e] < analysis.index[node]
             and _scope(analysis, e) is scope
         ]  # fmt: skip
+        # `train()`, a nested function that fills `state` with its share's numbers: a change from training.
+        fillers = self._filled_by.get(name, set())
+        filled = [
+            c for c in analysis.within(scope, cst.Call)
+            if fillers and m.matches(c.func, m.Name(m.MatchIfTrue(lambda n: n in fillers)))
+            and analysis.index[c] < analysis.index[node] and _scope(analysis, c) is scope
+        ]  # fmt: skip
         if not bindings or depth > 12:
             return True
-        last = max([*bindings, *changes], key=lambda b: analysis.index[b])
+        for last in sorted([*bindings, *changes, *filled], key=lambda b: analysis.index[b], reverse=True):
+            if last in filled:
+                return True
+            if isinstance(last, cst.Assign) and all(m.matches(t.target, m.Subscript() | m.Attribute()) for t in last.targets):
+                # `state["epoch"] = epoch`: an entry added beside the others, which the container still holds.
+                read = analysis.reads(last.value) & tainted
+                if any(self._last_from_training(other, last, tainted, depth + 1) for other in read):
+                    return True
+                continue
+            return self._from_binding(name, node, last, tainted, depth)
+        return False
+
+    def _from_binding(
+        self, name: str, node: cst.CSTNode, last: cst.Assign | cst.AugAssign | cst.For | cst.Call, tainted: set[str], depth: int
+    ) -> bool:
+        """Whether the value ``last`` gives ``name`` comes from a training loop."""
+        analysis = self.analysis
         if any(isinstance(a, (cst.For, cst.While)) and self._trains(a) for a in (last, *analysis.ancestors(last))):
             return True
         if isinstance(last, cst.Call):
@@ -882,6 +932,35 @@ class _ReduceValues(cst.CSTTransformer):
 
 def _scope(analysis: Analysis, node: cst.CSTNode) -> cst.CSTNode:
     return next((a for a in analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Module))), analysis.module)
+
+
+def _bound_in(analysis: Analysis, scope: cst.CSTNode) -> set[str]:
+    """The names ``scope`` binds as its own: assigned as a whole, a loop's target, a parameter, or declared there."""
+    bound = set()
+    for node in (*analysis.within(scope, cst.AssignTarget), *analysis.within(scope, cst.AugAssign), *analysis.within(scope, cst.For)):
+        target = node.target
+        if _scope(analysis, node) is scope:
+            bound |= {n.value for n in analysis.within(target, cst.Name) if not _inside_subscript_or_attribute(analysis, n, target)}
+    if isinstance(scope, cst.FunctionDef):
+        bound |= {p.name.value for p in analysis.within(scope.params, cst.Param)}
+    for declared in (*analysis.within(scope, cst.Global), *analysis.within(scope, cst.Nonlocal)):
+        if _scope(analysis, declared) is scope:
+            bound -= {n.name.value for n in declared.names}
+    return bound
+
+
+def _inside_subscript_or_attribute(analysis: Analysis, name: cst.Name, target: cst.CSTNode) -> bool:
+    """Whether ``name`` in ``target`` is the object of an item or attribute assignment (``state["k"] = ...``)."""
+    return any(isinstance(a, (cst.Subscript, cst.Attribute)) for a in _between(analysis, name, target))
+
+
+def _between(analysis: Analysis, node: cst.CSTNode, top: cst.CSTNode) -> list[cst.CSTNode]:
+    found = []
+    for ancestor in analysis.ancestors(node):
+        found.append(ancestor)
+        if ancestor is top:
+            break
+    return found
 
 
 # Methods that keep what they are handed: a list's, a set's, a deque's, a meter's.

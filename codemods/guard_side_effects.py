@@ -722,6 +722,29 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         AddImportsVisitor.add_needed_import(self.context, "os")
         return add_helper(module, self.facts, names.MAIN_PROCESS_HELPER, MAIN_PROCESS_HELPER_SOURCE)
 
+    def leave_With(self, original_node: cst.With, updated_node: cst.With) -> cst.With:
+        """``with open(log, "w") as f:`` around code that cannot go under a guard whole (a training loop):
+        the other processes open ``os.devnull``, so only the main process writes the file and none truncates it."""
+        if self._kind(original_node) == EFFECT or under_rank_guard(self, original_node):
+            return updated_node
+        items = []
+        for original, item in zip(original_node.items, updated_node.items):
+            call = item.item
+            if opens_for_writing(self, original.item) and isinstance(call, cst.Call) and call.args and not call.args[0].keyword:
+                path = call.args[0]
+                if names.MAIN_PROCESS_HELPER not in code_of(path.value):
+                    self.uses_helper = True
+                    AddImportsVisitor.add_needed_import(self.context, "os")
+                    on_main = cst.IfExp(test=_guard_call(), body=path.value, orelse=cst.parse_expression("os.devnull"))
+                    item = item.with_changes(item=call.with_changes(args=[path.with_changes(value=on_main), *call.args[1:]]))
+                    if isinstance(original.asname, cst.AsName) and isinstance(original.asname.name, cst.Name):
+                        for read in self.analysis.references(original.asname.name):
+                            if attribute_read(self.analysis, read) is not None:
+                                self.report(read, "DDP418", writer=original.asname.name.value, how="the others open os.devnull")
+                                break
+            items.append(item)
+        return updated_node.with_changes(items=items)
+
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         if original_node not in self.shared_values:
             return updated_node

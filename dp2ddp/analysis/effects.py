@@ -198,6 +198,12 @@ class ProcessEffects:
                 # `print = logger.info`, `log = print`: the name prints or logs from then on.
                 self.log_functions.add(target)
         self.log_functions = {name for name in self.log_functions if self._called_directly(name)}
+        # `with open(path, "w") as log:`: the name writes the file inside the block.
+        for item in analysis.nodes(cst.WithItem):
+            if isinstance(item.asname, cst.AsName) and isinstance(item.asname.name, cst.Name) and (
+                analysis.matches(item.item, call_to(names.WRITER_CONSTRUCTORS)) or opens_for_writing(analysis, item.item)
+            ):  # fmt: skip
+                self.writers.add(item.asname.name.value)
         self.functions = script_functions(analysis.module, analysis)
         # Calls in each function's body, found once for the fixpoints below.
         self._calls_in = {name: analysis.within(function.body, cst.Call) for name, function in self.functions.items()}

@@ -178,7 +178,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             return updated_node.args[0].value.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar) if updated_node.lpar else updated_node.args[0].value
         if original_node in self.conversions:
             unused = original_node in self.lifecycle.unused_parameters
-            return self._wrap_call(updated_node, drop_device_moves=self.conversions[original_node], unused_parameters=unused)
+            static = original_node in self.lifecycle.static_graph
+            return self._wrap_call(updated_node, drop_device_moves=self.conversions[original_node], unused_parameters=unused, static_graph=static)
         inner = original_node.func.value if isinstance(original_node.func, cst.Attribute) else None
         if isinstance(inner, cst.Call) and inner in self.conversions and m.matches(original_node, DEVICE_MOVE):
             # DataParallel(model).cuda(): the helper already moved the model.
@@ -214,7 +215,7 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         """``torch.cuda.set_device(0)``: after setup_distributed() it would move every process to GPU 0."""
         return self.matches(call, call_to({"torch.cuda.set_device"})) and m.matches(argument(call, 0, "device"), m.Integer("0"))
 
-    def _wrap_call(self, call: cst.Call, drop_device_moves: bool, unused_parameters: bool) -> cst.Call:
+    def _wrap_call(self, call: cst.Call, drop_device_moves: bool, unused_parameters: bool, static_graph: bool = False) -> cst.Call:
         wrapped = argument(call, 0, "module")
         assert wrapped is not None
         if drop_device_moves:
@@ -223,7 +224,10 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         dim = argument(call, 3, "dim")
         if dim is not None:
             args.append(keyword_arg("dim", dim))
-        if unused_parameters:
+        if static_graph:
+            # Several forwards per backward: find_unused_parameters=True would mark a parameter ready twice (DDP245).
+            args.append(keyword_arg("static_graph", cst.Name("True")))
+        elif unused_parameters:
             args.append(keyword_arg("find_unused_parameters", cst.Name("True")))
         return cst.Call(func=cst.Name(names.WRAP_HELPER), args=args)
 

@@ -1069,6 +1069,32 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP245",
+            "several-forwards-per-backward",
+            "note",
+            "`{model}` runs {count} forwards before one backward here ({lines}), and its wrap needs unused parameters "
+            "handled ({reason}): with find_unused_parameters=True DDP stops at the first backward where the forwards "
+            "use different parameters, so static_graph=True is passed to the wrap instead; it requires the parameters "
+            "each step uses to be the same at every step, and stops with 'Your training graph has changed' if not",
+            doc=_doc(
+                "Finds a wrapped model called two or more times before one `backward()` in a training loop (a "
+                "source and a target batch, two views, a feature mode beside a classifier mode), where convert would "
+                "pass `find_unused_parameters=True` to the wrap (DDP215, DDP231, DDP232, DDP233, DDP238).",
+                "With `find_unused_parameters=True`, each forward makes DDP search the graph from its outputs and "
+                "mark what it does not reach as unused. A parameter the last forward skips but an earlier one used "
+                "is then marked ready twice, and the backward stops with 'Expected to mark a variable ready only "
+                "once'. `static_graph=True` learns at the first step which parameters a step uses, and accepts "
+                "several forwards per step.",
+                "model = nn.DataParallel(models.create(args.arch))\n...\nsource = model(inputs)\n"
+                "features = model(inputs_target, 'tgt_feat')\n(criterion(source, pids) + memory(features)).backward()",
+                "model = wrap_ddp(models.create(args.arch), static_graph=True)\n...\nsource = model(inputs)\n"
+                "features = model(inputs_target, 'tgt_feat')\n(criterion(source, pids) + memory(features)).backward()",
+                "An edit that is right or stops: if a step uses other parameters than the first step did (a layer "
+                "dropped at random), DDP raises at that step instead of training wrongly; run one forward per "
+                "backward then.",
+            ),
+        ),
+        Rule(
             "DDP236",
             "part-wrap-beside-whole-wrap",
             "note",

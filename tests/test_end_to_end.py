@@ -43,6 +43,7 @@ TRAINED = [
     "per_process_run_dir", "model_unwrapped_and_wrapped_again", "losses_listed_per_step", "gpu_option_else_wraps",
     "test_only_branch_exits", "resume_skip_with_loss_skip", "penalty_returned_through_a_helper",
     "step_taken_by_a_loss_object", "step_taken_in_a_helper", "state_dict_filled_by_train",
+    "two_forwards_one_backward",
 ]  # fmt: skip
 
 

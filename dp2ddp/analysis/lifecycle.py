@@ -149,6 +149,8 @@ class ModelLifecycle:
         self.submodule_sides: dict[cst.BaseSuite, tuple[str, list[cst.SimpleStatementLine]]] = {}
         # Wraps whose model has parameters its forward never uses.
         self.unused_parameters: dict[cst.Call, str] = {}
+        # Those of them whose model runs several forwards before one backward: static_graph=True instead.
+        self.static_graph: set[cst.Call] = set()
         # Values of the loss that a skip tests (`loss`, `loss.item()`): they become its average
         # over processes, so every process skips the same backward passes.
         self.agreed_losses: set[cst.BaseExpression] = set()
@@ -196,6 +198,8 @@ class ModelLifecycle:
             self.model_names |= returned.names
             self._after_the_wrap(returned)
         self._training_steps()
+        if around is None:
+            self._several_forwards_per_backward()
         self._optimizers()
         # For check too: a device read from a variable is the same question in a DDP script (DDP539).
         self._devices()
@@ -1576,6 +1580,37 @@ class ModelLifecycle:
                 continue  # `critic(x)` is a call of critic, not a value computed from what critic was built of
             found |= self._sources(child, before, scope, stops, depth)
         return found
+
+    def _several_forwards_per_backward(self) -> None:
+        """A wrap given find_unused_parameters=True whose model runs two or more forwards before one backward in a
+        loop: DDP marks a parameter one forward skips as unused, then gets its gradient from another (DDP245)."""
+        for wrap in self.wraps:
+            if wrap.call not in self.unused_parameters:
+                continue
+            for backward in self.analysis.findall(m.Call(func=m.Attribute(attr=m.Name("backward")))):
+                loop = next((a for a in self.analysis.ancestors(backward) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
+                if not isinstance(loop, (cst.For, cst.While)):
+                    continue
+                forwards = [
+                    c for c in self.analysis.within(loop.body, cst.Call)
+                    if code_of(c.func).removeprefix("self.").removesuffix(".module") in wrap.names
+                    and self.analysis.index[c] < self.analysis.index[backward]
+                    and self._loop(c) is loop and not self._without_graph(c)
+                ]  # fmt: skip
+                if len(forwards) < 2:
+                    continue
+                self.static_graph.add(wrap.call)
+                lines = ", ".join(f"line {self.analysis.position(c).start.line}" for c in forwards)
+                details = (("model", code_of(forwards[0].func)), ("count", str(len(forwards))), ("lines", lines), ("reason", self.unused_parameters[wrap.call]))
+                self.findings.append(Hazard(backward, "DDP245", details))
+                break
+
+    def _without_graph(self, call: cst.Call) -> bool:
+        """A forward under ``torch.no_grad()``: it builds no graph, so DDP prepares no backward for it."""
+        return any(
+            isinstance(a, cst.With) and any(m.matches(i.item, m.Call(func=m.Attribute(attr=m.Name("no_grad")) | m.Name("no_grad"))) for i in a.items)
+            for a in self.analysis.ancestors(call)
+        )
 
     def _is_forward(self, call: cst.Call) -> bool:
         """A call of a wrapped model (``model(x)``, ``self.model(x)``), or of the module inside it."""

@@ -1072,7 +1072,7 @@ RULES: dict[str, Rule] = {
             "DDP245",
             "several-forwards-per-backward",
             "note",
-            "`{model}` runs {count} forwards before one backward here ({lines}), and its wrap needs unused parameters "
+            "`{model}` runs {count} forwards before one backward ({lines}), and its wrap needs unused parameters "
             "handled ({reason}): with find_unused_parameters=True DDP stops at the first backward where the forwards "
             "use different parameters, so static_graph=True is passed to the wrap instead; it requires the parameters "
             "each step uses to be the same at every step, and stops with 'Your training graph has changed' if not",

@@ -2089,3 +2089,77 @@ def test_a_loader_bound_in_either_branch_is_split_on_both() -> None:
     )
     result = convert_source(source)
     assert result.output.count("sampler=DistributedSampler(") == 3, result.output
+
+
+def test_a_trainer_module_that_runs_the_handed_model_twice_per_backward_gets_a_static_graph(tmp_path) -> None:
+    """Domain adaptation: the entry wraps a model whose class may skip its head and hands it to a Trainer of another
+    module, whose loop runs a source forward and a feature forward before one backward. find_unused_parameters=True
+    stopped that run at its first backward; static_graph=True trains it (DDP245)."""
+    from dp2ddp.api import ConvertResult
+    from dp2ddp.projects import convert_project
+
+    files = {
+        "models.py": dedent(
+            """
+            import torch
+            import torch.nn as nn
+
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.base = nn.Linear(4, 8)
+                    self.head = nn.Linear(8, 3)
+
+                def forward(self, x, mode=None):
+                    h = torch.relu(self.base(x))
+                    if mode == "feat":
+                        return h
+                    return self.head(h)
+            """
+        ),
+        "trainers.py": dedent(
+            """
+            import torch.nn as nn
+
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model
+
+                def train(self, loader, optimizer):
+                    for source, labels, target in loader:
+                        logits = self.model(source)
+                        features = self.model(target, "feat")
+                        loss = nn.functional.cross_entropy(logits, labels) + features.pow(2).mean()
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+            """
+        ),
+        "main.py": dedent(
+            """
+            import torch
+            import torch.nn as nn
+            from torch.utils.data import DataLoader, TensorDataset
+
+            from models import Net
+            from trainers import Trainer
+
+            if __name__ == "__main__":
+                data = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)), torch.randn(32, 4))
+                loader = DataLoader(data, batch_size=8, shuffle=True)
+                model = nn.DataParallel(Net())
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(2):
+                    Trainer(model).train(loader, optimizer)
+            """
+        ),
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    result = convert_project(tmp_path, {tmp_path / name: text for name, text in files.items()})
+    main = result.files[tmp_path / "main.py"]
+    assert isinstance(main, ConvertResult)
+    assert "wrap_ddp(Net(), static_graph=True)" in main.output
+    assert "DDP245" in {f.code for f in main.findings}

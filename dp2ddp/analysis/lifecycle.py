@@ -1604,6 +1604,13 @@ class ModelLifecycle:
                 details = (("model", code_of(forwards[0].func)), ("count", str(len(forwards))), ("lines", lines), ("reason", self.unused_parameters[wrap.call]))
                 self.findings.append(Hazard(backward, "DDP245", details))
                 break
+            elsewhere = [(callee, site) for callee, site in self.analysis.role.repeated_forwards if callee in wrap.names]
+            if wrap.call not in self.static_graph and elsewhere:
+                # `trainer = Trainer(model, ...)`, whose loop runs `self.model(...)` twice before its backward.
+                callee, site = elsewhere[0]
+                self.static_graph.add(wrap.call)
+                details = (("model", callee), ("count", "several"), ("lines", f"before the backward at {site}"), ("reason", self.unused_parameters[wrap.call]))
+                self.findings.append(Hazard(wrap.call, "DDP245", details))
 
     def _without_graph(self, call: cst.Call) -> bool:
         """A forward under ``torch.no_grad()``: it builds no graph, so DDP prepares no backward for it."""

@@ -42,7 +42,7 @@ from .module import Analysis
 from .parameters import is_model_class, skipping_classes, unfreezing_methods
 from .paths import sys_path_folders
 from .roles import ModuleRole, Site
-from .steps import Flag, dotted, step_flags
+from .steps import Flag, dotted, repeated_forwards, step_flags
 from .syntax import code_of
 
 # Spellings of a wrap: DataParallel itself, and the helper a conversion wraps with.
@@ -830,6 +830,7 @@ class Project:
                 downloading_classes=self._downloading_classes(name) if name in self.converted else frozenset(),
                 unreferenced_functions=self._unreferenced_functions(name) if name in self.converted else frozenset(),
                 skipping_classes=self._skipping_classes(module) if name in self.converted else (),
+                repeated_forwards=self._program_repeated_forwards(name) if name in self.wrapping and name in self.converted else (),
                 subclass_wraps=tuple(dict.fromkeys(subclass_wraps.get(name, ()))),
                 meets_wrapped_models=any(name in self.reach[entry] for entry in self.drivers),
                 local_devices=local_devices if name in self.converted else frozenset(),
@@ -1007,6 +1008,16 @@ class Project:
                 if any(referenced(tree, loss, span if tree is module.tree else range(0)) for tree in users):
                     found.append((loss, Site(module.path.relative_to(self.root).as_posix(), line)))
         return tuple(found)
+
+    def _program_repeated_forwards(self, name: str) -> tuple[tuple[str, Site], ...]:
+        """What the other modules of module ``name``'s programs call two or more times before one backward
+        (a trainer's ``self.model(source)`` and ``self.model(target, "feat")``), by the last part of its spelling."""
+        program = set(self.reachable(name)).union(*(reached for reached in self.reach.values() if name in reached))
+        found: dict[str, Site] = {}
+        for other in sorted(program - {name}):
+            for callee, backward in repeated_forwards(self.modules[other].tree):
+                found.setdefault(callee, self.site(self.modules[other], backward))
+        return tuple(found.items())
 
     def _skipping_classes(self, module: _Module) -> tuple[tuple[str, str, Site], ...]:
         """The model classes of the modules ``module`` reaches, but its own, that may leave a sub-module without a

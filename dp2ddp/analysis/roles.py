@@ -91,6 +91,9 @@ class ModuleRole:
     # without a gradient: (qualified name, the sub-module, where the class is). A DDP wrap of one, or of a model
     # convert cannot follow to its class, needs find_unused_parameters=True.
     skipping_classes: tuple[tuple[str, str, Site], ...] = ()
+    # What the other modules of this module's programs call two or more times before one backward, by the last part of
+    # its spelling (`model` for `self.model(...)`), with where: a wrapped model of that name runs several forwards per step.
+    repeated_forwards: tuple[tuple[str, Site], ...] = ()
     # `torch.cuda.set_device(...)` calls in unconverted modules of this entry point's programs, with where: after
     # setup_distributed() they would move every process to one GPU.
     foreign_set_devices: tuple[tuple[str, Site], ...] = ()

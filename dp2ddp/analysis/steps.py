@@ -32,14 +32,7 @@ class Flag:
 
 def calls_once(function: Function) -> Iterator[ast.Call]:
     """The calls ``function`` makes at most once each time it runs: in no loop, comprehension or nested function."""
-    stack: list[ast.AST] = list(function.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, _REPEATED):
-            continue
-        if isinstance(node, ast.Call):
-            yield node
-        stack.extend(ast.iter_child_nodes(node))
+    return _calls_in_turn(function.body)
 
 
 def dotted(func: ast.expr) -> str | None:
@@ -132,3 +125,29 @@ def _path(function: Function, target: ast.AST) -> Iterator[tuple[list[ast.stmt],
             block = getattr(parent, field, None)
             if isinstance(block, list) and child in block:
                 yield block, child
+
+
+def repeated_forwards(tree: ast.AST) -> Iterator[tuple[str, ast.Call]]:
+    """Callables a loop calls two or more times before its ``backward()`` (``self.model(source)``, then
+    ``self.model(target, "feat")``): each by the last part of its spelling, with the backward."""
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+            continue
+        calls = list(_calls_in_turn(loop.body))
+        for backward in (c for c in calls if _is_backward(c)):
+            before = [dotted(c.func) for c in calls if (c.lineno, c.col_offset) < (backward.lineno, backward.col_offset)]
+            spelled = [s for s in before if s is not None]
+            for name in sorted({s for s in spelled if spelled.count(s) > 1}):
+                yield name.rpartition(".")[2], backward
+
+
+def _calls_in_turn(body: list[ast.stmt]) -> Iterator[ast.Call]:
+    """The calls one turn of a loop makes at most once: in no nested loop, comprehension or function."""
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _REPEATED):
+            continue
+        if isinstance(node, ast.Call):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))

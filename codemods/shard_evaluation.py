@@ -191,6 +191,9 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
         # (name, where it is visible, and for a tuple the caller kept whole, the loader's place in it)
         pending: list[tuple[str, cst.CSTNode, int | None]] = [(stem, analysis.module, None)]
         seen: set[tuple[str, int, int | None]] = set()
+        # The one plain name binding an alias was followed from, where it has just one: (name, scope) -> target.
+        bound_at: dict[tuple[str, int], cst.Name] = {}
+        followed: dict[tuple[str, int], set[int]] = {}
         while pending:
             name, within, position = pending.pop()
             if (name, id(within), position) in seen:
@@ -198,9 +201,13 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
             seen.add((name, id(within), position))
             # `loaders["val"]`, a loader kept under a key of a dict: its reads spelled so.
             keyed = [n for n in analysis.within(within, cst.Subscript) if code_of(n) == name] if "[" in name else []
+            # `tbar = tqdm(val_loader)` after `tbar = tqdm(train_loader)`: only the reads that binding reaches.
+            reached = {id(r) for r in analysis.reached(bound_at[(name, id(within))])} if (name, id(within)) in bound_at else None
             for node in [*analysis.within(within, cst.Name), *keyed]:
                 parent = analysis.parents[node]
                 if isinstance(node, cst.Name) and node.value != name or isinstance(parent, cst.Param):
+                    continue
+                if reached is not None and isinstance(node, cst.Name) and id(node) not in reached and not isinstance(parent, cst.AssignTarget):
                     continue
                 if isinstance(parent, cst.AssignTarget):
                     continue  # `loaders["val"] = DataLoader(...)`: the loader being bound
@@ -233,6 +240,13 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                         alias = target.target
                         if isinstance(alias, (cst.Name, cst.Attribute)):
                             owner = analysis.module if isinstance(alias, cst.Attribute) else owner_of(analysis, parent)
+                            key = (code_of(alias).rsplit(".", 1)[-1], id(owner))
+                            followed.setdefault(key, set()).add(id(alias))
+                            if isinstance(alias, cst.Name) and len(followed[key]) == 1:
+                                bound_at[key] = alias
+                            elif bound_at.pop(key, None) is not None:
+                                # Followed from a second binding: every read counts, so the name is read again.
+                                seen.discard((key[0], key[1], None))
                             pending.append((code_of(alias).rsplit(".", 1)[-1], owner, None))
                     continue
                 if isinstance(loop, cst.CompFor):

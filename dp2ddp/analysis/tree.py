@@ -356,7 +356,7 @@ class Tree:
             found.append(assign if isinstance(assign, cst.Assign) else None)
         return found
 
-    def _reached(self, target: cst.Name) -> list[cst.CSTNode]:
+    def reached(self, target: cst.Name) -> list[cst.CSTNode]:
         """The reads of the name ``target`` binds that may see this binding, not another one of the same name.
 
         ``tbar = tqdm(train_loader)``, the training loop over it, then ``tbar = tqdm(val_loader)``
@@ -619,7 +619,7 @@ class Tree:
             self._add(f'{table}["{key}"]', scope, target, reads, depth, found, seen)
             return
         if isinstance(target, cst.Name):
-            self._add(target.value, self.owner(target), target, self._reached(target), depth, found, seen)
+            self._add(target.value, self.owner(target), target, self.reached(target), depth, found, seen)
         elif m.matches(target, m.Attribute(value=m.Name("self"))):
             cls = next((a for a in self.ancestors(target) if isinstance(a, cst.ClassDef)), None)
             if cls is None:

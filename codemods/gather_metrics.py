@@ -204,6 +204,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         # Names of an enclosing scope that a function fills with its share's numbers (`state["train_loss"] =
         # loss_avg` in a nested `train()`), each with the functions whose calls do (DDP427).
         self._filled_by: dict[str, set[str]] = {}
+        # The entries they fill so (`train_loss`), or None where some are not known.
+        self._filled_keys: dict[str, set[str] | None] = {}
         self._from_training: dict[tuple[str, int], bool] = {}
 
     # -- detection, on the original tree --------------------------------------------
@@ -242,11 +244,17 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         process's own number as if it were the whole data's (DDP427). The
         accumulators reduced after their loop are whole-data values again.
         """
-        reduced = {name for plan in self.after_loop.values() for name in (*plan.sums, *plan.means, *plan.meters)}
+        # Names reduced after their loop, by the scope they are reduced in: `loss_avg` summed after test()'s loop is
+        # not train()'s `loss_avg`.
+        reduced: dict[cst.CSTNode, set[str]] = {}
+        for loop, plan in self.after_loop.items():
+            reduced.setdefault(_scope(analysis, loop), set()).update((*plan.sums, *plan.means, *plan.meters))
         # Reduced in place by an earlier conversion: `all_reduce_meter(losses)`, `total = all_reduce_mean(total)`.
         for call in analysis.findall(REDUCTION):
             if isinstance(analysis.parents.get(call), cst.Expr) or isinstance(analysis.parents.get(call), cst.Assign):
-                reduced |= {code_of(a.value) for a in call.args if isinstance(a.value, cst.Name)}  # type: ignore[attr-defined]
+                reduced.setdefault(_scope(analysis, call), set()).update(
+                    code_of(a.value) for a in call.args if isinstance(a.value, cst.Name)  # type: ignore[attr-defined]
+                )
         seeds: dict[cst.CSTNode, set[str]] = {}
         loops = [
             loop for loop in analysis.nodes(cst.For)
@@ -276,13 +284,14 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             for assign in analysis.within(loop.body, cst.Assign):
                 if any(code_of(c.func).removeprefix("self.") in models for c in analysis.within(assign.value, cst.Call)):
                     losses |= {n.value for t in assign.targets for n in analysis.within(t.target, cst.Name)}
-            seeds.setdefault(_scope(analysis, loop), set()).update(losses - reduced)
+            seeds.setdefault(_scope(analysis, loop), set()).update(losses - reduced.get(_scope(analysis, loop), set()))
         functions = {f.name.value: f for f in analysis.nodes(cst.FunctionDef)}
         tainted: dict[cst.CSTNode, set[str]] = {}
         for _ in range(3):  # a value returned by a function whose caller returns it in turn
             for scope, names_ in seeds.items():
                 tainted[scope] = _flow(
-                    analysis, scope, names_ | tainted.get(scope, set()), reduced, self._unreduced_reads, self.effects.is_side_effect
+                    analysis, scope, names_ | tainted.get(scope, set()), reduced.get(scope, set()), self._unreduced_reads,
+                    self.effects.is_side_effect,
                 )
             returning = {
                 f.name.value for f in functions.values()
@@ -296,8 +305,8 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                     continue
                 if code_of(call.func).removeprefix("self.") not in returning:
                     continue
-                bound = {n.value for t in assign.targets for n in analysis.within(t.target, cst.Name)} - reduced
                 scope = _scope(analysis, assign)
+                bound = {n.value for t in assign.targets for n in analysis.within(t.target, cst.Name)} - reduced.get(scope, set())
                 if not bound <= seeds.get(scope, set()):
                     seeds.setdefault(scope, set()).update(bound)
                     grown = True
@@ -312,12 +321,16 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if statement in handled or m.findall(statement, REDUCTION):
                 continue
             names_ = tainted.get(_scope(analysis, statement), set())
-            shown = {n for n in self._unreduced_reads(statement) & names_ if self._last_from_training(n, statement, names_)}
+            shown = {
+                n for n in self._unreduced_reads(statement) & names_
+                if not self._other_entries_only(n, statement) and self._last_from_training(n, statement, names_)
+            }  # fmt: skip
             if shown:
                 self.report(statement, "DDP427", value=sorted(shown, key=lambda n: (len(n), n))[0])
 
     def _fill_enclosing(
-        self, analysis: Analysis, tainted: dict[cst.CSTNode, set[str]], seeds: dict[cst.CSTNode, set[str]], reduced: set[str]
+        self, analysis: Analysis, tainted: dict[cst.CSTNode, set[str]], seeds: dict[cst.CSTNode, set[str]],
+        reduced: dict[cst.CSTNode, set[str]],
     ) -> bool:
         """Seed the enclosing scope's names that a function fills, not binds, with its share's numbers.
 
@@ -330,15 +343,34 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if not isinstance(function, cst.FunctionDef):
                 continue
             bound = _bound_in(analysis, function)
-            for name in names_ - bound - reduced:
+            for name in names_ - bound - reduced.get(function, set()):
                 outer = next((a for a in analysis.ancestors(function) if isinstance(a, (cst.FunctionDef, cst.Module)) and name in _bound_in(analysis, a)), None)
-                if outer is None:
+                if outer is None or name in reduced.get(outer, set()):
                     continue
                 self._filled_by.setdefault(name, set()).add(function.name.value)
+                self._note_filled_keys(analysis, function, name, names_)
                 if name not in seeds.get(outer, set()):
                     seeds.setdefault(outer, set()).add(name)
                     grown = True
         return grown
+
+    def _note_filled_keys(self, analysis: Analysis, function: cst.FunctionDef, name: str, tainted: set[str]) -> None:
+        """The entries ``function`` fills in ``name`` with its share's numbers (``state["train_loss"] = ...``);
+        any other way it fills it (``state.update(...)``, a key that is not a literal) leaves them unknown."""
+        keys = self._filled_keys.setdefault(name, set())
+        if keys is None:
+            return
+        for assign in analysis.within(function, cst.Assign):
+            for target in assign.targets:
+                entry = target.target
+                if isinstance(entry, cst.Subscript) and m.matches(entry.value, m.Name(name)) and self._unreduced_reads(assign.value) & tainted:
+                    key = _literal_key(entry)
+                    if key is None:
+                        self._filled_keys[name] = None
+                        return
+                    keys.add(key)
+        if any(m.matches(c.func, m.Attribute(value=m.Name(name))) for c in analysis.within(function, cst.Call)) or not keys:
+            self._filled_keys[name] = None
 
     def _unreduced_reads(self, node: cst.CSTNode) -> set[str]:
         """What ``node`` reads outside the values planned to be reduced on its line."""
@@ -459,7 +491,21 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         if any(code_of(c.func).removeprefix("self.") in self._returning for c in calls):
             return True  # `train_loss = train_epoch(...)`, a function that returns its share's loss
         read = (analysis.reads(value) | ({name} if isinstance(last, cst.AugAssign) else set())) & tainted
+        read = {other for other in read if not self._other_entries_only(other, value)}
         return any(self._last_from_training(other, last, tainted, depth + 1) for other in read if (other, last) != (name, node))
+
+    def _other_entries_only(self, container: str, value: cst.CSTNode) -> bool:
+        """Whether ``value`` reads only entries of ``container`` no function fills with its share's numbers:
+        ``best = state["test_accuracy"]`` where ``train()`` fills ``state["train_loss"]``."""
+        keys = self._filled_keys.get(container)
+        if keys is None:
+            return False
+        uses = [n for n in self.analysis.within(value, cst.Name) if n.value == container]
+        return bool(uses) and all(
+            isinstance(entry := self.analysis.parents.get(use), cst.Subscript) and entry.value is use
+            and (key := _literal_key(entry)) is not None and key not in keys
+            for use in uses
+        )  # fmt: skip
 
     def _read_with_ungathered(self, loop: cst.For, ungathered: list[tuple[cst.CSTNode, str]]) -> set[str]:
         """Accumulators read after ``loop`` on one line with a result no reduction covers (``metrics / cnt``, where
@@ -932,6 +978,15 @@ class _ReduceValues(cst.CSTTransformer):
 
 def _scope(analysis: Analysis, node: cst.CSTNode) -> cst.CSTNode:
     return next((a for a in analysis.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Module))), analysis.module)
+
+
+def _literal_key(entry: cst.Subscript) -> str | None:
+    """``"train_loss"`` of ``state["train_loss"]``; None for any other index."""
+    index = entry.slice[0].slice if len(entry.slice) == 1 else None
+    if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+        value = index.value.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
 
 
 def _bound_in(analysis: Analysis, scope: cst.CSTNode) -> set[str]:

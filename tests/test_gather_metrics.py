@@ -432,3 +432,55 @@ def test_the_terms_of_a_summed_loss_logged_per_step_are_reported() -> None:
     )
     result = convert_source(dedent(source))
     assert [f.code for f in result.findings if f.code == "DDP427"] == ["DDP427"]
+
+
+def test_a_dict_a_nested_function_fills_with_its_loss_is_per_process_where_the_caller_shows_it() -> None:
+    """`state["train_loss"] = loss_avg` in train(), then the epoch loop prints the entry: rank 0's own loss,
+    reported (DDP427), though test() reduces a `loss_avg` of its own. An entry train() does not fill
+    (`state["test_loss"]`, from the whole test set) is not."""
+    from textwrap import dedent
+
+    from dp2ddp.api import convert_source
+
+    source = dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        state = {}
+        net = nn.DataParallel(nn.Linear(4, 1))
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+        test_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8)
+
+
+        def train():
+            loss_avg = 0.0
+            for x, y in train_loader:
+                loss = nn.functional.mse_loss(net(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                loss_avg = loss_avg * 0.8 + float(loss) * 0.2
+            state["train_loss"] = loss_avg
+
+
+        def test():
+            loss_avg = 0.0
+            with torch.no_grad():
+                for x, y in test_loader:
+                    loss_avg += float(nn.functional.mse_loss(net(x), y))
+            state["test_loss"] = loss_avg / len(test_loader)
+
+
+        for epoch in range(2):
+            train()
+            test()
+            print("train", state["train_loss"])
+            print("test", state["test_loss"])
+        """
+    )
+    result = convert_source(source)
+    reported = [f.line for f in result.findings if f.code == "DDP427"]
+    assert reported == [source.splitlines().index('    print("train", state["train_loss"])') + 1], result.findings

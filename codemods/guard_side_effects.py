@@ -197,8 +197,9 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
     # -- classifying statements, on the original tree --------------------------------
 
     def _is_effect_line(self, statement: cst.CSTNode) -> bool:
-        """A line of calls that only have side effects: ``print(...)``, ``torch.save(...)``."""
-        if not isinstance(statement, cst.SimpleStatementLine):
+        """A line of calls that only have side effects: ``print(...)``, ``torch.save(...)``; so too the body of a
+        compound statement written on its line (``if os.path.exists(path): os.remove(path)``)."""
+        if not isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             return False
         return all(
             isinstance(small, cst.Expr)
@@ -283,7 +284,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             return not m.findall(statement, CONTROL_FLOW)
         if m.findall(statement, CONTROL_FLOW):
             return False
-        lines = m.findall(statement, m.SimpleStatementLine())
+        lines = m.findall(statement, m.SimpleStatementLine() | m.SimpleStatementSuite())
         effects = [line for line in lines if self._is_effect_line(line)]
         if not effects:
             return False

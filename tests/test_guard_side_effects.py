@@ -860,3 +860,37 @@ if __name__ == "__main__":
     assert result.changed
     assert [(f.line, f.code) for f in result.findings if f.code == "DDP428"] == [(8, "DDP428"), (14, "DDP428")]
     assert 'os.system("mkdir -p runs && cp train.py runs")' in result.output
+
+
+def test_a_compound_statement_on_one_line_that_only_writes_is_guarded() -> None:
+    """`if os.path.exists(prev): os.remove(prev)` beside the checkpoint save: its body is a suite on the same line,
+    no indented block, and was left on every process (check then found DDP501 in convert's output)."""
+    from textwrap import dedent
+
+    from dp2ddp.api import convert_source
+
+    source = dedent(
+        """
+        import os
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        model = nn.DataParallel(nn.Linear(4, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+        for epoch in range(2):
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+            torch.save(model.state_dict(), f"epoch_{epoch}.pt")
+            prev = f"epoch_{epoch - 1}.pt"
+            if os.path.exists(prev): os.remove(prev)
+        """
+    )
+    result = convert_source(source)
+    assert "DDP111" not in {f.code for f in result.findings}, result.findings
+    lines = result.output.splitlines()
+    at = next(i for i, line in enumerate(lines) if "os.remove(prev)" in line)
+    assert any("if is_main_process():" in line for line in lines[at - 4 : at]), "\n".join(lines[at - 6 : at + 1])

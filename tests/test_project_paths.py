@@ -470,3 +470,24 @@ def test_a_file_name_in_a_string_is_no_import_of_the_script_it_names(tmp_path: P
     completed = _cli(root, "convert", "--project", "train.py")
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "wrap_ddp(" in (root / "train.py").read_text(encoding="utf-8")
+
+
+def test_a_folder_put_on_sys_path_from_a_root_named_elsewhere_is_found(tmp_path: Path) -> None:
+    """`sys.path.insert(0, osp.join(cfg.root_dir, 'common'))` in main/config.py, with root_dir the parent of main/:
+    train.py's `from base import Trainer` is common/base.py, whose Trainer wraps the model. Before, the entry was
+    left with "nothing to convert"."""
+    from dp2ddp.analysis.paths import sys_path_folders
+    from dp2ddp.projects import convert_project
+
+    config = "import os.path as osp\nimport sys\nroot_dir = osp.join(osp.dirname(__file__), '..')\nsys.path.insert(0, osp.join(root_dir, 'common'))\n"
+    assert tmp_path / "common" in set(sys_path_folders(config, tmp_path / "main"))
+    files = {
+        "main/config.py": config,
+        "main/train.py": "import config\nfrom base import build\n\nif __name__ == '__main__':\n    build()\n",
+        "common/base.py": "import torch.nn as nn\n\n\ndef build():\n    return nn.DataParallel(nn.Linear(4, 1))\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    result = convert_project(tmp_path, {tmp_path / name: text for name, text in files.items()})
+    assert "wrap_ddp(nn.Linear(4, 1))" in result.files[tmp_path / "common" / "base.py"].output  # type: ignore[union-attr]

@@ -15,16 +15,20 @@ def sys_path_folders(source: str, start: Path) -> Iterator[Path]:
 
     HRNet's ``_init_paths.py`` inserts ``join(dirname(__file__), '..', 'lib')``; RAFT appends ``'core'``.
     The string literals of such a line are joined in order, and every prefix of the join is a candidate
-    (``..`` and ``../lib`` above); the caller keeps those that are folders of the project.
+    (``..`` and ``../lib`` above); the caller keeps those that are folders of the project. A line that
+    joins them to a folder named elsewhere (``join(cfg.root_dir, 'common')``, with ``root_dir`` the
+    parent of the config's folder) may start from a folder above ``start``: those joins are candidates too.
     """
     if "sys.path" not in source:
         return
     for line in source.splitlines():
         if "sys.path" not in line and "path" not in line.lower():
             continue
-        joined = start
-        for literal in _LITERAL.findall(line):
-            if literal.startswith("/"):
-                break  # an absolute path (or a separator, `.split("/")`) names no folder of the project
-            joined = Path(os.path.normpath(joined / literal))
-            yield joined
+        literals = _LITERAL.findall(line)
+        for base in (start, start.parent, start.parent.parent):
+            joined = base
+            for literal in literals:
+                if literal.startswith("/"):
+                    break  # an absolute path (or a separator, `.split("/")`) names no folder of the project
+                joined = Path(os.path.normpath(joined / literal))
+                yield joined

@@ -486,6 +486,10 @@ def test_a_folder_put_on_sys_path_from_a_root_named_elsewhere_is_found(tmp_path:
 
     config = "import os.path as osp\nimport sys\nroot_dir = osp.join(osp.dirname(__file__), '..')\nsys.path.insert(0, osp.join(root_dir, 'common'))\n"
     assert tmp_path / "common" in set(sys_path_folders(config, tmp_path / "main"))
+    # A line that goes up (`'../../'`) is read from the module's own folder only: from one above, it would leave
+    # the repository, and the project would take in every folder around it.
+    upward = "sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../'))\n"
+    assert set(sys_path_folders(upward, tmp_path / "a" / "b")) == {tmp_path}
     files = {
         "main/config.py": config,
         "main/train.py": "import config\nfrom base import build\n\nif __name__ == '__main__':\n    build()\n",

@@ -132,9 +132,13 @@ def project_root(script: Path) -> Path:
     # when that folder holds the script's own (`python tools/train.py` from the repository's top).
     here = Path(os.path.abspath("."))
     starts = [folder] + ([here] if here in list(folder.parents)[:2] else [])
+    # Never above the repository the script is in: a folder around it holds other projects.
+    repository = next((above for above in (folder, *folder.parents) if (above / ".git").exists()), None)
     for text in texts:
         for added in (joined for start in starts for joined in sys_path_folders(text, start)):
             # Only a folder of Python code widens the project: any other name on such a line is no import root.
+            if repository is not None and not added.is_relative_to(repository):
+                continue
             if added.is_dir() and (next(added.glob("*.py"), None) or next(added.glob("*/__init__.py"), None)):
                 top = Path(os.path.commonpath([top, added]))
     if script.is_absolute():

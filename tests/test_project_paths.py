@@ -490,6 +490,7 @@ def test_a_folder_put_on_sys_path_from_a_root_named_elsewhere_is_found(tmp_path:
     # the repository, and the project would take in every folder around it.
     upward = "sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../'))\n"
     assert set(sys_path_folders(upward, tmp_path / "a" / "b")) == {tmp_path}
+    assert set(sys_path_folders("sys.path.append('./')\n", tmp_path / "a" / "b")) == {tmp_path / "a" / "b"}
     files = {
         "main/config.py": config,
         "main/train.py": "import config\nfrom base import build\n\nif __name__ == '__main__':\n    build()\n",
@@ -500,3 +501,17 @@ def test_a_folder_put_on_sys_path_from_a_root_named_elsewhere_is_found(tmp_path:
         (tmp_path / name).write_text(text)
     result = convert_project(tmp_path, {tmp_path / name: text for name, text in files.items()})
     assert "wrap_ddp(nn.Linear(4, 1))" in result.files[tmp_path / "common" / "base.py"].output  # type: ignore[union-attr]
+
+
+def test_a_script_whose_sys_path_line_names_its_own_folder_stays_in_its_repository(tmp_path: Path) -> None:
+    """`sys.path.append('./')` in aster's main.py: the project is the script's folder, never a folder around the
+    repository (read from the folders above, it took in all of /tmp and ran for minutes)."""
+    from dp2ddp.files import project_root
+
+    repository = tmp_path / "outer" / "repo"
+    repository.mkdir(parents=True)
+    (repository / ".git").mkdir()
+    (tmp_path / "stray.py").write_text("x = 1\n")
+    (tmp_path / "outer" / "other.py").write_text("x = 1\n")
+    (repository / "main.py").write_text("import sys\nsys.path.append('./')\nsys.path.insert(0, '../..')\n")
+    assert project_root(repository / "main.py") == repository

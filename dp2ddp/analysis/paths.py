@@ -25,9 +25,10 @@ def sys_path_folders(source: str, start: Path) -> Iterator[Path]:
         if "sys.path" not in line and "path" not in line.lower():
             continue
         literals = _LITERAL.findall(line)
-        # From a folder above, only names that go down (`'common'`): `'../..'` from there leaves the repository.
-        down = all(not part.startswith("..") for literal in literals for part in literal.split("/"))
-        for base in (start, start.parent, start.parent.parent) if down and literals else (start,):
+        # From a folder above, only names that go down into a folder (`'common'`): `'../..'` or `'./'` from
+        # there names a folder around the repository.
+        down = bool(literals) and all(part not in ("", ".", "..") for literal in literals for part in literal.strip("/").split("/"))
+        for base in (start, start.parent, start.parent.parent) if down else (start,):
             joined = base
             for literal in literals:
                 if literal.startswith("/"):

@@ -350,12 +350,25 @@ class TrainingBatches:
             passed[arg.keyword.value if arg.keyword is not None else position] = _constant(arg.value)
         return not skips_step(flags, passed)
 
+    @cached_property
+    def _project_steps(self) -> dict[str, tuple[Flag, ...]]:
+        """The project's stepping functions and methods this module calls, by qualified name, with their flags."""
+        return dict(self.analysis.role.step_calls)
+
+    @cached_property
+    def _classes(self) -> dict[str, cst.ClassDef]:
+        """This file's classes by name, the first of each name."""
+        found: dict[str, cst.ClassDef] = {}
+        for cls in self.analysis.nodes(cst.ClassDef):
+            found.setdefault(cls.name.value, cls)
+        return found
+
     def _step_flags(self, call: cst.Call, stepping: dict[cst.FunctionDef, tuple[Flag, ...]]) -> tuple[Flag, ...] | None:
         """The flags of the stepping function or method ``call`` runs; None where it runs none."""
         callee = self.analysis.callee(call)
         if callee in stepping:
             return stepping[callee]  # type: ignore[index]
-        steps = dict(self.analysis.role.step_calls)
+        steps = self._project_steps
         for qualified in self.analysis.qualified_names(call.func):
             if qualified.name in steps:
                 return steps[qualified.name]
@@ -373,7 +386,7 @@ class TrainingBatches:
             built = binding.value.func  # type: ignore[union-attr]
             flags = next((steps[f"{q.name}.{method}"] for q in self.analysis.qualified_names(built) if f"{q.name}.{method}" in steps), None)
             if flags is None and isinstance(built, cst.Name):
-                cls = next((c for c in self.analysis.nodes(cst.ClassDef) if c.name.value == built.value), None)
+                cls = self._classes.get(built.value)
                 own = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == method] if cls is not None else []
                 flags = stepping.get(own[0]) if own else None
             if flags is None:

@@ -147,7 +147,9 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
                     node, m.Call(func=m.Attribute(value=call_to(names.DATA_PARALLEL)))
                 ):
                     self.report(node, "DDP205", literal=".cuda(0)", replacement=".cuda()")
-            elif isinstance(node, cst.SimpleString):
+            if self.converting and node in self.lifecycle.gathering_devices:
+                self.report(node, "DDP246", device=code_of(node), replacement=self._own_gpu(node, self.lifecycle.gathering_devices[node]))
+            if isinstance(node, cst.SimpleString):
                 if self.converting and m.matches(node, FIRST_GPU_STRING):
                     self.report(node, "DDP205", literal=node.value, replacement=_cuda_string(node).value)
             elif isinstance(node, cst.Subscript):
@@ -160,6 +162,37 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         # `train(0, args)` for `def train(gpu, args)`: each process passes the GPU setup_distributed() selected.
         AddImportsVisitor.add_needed_import(self.context, "os")
         return updated_node.with_changes(value=cst.parse_expression(LOCAL_RANK))
+
+    def _own_gpu(self, node: cst.BaseExpression, how: str) -> str:
+        """What names this process's GPU in place of DataParallel's first (DDP246)."""
+        if how == "string":
+            return '"cuda"'
+        call = self.analysis.parents.get(self.analysis.parents.get(node))  # type: ignore[arg-type]
+        if m.matches(call, m.Call(func=m.Attribute(attr=m.Name("cuda")))):
+            return ".cuda()"
+        if isinstance(call, cst.Call) and self._selects_first_gpu(call, node):
+            return LOCAL_RANK
+        return "torch.cuda.current_device()"
+
+    def leave_FormattedString(self, original_node: cst.FormattedString, updated_node: cst.FormattedString) -> cst.BaseExpression:
+        return self._at_own_gpu(original_node, updated_node)
+
+    def leave_BinaryOperation(self, original_node: cst.BinaryOperation, updated_node: cst.BinaryOperation) -> cst.BaseExpression:
+        return self._at_own_gpu(original_node, updated_node)
+
+    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.BaseExpression:
+        return self._at_own_gpu(original_node, updated_node)
+
+    def _at_own_gpu(self, original_node: cst.BaseExpression, updated_node: cst.BaseExpression) -> cst.BaseExpression:
+        """DataParallel's first GPU, where this process's own goes (DDP246): a string is "cuda", an index the
+        current device; `.cuda(gpus[0])` and `set_device(gpus[0])` are rewritten whole in leave_Call."""
+        how = self.lifecycle.gathering_devices.get(original_node) if self.converting else None
+        if how is None:
+            return updated_node
+        if how == "string":
+            return cst.SimpleString('"cuda"', lpar=updated_node.lpar, rpar=updated_node.rpar)
+        AddImportsVisitor.add_needed_import(self.context, "torch")
+        return cst.parse_expression("torch.cuda.current_device()")
 
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
         if not self.converting:
@@ -174,6 +207,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
                 # `is_model_2d(model)` in a module that wraps nothing: the model it is handed is DDP now.
                 return self._isinstance_accepting_ddp(updated_node)
             return updated_node
+        if original_node in self.lifecycle.gathering_devices:
+            return self._at_own_gpu(original_node, updated_node)  # "cuda:{}".format(gpus[0])
         if original_node in self.unwrapped_parts:
             return updated_node.args[0].value.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar) if updated_node.lpar else updated_node.args[0].value
         if original_node in self.conversions:
@@ -185,9 +220,9 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             # DataParallel(model).cuda(): the helper already moved the model.
             assert isinstance(updated_node.func, cst.Attribute)
             return updated_node.func.value
-        if m.matches(original_node, FIRST_GPU_CALL):
+        if m.matches(original_node, FIRST_GPU_CALL) or self._cuda_at_gathering_device(original_node):
             return updated_node.with_changes(args=[])
-        if self._selects_first_gpu(original_node):
+        if self._selects_first_gpu(original_node) or (original_node.args and self._selects_first_gpu(original_node, original_node.args[0].value)):
             AddImportsVisitor.add_needed_import(self.context, "os")
             return updated_node.with_changes(args=[cst.Arg(cst.parse_expression(LOCAL_RANK))])
         if self._asks_for_data_parallel(original_node):
@@ -211,9 +246,20 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             for node in self.analysis.nodes(cst.Attribute)
         )
 
-    def _selects_first_gpu(self, call: cst.Call) -> bool:
-        """``torch.cuda.set_device(0)``: after setup_distributed() it would move every process to GPU 0."""
-        return self.matches(call, call_to({"torch.cuda.set_device"})) and m.matches(argument(call, 0, "device"), m.Integer("0"))
+    def _selects_first_gpu(self, call: cst.Call, index: cst.BaseExpression | None = None) -> bool:
+        """``torch.cuda.set_device(0)``: after setup_distributed() it would move every process to GPU 0; or to
+        ``index``, DataParallel's first GPU (``set_device(gpus[0])``)."""
+        if not self.matches(call, call_to({"torch.cuda.set_device"})):
+            return False
+        device = argument(call, 0, "device")
+        if index is not None:
+            return device is index and self.lifecycle.gathering_devices.get(index) == "index"
+        return m.matches(device, m.Integer("0"))
+
+    def _cuda_at_gathering_device(self, call: cst.Call) -> bool:
+        """``.cuda(gpus[0])``, DataParallel's first GPU: ``.cuda()`` is this process's own (DDP246)."""
+        return (m.matches(call, m.Call(func=m.Attribute(attr=m.Name("cuda")), args=[m.Arg(keyword=None)]))
+                and self.lifecycle.gathering_devices.get(call.args[0].value) == "index")
 
     def _wrap_call(self, call: cst.Call, drop_device_moves: bool, unused_parameters: bool, static_graph: bool = False) -> cst.Call:
         wrapped = argument(call, 0, "module")

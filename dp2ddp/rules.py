@@ -412,6 +412,25 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP246",
+            "data-parallel-first-gpu",
+            "note",
+            "`{device}` is the first GPU DataParallel was given, where it gathered the outputs; under DDP every "
+            "process would use it: now `{replacement}`, this process's GPU",
+            doc=_doc(
+                "Finds, in a script being converted, a device built from the first entry of the list handed to "
+                "`nn.DataParallel(..., device_ids=...)`: `f\"cuda:{gpus[0]}\"`, `\"cuda:{}\".format(gpus[0])`, "
+                "`.cuda(gpus[0])`, `torch.device(\"cuda\", gpus[0])` or `device=gpus[0]`.",
+                "DataParallel keeps the model and gathers the outputs on its first GPU, so the script moves its "
+                "batches there. Under DDP each process owns one GPU and its model is there: every process moving "
+                "its batches to the same first GPU stops at the first forward with tensors on two devices.",
+                'device = torch.device(f"cuda:{args.gpus[0]}")\nmodel = nn.DataParallel(model, device_ids=args.gpus).to(device)',
+                'device = torch.device("cuda")  # the current device, which setup_distributed() set to this process\'s GPU\nmodel = wrap_ddp(model)',
+                "Safe: `cuda` means the current device, which is this process's. Which GPUs the processes use is "
+                "now torchrun's choice: set CUDA_VISIBLE_DEVICES to the GPUs `device_ids` listed.",
+            ),
+        ),
+        Rule(
             "DDP206",
             "visible-devices-in-script",
             "warning",

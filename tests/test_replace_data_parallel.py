@@ -199,6 +199,55 @@ class ReplaceDataParallelTest(CodemodTest):
             ],
         )
 
+    def test_data_parallel_first_gpu_becomes_this_process_gpu(self) -> None:
+        """Should turn every device built from the first of DataParallel's device_ids into this process's GPU,
+        and leave the list's other entries and other lists alone."""
+        before = """
+            import torch
+
+            a = torch.device("cuda:{}".format(args.gpus[0]))
+            b = "cuda:%d" % args.gpus[0]
+            c = "cuda:" + str(args.gpus[0])
+            d = torch.device("cuda", args.gpus[0])
+            e = torch.zeros(2, device=args.gpus[0])
+            f = x.to(args.gpus[0])
+            g = f"cuda:{args.gpus[1]}"
+            h = f"cuda:{other[0]}"
+            model = torch.nn.DataParallel(model, device_ids=args.gpus)
+        """
+        after = f"""
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            {HELPER}
+
+
+            a = torch.device("cuda")
+            b = "cuda"
+            c = "cuda"
+            d = torch.device("cuda", torch.cuda.current_device())
+            e = torch.zeros(2, device=torch.cuda.current_device())
+            f = x.to(torch.cuda.current_device())
+            g = f"cuda:{{args.gpus[1]}}"
+            h = f"cuda:{{other[0]}}"
+            model = wrap_ddp(model)
+        """
+        first = "is the first GPU DataParallel was given, where it gathered the outputs; under DDP every process would use it: now"
+        self.assertCodemod(
+            before,
+            after,
+            expected_warnings=[
+                f"3:18: DDP246 `\"cuda:{{}}\".format(args.gpus[0])` {first} `\"cuda\"`, this process's GPU",
+                f"4:5: DDP246 `\"cuda:%d\" % args.gpus[0]` {first} `\"cuda\"`, this process's GPU",
+                f"5:5: DDP246 `\"cuda:\" + str(args.gpus[0])` {first} `\"cuda\"`, this process's GPU",
+                f"6:26: DDP246 `args.gpus[0]` {first} `torch.cuda.current_device()`, this process's GPU",
+                f"7:27: DDP246 `args.gpus[0]` {first} `torch.cuda.current_device()`, this process's GPU",
+                f"8:10: DDP246 `args.gpus[0]` {first} `torch.cuda.current_device()`, this process's GPU",
+            ],
+        )
+
     def test_a_gpu_parameter_called_with_0_gets_the_local_rank(self) -> None:
         """Should pass the local rank where `train(0, args)` pinned every process to GPU 0, with a note."""
         before = """

@@ -1161,11 +1161,86 @@ class ModelLifecycle:
         assigns_data = any(m.matches(t.target, m.Attribute(attr=m.Name("data") | m.Name("weight") | m.Name("bias"))) for t in self.analysis.within(body, cst.AssignTarget))
         return writes or initialises or assigns_data
 
+    @cached_property
+    def gathering_devices(self) -> dict[cst.BaseExpression, str]:
+        """Each device this file names as the first of a DataParallel wrap's ``device_ids``, the GPU it gathers
+        on, and how: ``"string"`` for a device string built from it (``f"cuda:{gpus[0]}"``,
+        ``"cuda:{}".format(gpus[0])``, ``"cuda:%d" % gpus[0]``, ``"cuda:" + str(gpus[0])``), ``"index"`` for the
+        index itself where a device goes (``.cuda(gpus[0])``, ``torch.device("cuda", gpus[0])``, ``device=gpus[0]``).
+
+        Under DDP every process would use that one GPU: convert names this process's own instead (DDP246).
+        """
+        if not self.converting:
+            return {}
+        lists: set[str] = set()
+        for wrap in self.wraps:
+            ids = argument(wrap.call, 1, "device_ids")
+            if isinstance(ids, (cst.Name, cst.Attribute)):
+                lists.add(code_of(ids))
+                lists |= self._handed_as(ids)  # `train(args.gpus)` for `def train(device_ids)`
+        if not lists:
+            return {}
+
+        def first(node: cst.BaseExpression) -> bool:
+            return m.matches(node, m.Subscript(slice=[m.SubscriptElement(m.Index(m.Integer("0")))])) and code_of(node.value) in lists  # type: ignore[attr-defined]
+
+        def text(node: cst.CSTNode, *values: str) -> bool:
+            return isinstance(node, cst.SimpleString) and node.evaluated_value in values
+
+        found: dict[cst.BaseExpression, str] = {}
+        for string in self.analysis.nodes(cst.FormattedString):
+            parts = string.parts
+            if (len(parts) == 2 and m.matches(parts[0], m.FormattedStringText("cuda:"))
+                    and isinstance(parts[1], cst.FormattedStringExpression) and first(parts[1].expression)):
+                found[string] = "string"
+        for operation in self.analysis.nodes(cst.BinaryOperation):
+            right = operation.right.elements[0].value if isinstance(operation.right, cst.Tuple) and len(operation.right.elements) == 1 else operation.right
+            if isinstance(operation.operator, cst.Modulo) and text(operation.left, "cuda:%d", "cuda:%s", "cuda:%i") and first(right):
+                found[operation] = "string"
+            elif (isinstance(operation.operator, cst.Add) and text(operation.left, "cuda:")
+                    and m.matches(right, m.Call(func=m.Name("str"), args=[m.Arg(keyword=None)])) and first(right.args[0].value)):  # type: ignore[attr-defined]
+                found[operation] = "string"
+        for call in self.analysis.nodes(cst.Call):
+            if (m.matches(call.func, m.Attribute(attr=m.Name("format"))) and text(call.func.value, "cuda:{}", "cuda:{0}")  # type: ignore[attr-defined]
+                    and len(call.args) == 1 and first(call.args[0].value)):
+                found[call] = "string"
+            for arg in call.args:
+                device_position = (
+                    (arg.keyword is None and m.matches(call.func, m.Attribute(attr=m.Name("cuda") | m.Name("to"))))
+                    or (arg.keyword is not None and arg.keyword.value == "device")
+                    or self.analysis.matches(call, call_to({"torch.device", "torch.cuda.set_device", "torch.cuda.device"}))
+                )
+                if device_position and first(arg.value):
+                    found[arg.value] = "index"
+        return found
+
+    def _handed_as(self, name: cst.BaseExpression) -> set[str]:
+        """What the calls in this file pass for the parameter ``name`` is, where it is one: plain names and attributes."""
+        scope = self.analysis.scopes.get(name)
+        if not isinstance(name, cst.Name) or scope is None or name.value not in scope:
+            return set()
+        handed: set[str] = set()
+        for binding in scope[name.value]:
+            if not isinstance(binding, Assignment) or not isinstance(binding.node, cst.Param):
+                continue
+            function = next((a for a in self.analysis.ancestors(binding.node) if isinstance(a, cst.FunctionDef)), None)
+            if function is None:
+                continue
+            for reference in self.analysis.references(function.name):
+                call = self.analysis.parents.get(reference)
+                if isinstance(call, cst.Call) and call.func is reference:
+                    for arg in call.args:
+                        if not arg.star and parameter_for(function, call, arg) == name.value and isinstance(arg.value, (cst.Name, cst.Attribute)):
+                            handed.add(code_of(arg.value))
+        return handed
+
     def is_local_device(self, device: cst.BaseExpression, depth: int = 0) -> bool:
         """A device every process resolves to its own: "cuda", "cpu", torch.device of those, .cuda(),
         or what a function of this file returns when every value it returns is one of those."""
         if depth > 4:
             return False
+        if device in self.gathering_devices:
+            return True  # DataParallel's first GPU, which becomes this process's own (DDP246)
         if isinstance(device, cst.SimpleString):
             return device.evaluated_value in ("cuda", "cpu", "cuda:0")  # cuda:0 becomes "cuda" (DDP205)
         if isinstance(device, cst.Integer):
@@ -1181,6 +1256,8 @@ class ModelLifecycle:
                 return True
             if "torch.device" in qualified and len(device.args) == 1:
                 return self.is_local_device(device.args[0].value, depth)
+            if "torch.device" in qualified and len(device.args) == 2 and device.args[1].value in self.gathering_devices:
+                return self.is_local_device(device.args[0].value, depth)  # torch.device("cuda", gpus[0])
             # `device = get_device(args.cuda)`, where `get_device` returns torch.device("cuda" if ... else "cpu").
             returned = self._returned_values(device.func)
             return bool(returned) and all(self.is_local_device(value, depth + 1) for value in returned)

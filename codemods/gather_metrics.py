@@ -255,10 +255,18 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 reduced.setdefault(_scope(analysis, call), set()).update(
                     code_of(a.value) for a in call.args if isinstance(a.value, cst.Name)  # type: ignore[attr-defined]
                 )
+        # Rebound whole to their reduction in place: `train_loss = np.mean(train_loss)` becomes its mean over processes.
+        for statement, values in self.in_loop.items():
+            for assign in statement.body:
+                if isinstance(assign, cst.Assign) and code_of(assign.value) in values:
+                    bound = {n.value for t in assign.targets for n in analysis.within(t.target, cst.Name)}
+                    reduced.setdefault(_scope(analysis, statement), set()).update(bound)
         seeds: dict[cst.CSTNode, set[str]] = {}
         loops = [
             loop for loop in analysis.nodes(cst.For)
-            if (self._is_training_loop(loop) or self._trains(loop)) and loop not in analysis.whole_loops  # type: ignore[arg-type]
+            # A loop that also evaluates a loader kept whole (`iterate("val", ...)` beside `iterate("train", ...)`)
+            # still trains on its share: what it prints is reported, since no one reduction is right for both.
+            if self._trains(loop) or (self._is_training_loop(loop) and loop not in analysis.whole_loops)  # type: ignore[arg-type]
         ]  # fmt: skip
         loops += [loop for loop in analysis.nodes(cst.While) if self._trains(loop)]
         for loop in loops:

@@ -3,8 +3,9 @@
 ``train_step(model, x, y)`` runs a ``backward()`` in no loop of its own: a loop that calls it
 trains on what it hands it, as a loop around the ``backward()`` itself would. A flag of the
 function may choose the path: ``loss_compute(x, y, logits, only_return_losses=True)`` returns
-before its backward, and ``step(batch, train=False)`` skips the one under ``if train:``. A call
-that picks the path without the step by a constant (or by the flag's default) takes none.
+before its backward, and ``step(batch, train=False)`` skips the one under ``if train:``, as
+``iterate("val", loader)`` skips the one under ``if mode == "train":``. A call that picks the
+path without the step by a constant (or by the flag's default) takes none.
 """
 
 from __future__ import annotations
@@ -25,9 +26,16 @@ class Flag:
     """A parameter of a stepping function whose truth chooses whether the step is taken."""
 
     name: str
-    steps_when: bool  # the truth the parameter must have for the step to run
-    default: bool | None  # the truth of its default value; None when it has none or it is not a constant
+    steps_when: bool  # what the test must give for the step to run
+    default: object  # its default value, where it is a constant; ... where it has none or it is not one
     position: int | None  # where a call passes it by position (after `self` for a method); None for keyword-only
+    # The test: the parameter's truth (`if train:`), or, where given, whether it is one of these constants
+    # (`if mode == "train":`, `if phase in ("train", "trainval"):`).
+    among: tuple[object, ...] | None = None
+
+    def test(self, value: object) -> bool:
+        """What the flag's test gives for ``value``."""
+        return bool(value) if self.among is None else value in self.among
 
 
 def calls_once(function: Function) -> Iterator[ast.Call]:
@@ -55,21 +63,30 @@ def step_flags(function: Function, steps: Callable[[str], bool]) -> tuple[Flag, 
     step = next((c for c in calls_once(function) if _is_backward(c) or (spelled := dotted(c.func)) is not None and steps(spelled)), None)
     if step is None:
         return None
+    return flags_at(function, step)
+
+
+def flags_at(function: Function, step: ast.AST) -> tuple[Flag, ...]:
+    """The flags of ``function`` that choose whether it reaches ``step``: the tests of the ifs around it, and of
+    the ifs before it that return or raise (``if only_return_losses: return losses``), on its parameters."""
     parameters = {a.arg: a for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)}
-    flags: dict[str, bool] = {}
+    flags: dict[str, tuple[bool, tuple[object, ...] | None]] = {}
     for block, inside in _path(function, step):
         for statement in block[: block.index(inside)] if inside in block else ():
             # `if only_return_losses: return losses` before the step: the step needs the flag false.
             if isinstance(statement, ast.If) and not statement.orelse and isinstance(statement.body[-1], (ast.Return, ast.Raise)):
                 flag = _flag(statement.test, parameters)
                 if flag is not None:
-                    flags.setdefault(flag[0], not flag[1])
+                    flags.setdefault(flag[0], (not flag[1], flag[2]))
     for parent, child in _ancestry(function, step):
         if isinstance(parent, ast.If) and (flag := _flag(parent.test, parameters)) is not None:
-            flags.setdefault(flag[0], flag[1] if child in parent.body else not flag[1])
+            flags.setdefault(flag[0], (flag[1] if child in parent.body else not flag[1], flag[2]))
     order = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
     order = order[1:] if order[:1] in (["self"], ["cls"]) else order
-    return tuple(Flag(name, when, _default(function, name), order.index(name) if name in order else None) for name, when in flags.items())
+    return tuple(
+        Flag(name, when, _default(function, name), order.index(name) if name in order else None, among)
+        for name, (when, among) in flags.items()
+    )
 
 
 def skips_step(flags: tuple[Flag, ...], passed: dict[str | int, object]) -> bool:
@@ -77,10 +94,8 @@ def skips_step(flags: tuple[Flag, ...], passed: dict[str | int, object]) -> bool
     any other value) or by a flag's default it leaves as it is."""
     for flag in flags:
         key = flag.name if flag.name in passed else flag.position if flag.position in passed else None
-        if key is None:
-            if flag.default is not None and flag.default != flag.steps_when:
-                return True
-        elif passed[key] is not ... and bool(passed[key]) != flag.steps_when:
+        value = flag.default if key is None else passed[key]
+        if value is not ... and flag.test(value) != flag.steps_when:
             return True
     return False
 
@@ -89,22 +104,33 @@ def _is_backward(call: ast.Call) -> bool:
     return isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
 
 
-def _flag(test: ast.expr, parameters: dict[str, ast.arg]) -> tuple[str, bool] | None:
-    """``p`` or ``not p`` for a parameter ``p``: its name, and whether the test holds when it is true."""
+def _flag(test: ast.expr, parameters: dict[str, ast.arg]) -> tuple[str, bool, tuple[object, ...] | None] | None:
+    """The parameter ``test`` reads, whether the test holds when the flag's own test does, and the constants
+    that test compares with: ``p`` and ``not p`` test its truth; ``p == "train"``, ``p != "train"``,
+    ``p in ("train", "trainval")`` and ``p not in (...)`` whether it is one of them."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _flag(test.operand, parameters)
+        return None if inner is None else (inner[0], not inner[1], inner[2])
     if isinstance(test, ast.Name) and test.id in parameters:
-        return test.id, True
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name) and test.operand.id in parameters:
-        return test.operand.id, False
+        return test.id, True, None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and test.left.id in parameters):
+        return None
+    operator, right = test.ops[0], test.comparators[0]
+    if isinstance(operator, (ast.Eq, ast.NotEq)) and isinstance(right, ast.Constant):
+        return test.left.id, isinstance(operator, ast.Eq), (right.value,)
+    if isinstance(operator, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+        if all(isinstance(e, ast.Constant) for e in right.elts):
+            return test.left.id, isinstance(operator, ast.In), tuple(e.value for e in right.elts)  # type: ignore[attr-defined]
     return None
 
 
-def _default(function: Function, name: str) -> bool | None:
+def _default(function: Function, name: str) -> object:
     arguments = function.args
     positional = [*arguments.posonlyargs, *arguments.args]
     defaults = dict(zip([a.arg for a in positional][len(positional) - len(arguments.defaults) :], arguments.defaults))
     defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None}
     value = defaults.get(name)
-    return bool(value.value) if isinstance(value, ast.Constant) else None
+    return value.value if isinstance(value, ast.Constant) else ...
 
 
 def _ancestry(function: ast.AST, target: ast.AST) -> list[tuple[ast.AST, ast.AST]]:

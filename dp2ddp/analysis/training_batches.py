@@ -18,7 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from dp2ddp.analysis import names
-from dp2ddp.analysis.steps import Flag, skips_step, step_flags
+from dp2ddp.analysis.steps import Flag, flags_at, skips_step, step_flags
 from dp2ddp.analysis.syntax import call_to, code_of, parameter_for
 
 if TYPE_CHECKING:
@@ -233,24 +233,72 @@ class TrainingBatches:
 
     def feeds_backward(self, holders: list[Holder]) -> bool:
         """Whether a training loop draws its batches from the object ``holders`` spell."""
-        return any(self.analysis.reads_any(source, holders) for source in self._backward_sources)
+        return any(
+            self.analysis.reads_any(source, holders) and not self._handed_only_to_skip(source, step, holders)
+            for source, step in self._backward_sources
+        )
 
     @cached_property
-    def _backward_sources(self) -> list[cst.CSTNode]:
-        """What the loops around each ``backward()`` draw their batches from: the loop's iterable, or ``next(it)``."""
-        sources: list[cst.CSTNode] = []
+    def _backward_sources(self) -> list[tuple[cst.CSTNode, cst.Call]]:
+        """What the loops around each ``backward()`` draw their batches from (the loop's iterable, or
+        ``next(it)``), each with its step."""
+        sources: list[tuple[cst.CSTNode, cst.Call]] = []
         for step, loss in self.steps:
             loop = self._loop_of(step)
             if loop is None:
                 continue
             assigns = list(self.analysis.within(loop.body, cst.Assign))
             copies = [e.value for e in self.analysis.within(loop.body, cst.Expr) if isinstance(e.value, cst.Call)]
-            sources += [loop.iter] if isinstance(loop, cst.For) else []
+            sources += [(loop.iter, step)] if isinstance(loop, cst.For) else []
             sources += [
-                a.value for a in assigns
+                (a.value, step) for a in assigns
                 if m.matches(a.value, m.Call(func=m.Name("next"))) and self.flows_into(a, assigns, copies) & loss
             ]  # fmt: skip
         return sources
+
+    def _handed_only_to_skip(self, source: cst.CSTNode, step: cst.Call, holders: list[Holder]) -> bool:
+        """Whether the loader reaches ``source`` only as a parameter of the function around its loop, from calls
+        that each pass a flag that skips ``step``: ``iterate("val", args, val_loader)``, where ``iterate(mode,
+        args, loader)`` takes its step only under ``if mode == "train":``. Its batches never train."""
+        function = next((a for a in self.analysis.ancestors(step) if isinstance(a, cst.FunctionDef)), None)
+        if function is None:
+            return False
+        read = [h for h in holders if any(self.encloses(source, r) for r in h.reads)]
+        params = [h.binding for h in read]
+        if not read or any(not isinstance(p, cst.Param) or p not in self.analysis.within(function.params, cst.Param) for p in params):
+            return False
+        flags = self._flags_at(function, step)
+        if not flags:
+            return False
+        handing = False
+        for reference in self.analysis.references(function.name):
+            call = self.analysis.parents.get(reference)
+            if not isinstance(call, cst.Call) or call.func is not reference or any(arg.star for arg in call.args):
+                return False  # handed on as a value, or its arguments are not read here
+            names = {p.name.value for p in params}  # type: ignore[attr-defined]
+            if not any(parameter_for(function, call, arg) in names and self.analysis.reads_any(arg.value, holders) for arg in call.args):
+                continue
+            handing = True
+            passed = {(arg.keyword.value if arg.keyword is not None else i): _constant(arg.value) for i, arg in enumerate(call.args)}
+            if not skips_step(flags, passed):
+                return False
+        return handing
+
+    def _flags_at(self, function: cst.FunctionDef, step: cst.Call) -> tuple[Flag, ...]:
+        """The flags of ``function`` that choose whether it reaches ``step``, read on its syntax tree, where the
+        step is the call at the same place in source order."""
+        try:
+            parsed = ast.parse(code_of(function)).body[0]
+        except SyntaxError:
+            return ()
+        calls = [c for c in self.analysis.within(function, cst.Call)]
+        ordered = sorted(
+            (n for n in ast.walk(parsed) if isinstance(n, ast.Call)),
+            key=lambda n: (n.lineno, n.col_offset, -(n.end_lineno or 0), -(n.end_col_offset or 0)),
+        )
+        if len(calls) != len(ordered) or step not in calls:
+            return ()
+        return flags_at(parsed, ordered[calls.index(step)])  # type: ignore[arg-type]
 
     def loader_holders(self, loaders: list[cst.CSTNode], holders: list[Holder] | None = None) -> list[Holder]:
         """Where the file's loaders, and iterators over them (``it = iter(loader)``), are read.

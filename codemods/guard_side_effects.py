@@ -88,6 +88,8 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         self._hoisted_names: dict[int, set[str]] = {}
         # Assignments of a value each process draws for itself that take the main process's value instead.
         self.shared_values: set[cst.Assign] = set()
+        # Tests of whether a directory exists that every process runs before making it: the main process's answer.
+        self.shared_tests: set[cst.Call] = set()
 
     def plan(self, analysis: Analysis) -> None:
         super().plan(analysis)
@@ -113,6 +115,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         if self.only_functions is None:
             self._report_unknown_writers(analysis)
             self._report_per_process_paths(analysis)
+            self._share_racing_tests(analysis)
             self._report_shell_commands(analysis)
 
     def _report_shell_commands(self, analysis: Analysis) -> None:
@@ -143,7 +146,38 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             else:
                 self.report(found.assign, "DDP423", value=code_of(found.draw.func), path=found.path)
 
-    def _run_by_every_process(self, assign: cst.Assign) -> bool:
+    def _share_racing_tests(self, analysis: Analysis) -> None:
+        """``if os.path.exists(save_dir): raise ...``, then ``os.makedirs(save_dir)``, which every process now runs: a
+        process that tests late finds the directory another process just made. Where every process runs the test
+        together, it takes the main process's answer, which the broadcast fixes before any process goes on to make
+        the directory (DDP429); elsewhere it is reported (DDP430)."""
+        made: dict[tuple[cst.CSTNode | None, str], list[cst.Call]] = {}
+        for call in analysis.nodes(cst.Call):
+            if under_rank_guard(self, call):
+                continue
+            if self.effects.makes_directory_everywhere(call) and call.args and call.args[0].keyword is None:
+                path = code_of(call.args[0].value)
+            elif self._pathlib_mkdir(call):
+                path = code_of(call.func.value)  # type: ignore[attr-defined]
+            else:
+                continue
+            made.setdefault((_function_of(analysis, call), path), []).append(call)
+        if not made:
+            return
+        for statement in analysis.nodes(cst.If):
+            function = _function_of(analysis, statement)
+            for test in analysis.within(statement.test, cst.Call):
+                path = _tested_path(analysis, test)
+                later = [c for c in made.get((function, path), []) if analysis.index[c] > analysis.last[statement]] if path else []
+                if not later or under_rank_guard(self, statement):
+                    continue
+                if self._run_by_every_process(statement):
+                    self.shared_tests.add(test)
+                    self.report(test, "DDP429", test=code_of(test), call=code_of(later[0].func))
+                else:
+                    self.report(test, "DDP430", test=code_of(test), call=code_of(later[0].func))
+
+    def _run_by_every_process(self, assign: cst.Assign | cst.If) -> bool:
         """Whether every process runs ``assign`` together, once per call, so that a broadcast there pairs up: it is in
         a function, outside loops; no call of the function in this file is under a rank condition; and the function
         writes nothing itself (a writer may be guarded where another module calls it) unless this file's own entry
@@ -620,6 +654,8 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         return hoisted, remainder  # type: ignore[return-value]
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        if original_node in self.shared_tests:
+            return cst.Call(func=cst.Name(names.MAIN_VALUE_HELPER), args=[cst.Arg(updated_node)])
         if self.effects.makes_directory_everywhere(original_node):
             return self._make_directory_everywhere(original_node, updated_node)
         if self._pathlib_mkdir(original_node):
@@ -714,7 +750,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             module = updated_node
         else:
             module = updated_node.with_changes(body=self._guarded(original_node.body, updated_node.body))
-        if self.shared_values:
+        if self.shared_values or self.shared_tests:
             import_torch_distributed(self.context, self.facts.distributed_alias)
             module = add_helper(module, self.facts, names.MAIN_VALUE_HELPER, MAIN_VALUE_HELPER_SOURCE)
         if not self.uses_helper:
@@ -751,6 +787,23 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             return updated_node
         shared = cst.Call(func=cst.Name(names.MAIN_VALUE_HELPER), args=[cst.Arg(updated_node.value)])
         return updated_node.with_changes(value=shared)
+
+
+# Tests of whether a path exists, by its first argument (os.path) or their receiver (pathlib).
+_PATH_TESTS = frozenset({"os.path.exists", "os.path.isdir", "os.path.isfile", "os.path.lexists"})
+
+
+def _tested_path(analysis: Analysis, call: cst.Call) -> str | None:
+    """The path ``call`` tests the existence of, as written: ``save_dir`` in ``os.path.exists(save_dir)`` or ``save_dir.exists()``."""
+    if analysis.matches(call, call_to(_PATH_TESTS)) and call.args and call.args[0].keyword is None:
+        return code_of(call.args[0].value)
+    if m.matches(call, m.Call(func=m.Attribute(attr=m.Name("exists") | m.Name("is_dir")), args=[])):
+        return code_of(call.func.value)  # type: ignore[attr-defined]
+    return None
+
+
+def _function_of(analysis: Analysis, node: cst.CSTNode) -> cst.CSTNode | None:
+    return next((a for a in analysis.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
 
 
 # Functions whose value is named after what they are handed: `np.mean(losses)` is the losses' mean.

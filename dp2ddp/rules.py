@@ -2164,6 +2164,46 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP429",
+            "existence-test-shared",
+            "note",
+            "`{test}` runs on every process before `{call}`, which every process now runs too: a process that tests "
+            "late would find the directory another one just made, so every process now takes the main process's "
+            "answer (`main_process_value(...)`, a broadcast)",
+            doc=_doc(
+                "Finds a test of whether a path exists (`os.path.exists`, `os.path.isdir`, `Path.exists()`) in an "
+                "`if`, followed in the same function by an `os.makedirs` or `mkdir` of the same path that convert "
+                "leaves on every process (with exist_ok=True), on a line every process runs together.",
+                "`if os.path.exists(save_dir): raise ...` guards against reusing a run folder. With several "
+                "processes, the first one makes the folder and a slower one finds it and raises: the run stops at "
+                "start, at random. The broadcast of the main process's answer happens before any process passes "
+                "the test, so no process has made the folder yet when the main process looks.",
+                "if os.path.exists(save_dir):\n    raise NameError(\"model dir exists!\")\nos.makedirs(save_dir)",
+                "if main_process_value(os.path.exists(save_dir)):\n    raise NameError(\"model dir exists!\")\n"
+                "os.makedirs(save_dir, exist_ok=True)",
+                "Safe: every process reaches the test together, so the broadcast pairs up; a test elsewhere is "
+                "reported (DDP430).",
+            ),
+        ),
+        Rule(
+            "DDP430",
+            "existence-test-races",
+            "warning",
+            "`{test}` runs on every process before `{call}`, which every process now runs too: a process that tests "
+            "late finds the directory another one just made; convert cannot see that every process runs this test "
+            "together, so test on the main process only and share the answer (`main_process_value(...)`)",
+            doc=_doc(
+                "Finds what DDP429 finds, where convert cannot show that every process runs the test at the same "
+                "point: in a loop, in a function called under a rank condition, or at module level.",
+                "A test whose answer depends on which process made the directory first makes the processes take "
+                "different branches: one raises or deletes the folder while the others train in it.",
+                "for run in runs:\n    if os.path.exists(run.dir):\n        continue\n    os.makedirs(run.dir)",
+                "for run in runs:\n    if main_process_value(os.path.exists(run.dir)):\n        continue\n"
+                "    os.makedirs(run.dir, exist_ok=True)",
+                "No fix: the test is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP427",
             "per-process-number-printed",
             "warning",

@@ -894,3 +894,27 @@ def test_a_compound_statement_on_one_line_that_only_writes_is_guarded() -> None:
     lines = result.output.splitlines()
     at = next(i for i, line in enumerate(lines) if "os.remove(prev)" in line)
     assert any("if is_main_process():" in line for line in lines[at - 4 : at]), "\n".join(lines[at - 6 : at + 1])
+
+
+@pytest.mark.parametrize(
+    "where, shared",
+    [
+        # every process runs the test together, once: the broadcast pairs up
+        ("def main(out):\n    {test}", True),
+        # in a loop: a process that left the loop early would leave the others waiting in the broadcast
+        ("def main(runs):\n    for out in runs:\n        {test}", False),
+        # called only on the main process: the others never reach a broadcast there
+        ("def make(out):\n    {test}\n\nif dist.get_rank() == 0:\n    make(args.out)", False),
+    ],
+)
+def test_a_test_that_the_run_folder_is_new_takes_the_main_process_answer_where_every_process_runs_it(where: str, shared: bool) -> None:
+    """`if os.path.exists(out): raise` before `os.makedirs(out)`, which every process runs: a late process would find
+    the folder another made. Shared (DDP429) only where a broadcast pairs up, else reported (DDP430)."""
+    before = where.split("{test}")[0]
+    indent = " " * (len(before) - len(before.rstrip(" ")))
+    test = f'if os.path.exists(out):\n{indent}    raise NameError("exists")\n{indent}os.makedirs(out)'
+    source = "import os\nimport torch\nimport torch.distributed as dist\n\n" + where.replace("{test}", test) + "\nmodel = torch.nn.DataParallel(Net())\n"
+    output, findings = _convert(source)
+    codes = {f.split(":")[1] for f in findings}
+    assert ("DDP429" in codes, "DDP430" in codes) == (shared, not shared)
+    assert ("if main_process_value(os.path.exists(out)):" in output) is shared

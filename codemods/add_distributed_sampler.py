@@ -47,7 +47,7 @@ from dp2ddp.analysis.roles import Site
 from dp2ddp.analysis.batches import COMMON_WORLD_SIZES, divided_batch, gpu_count_scalings, literal_size
 from dp2ddp.analysis.options import integer_option_default
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg, prepend_statements, with_argument
-from dp2ddp.analysis.syntax import argument, call_to, code_of, main_guard, resolves_to
+from dp2ddp.analysis.syntax import argument, call_to, code_of, main_guard, parameter_for, resolves_to
 from ._global_batch import add_batch_args, runs_after_setup, times_world_size
 
 RestartT = TypeVar("RestartT", cst.ExceptHandler, cst.While)
@@ -1081,9 +1081,36 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                 # A class or function of another project module handed the batch (`BatchCriterion(m, t, batch_size)`
                 # builds a 2B x 2B mask): convert does not change that code, so it keeps expecting the loader's batch.
                 or (qualified & self.analysis.role.project_calls and self._passes_batch(other, values))
+                or self._sizes_in_function(other, values)
             ):
                 return other
         return None
+
+    def _sizes_in_function(self, call: cst.Call, values: set[str]) -> bool:
+        """Whether ``call`` hands the batch value to a function of this file that sizes or divides by it:
+        ``create_label(shape, cfg.batch_size)`` repeats a mask that many times, ``weighted_loss(out, gt, w,
+        cfg.batch_size)`` divides a summed loss by it. A function that builds a loader with it sizes no tensor."""
+        function = self.analysis.callee(call)
+        if function is None or self.analysis.findall_in(function, call_to(names.DATA_LOADER)):
+            return False
+        handed = {
+            parameter_for(function, call, arg) for arg in call.args
+            if not arg.star and not self.analysis.within(arg.value, cst.Call)
+            and any(_holds(code_of(n), values) for n in self._value_chains(arg.value))
+        }  # fmt: skip
+        handed.discard(None)
+        for name in self.analysis.within(function.body, cst.Name):
+            if name.value not in handed:
+                continue
+            parent = self.analysis.parents.get(name)
+            if isinstance(parent, cst.BinaryOperation) and parent.right is name and isinstance(parent.operator, (cst.Divide, cst.FloorDivide)):
+                return True  # a sum over the batch divided by it: the loss normalised by the global batch
+            sized = self.analysis.parents.get(parent) if isinstance(parent, cst.Arg) else None
+            if isinstance(sized, cst.Call) and not (parent.keyword is not None and parent.keyword.value == "batch_size") and not self.analysis.matches(
+                sized, call_to(names.SIDE_EFFECT_CALLS | {"builtins.str", "builtins.int", "builtins.float", "builtins.len"})
+            ):
+                return True  # `np.repeat(mask, batch_size, axis=0)`, `torch.zeros(batch_size, n)`
+        return False
 
     @cached_property
     def _pair_loss(self) -> tuple[str, str] | None:

@@ -3066,6 +3066,11 @@ REPORTED_IN_OUTPUT["DDP111"] = frozenset(code for code, rule in RULES.items() if
 EXPLAINED_IN_OUTPUT: dict[str, frozenset[str]] = {"DDP342": frozenset({"DDP516"})}
 # Convert warnings that leave no hazard in the converted script for check to find, and why.
 NOT_IN_OUTPUT: dict[str, str] = {
+    "DDP430": (
+        "a DDP script may test on every process for a folder every process makes on purpose (a per-process scratch "
+        "folder); only against the DataParallel run, where one process tested before it made the folder, is the "
+        "test a race"
+    ),
     "DDP428": (
         "a shell command a DDP script runs on every process may be meant for every process (a per-process scratch "
         "folder, a query of the GPU); only against the DataParallel run, which ran it once, is it a question"

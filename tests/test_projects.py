@@ -443,6 +443,29 @@ def test_writes_in_a_base_class_of_another_module_are_guarded_there(tmp_path: Pa
     assert [f.code for f in base.findings] == ["DDP105"] and "train.py:" in base.findings[0].message
 
 
+def test_a_function_a_class_of_another_module_writes_through_is_guarded_there(tmp_path: Path) -> None:
+    """`Logger(args)` of helper.py calls `backup_source_code(directory)` there, which removes and copies a folder:
+    on every process, one process's rmtree pulled the tree from under another's copytree at start."""
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "model_factory_package" / "before", root)
+    (root / "helper.py").write_text(
+        "import os\nimport shutil\n\n\nclass Logger:\n    def __init__(self, out):\n"
+        "        backup_source_code(os.path.join(out, 'code_backup'))\n\n\n"
+        "def backup_source_code(directory):\n    if os.path.exists(directory):\n        shutil.rmtree(directory)\n"
+        "    shutil.copytree('.', directory)\n",
+        encoding="utf-8",
+    )
+    train = (root / "train.py").read_text(encoding="utf-8").replace(
+        "from models import create_model\n", "from models import create_model\nfrom helper import Logger\n"
+    )
+    train = train.replace("def main():\n", "def main():\n    Logger('runs')\n")
+    (root / "train.py").write_text(train, encoding="utf-8")
+    result = convert_project(root, _sources(root))
+    helper = result.files[root / "helper.py"]
+    assert isinstance(helper, ConvertResult) and "    if is_main_process():\n        if os.path.exists(directory):" in helper.output
+    assert "backup_source_code" in " ".join(f.message for f in helper.findings if f.code == "DDP105")
+
+
 _EPOCH_MAIN = (
     "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
     "from train import train_epoch\n\n\ndef main():\n    model = nn.DataParallel(nn.Linear(4, 1))\n"

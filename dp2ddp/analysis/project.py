@@ -1062,10 +1062,11 @@ class Project:
         return found
 
     def _writers_within(self, target: str, function: str, depth: int = 2) -> list[str]:
-        """``function`` and the functions of its module it calls, to ``depth``."""
+        """``function`` (or a class, through its methods) and the functions of its module it calls, to ``depth``:
+        ``Logger.__init__`` calling ``backup_source_code(directory)`` writes through it."""
         module = self.modules[target]
         found = [function]
-        definition = module.functions.get(function)
+        definition: ast.AST | None = module.functions.get(function) or module.classes.get(function)
         if definition is None or not depth:
             return found
         inside = range(definition.lineno, (definition.end_lineno or definition.lineno) + 1)

@@ -406,6 +406,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # Loaders whose batch is an option defaulting below a common world size, with the default:
         # divided, it is floored at 1 (`max(1, B // world_size)`), since 0 would crash every process.
         self.floored: dict[cst.Call, int] = {}
+        # Those whose batch is a name one of whose bindings is that small a literal (`batch_size = 1`), with the binding.
+        self.small_bindings: dict[cst.Call, cst.CSTNode] = {}
         # Loaders given `sampler=<a name only ever bound to None>`, with that name.
         self.placeholders: dict[cst.Call, str] = {}
         # Sampler constructions to split, with how: "shuffle"/"sequential" (a DistributedSampler), or the
@@ -696,6 +698,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             # `--batch_size` defaults to 1: a literal 1 stays per process, but the option may be given any
             # value, which is divided as usual; only below the world size is each process's share 0.
             self.floored[call] = default
+        elif call not in self.per_process_calls and default is None and (small := self._small_binding(call)) is not None:
+            # `batch_size = 1` on the evaluation side of a builder that binds the batch per split: 0 there.
+            self.floored[call] = small[0]
+            self.small_bindings[call] = small[1]
         if hoisted_dataset is not None:
             assert isinstance(statement, cst.SimpleStatementLine)
             self.hoists[statement] = plan
@@ -1211,6 +1217,18 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         """The bindings of ``name`` that can hold when it is read: not those written after it outside any loop around both."""
         return bindings_reaching(self.analysis, name)
 
+    def _small_binding(self, call: cst.Call) -> tuple[int, cst.CSTNode] | None:
+        """A binding of the loader's batch name to a literal smaller than some common world sizes, where the name
+        has other bindings too (``batch_size = opt["batch_size"]`` for training, ``batch_size = 1`` otherwise)."""
+        batch = argument(call, BATCH_SIZE, "batch_size")
+        if not isinstance(batch, cst.Name):
+            return None
+        bindings = [b for b in self.analysis.bindings(batch) or [] if b is not None]
+        for binding in bindings if len(bindings) > 1 else []:
+            if isinstance(binding.value, cst.Integer) and int(binding.value.evaluated_value) < max(COMMON_WORLD_SIZES):
+                return int(binding.value.evaluated_value), binding
+        return None
+
     def _literal_batch(self, call: cst.Call) -> int | None:
         """The loader's batch size when it is a literal, or a name bound once, at module level, to one."""
         batch = argument(call, BATCH_SIZE, "batch_size")
@@ -1272,7 +1290,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.report(where, "DDP308", batch=code_of(batch) if batch is not None else "1", reason=reason, learning_rate=learning_rate)
             return
         divisibility = "the global batch changes unless it divides by the number of processes"
-        if call in self.floored:
+        if call in self.small_bindings:
+            below = [str(w) for w in COMMON_WORLD_SIZES if w > self.floored[call]]
+            line = self.analysis.position(self.small_bindings[call]).start.line
+            self.report(batch, "DDP343", batch=code_of(batch), value=self.floored[call], line=line, counts=", ".join(below))
+            divisibility = f"never below 1 per process: where it is {self.floored[call]}, on {', '.join(below)} processes the global batch grows to world_size"
+        elif call in self.floored:
             divisibility = self._report_floor(batch, self.floored[call])
         elif size is not None:
             misses = [str(w) for w in COMMON_WORLD_SIZES if size % w]

@@ -1891,6 +1891,27 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP343",
+            "batch-may-be-small",
+            "note",
+            "`{batch}` is {value} where line {line} binds it, fewer than {counts} processes, where `{batch} // "
+            "world_size` would be 0 and DataLoader would refuse it on every process: each process loads `max(1, "
+            "{batch} // world_size)`, so there the loader's global batch grows to world_size",
+            doc=_doc(
+                "Finds a loader whose batch is a name bound to a small literal on one path and to something else on "
+                "another: a function that builds every split's loader binds `batch_size = opt[\"batch_size\"]` for "
+                "training and `batch_size = 1` for validation.",
+                "Keeping the global batch divides it by the world size, and 1 divided by two processes is 0, which "
+                "DataLoader refuses: every process would crash where the small batch is built. Floored at 1, each "
+                "process loads one sample there.",
+                "if phase == \"train\":\n    batch_size = opt[\"batch_size\"]\nelse:\n    batch_size = 1\n"
+                "loader = DataLoader(ds, batch_size=batch_size, shuffle=shuffle)",
+                "loader = DataLoader(ds, batch_size=max(1, batch_size // dist.get_world_size()), ...)",
+                "Safe: nothing crashes; where the batch is smaller than the number of processes the loader's global "
+                "batch grows to the world size.",
+            ),
+        ),
+        Rule(
             "DDP324",
             "loader-batch-of-batches",
             "error",

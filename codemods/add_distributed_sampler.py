@@ -441,6 +441,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.unpacked: dict[cst.Call, _Unpacked] = {}
         # Sampler bindings no loader reads any more.
         self.dropped_lines: set[cst.SimpleStatementLine] = set()
+        # Seeds a dataset sets in a loader worker from the worker's id alone (`torch.manual_seed(worker_info.id)`).
+        self.worker_seeds: set[cst.Call] = set()
         # `batch_size *= torch.cuda.device_count()` and the like -> the value with the GPU count replaced.
         self.gpu_count_scaling: dict[cst.AugAssign | cst.Assign, cst.BaseExpression] = {}
 
@@ -457,6 +459,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._report_data_from_elsewhere(analysis, loaders)
             self._report_gpu_count_scaling(analysis)
             self._plan_noise_per_process(analysis, loaders)
+            self._plan_worker_seeds(analysis)
         if not loaders:
             return
         if not self.SHARDS_EVALUATION:
@@ -1638,7 +1641,40 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
 
     # -- rewriting ------------------------------------------------------------------
 
+    def _plan_worker_seeds(self, analysis: Analysis) -> None:
+        """``torch.manual_seed(worker_info.id)`` where ``worker_info = torch.utils.data.get_worker_info()``: a dataset
+        that seeds each loader worker from its id alone seeds the workers of every process alike, so each process
+        would draw the same augmentations for different samples. The rank is mixed in (DDP344); rank 0 draws as
+        the script did."""
+        info = m.Call(func=m.MatchIfTrue(lambda f: bool({q.name for q in analysis.qualified_names(f)} & {"torch.utils.data.get_worker_info"})))
+        holders = {
+            code_of(t.target) for a in analysis.nodes(cst.Assign) if m.matches(a.value, info) for t in a.targets if isinstance(t.target, cst.Name)
+        }  # fmt: skip
+        worker_id = m.Attribute(value=m.Name(m.MatchIfTrue(lambda n: n in holders)) | info, attr=m.Name("id"))
+        for call in analysis.findall(call_to(names.SEEDING_CALLS)):
+            assert isinstance(call, cst.Call)
+            if len(call.args) != 1 or call.args[0].keyword is not None or not self.analysis.findall_in(call.args[0].value, worker_id):
+                continue
+            reads = {n.value for n in analysis.within(call.args[0].value, cst.Name)}
+            if reads & {"initial_seed", "get_rank", "rank", "local_rank", "environ"}:
+                continue  # seeded from something per process already
+            self.worker_seeds.add(call)
+            self.report(call, "DDP344", call=code_of(call))
+
+    def _rank_in_seed(self, call: cst.Call) -> cst.Call:
+        """``torch.manual_seed(worker_info.id)`` -> ``torch.manual_seed(worker_info.id + 104729 * rank)``: distinct
+        for every worker of every process while workers are fewer than 104729; the rank comes from the launcher's
+        environment, which loader workers inherit."""
+        AddImportsVisitor.add_needed_import(self.context, "os")
+        seed = call.args[0].value
+        if not isinstance(seed, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+            seed = seed.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        mixed = cst.BinaryOperation(left=seed, operator=cst.Add(), right=cst.parse_expression('104729 * int(os.environ.get("RANK", "0"))'))
+        return call.with_changes(args=[call.args[0].with_changes(value=mixed)])
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        if original_node in self.worker_seeds:
+            return self._rank_in_seed(updated_node)
         edit = self.sampler_edits.get(original_node)
         if edit is not None:
             return self._split_sampler(updated_node, edit)

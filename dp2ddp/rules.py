@@ -1912,6 +1912,28 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP344",
+            "worker-seeded-by-id",
+            "note",
+            "`{call}` seeds a loader worker from its id alone, alike on every process: each process's workers would "
+            "draw the same augmentations for different samples; the rank is now mixed in (`+ 104729 * rank`), and "
+            "rank 0 draws as before",
+            doc=_doc(
+                "Finds, in a file whose loaders convert splits, a call that seeds `torch`, NumPy or `random` with an "
+                "expression of `torch.utils.data.get_worker_info().id` and nothing that differs per process: a "
+                "dataset that seeds its worker on its first item.",
+                "Under DataParallel one process's workers drew the augmentations for the whole batch, each from its "
+                "own seed. After the split, every process has workers with the same ids, so their seeds, crops and "
+                "flips are the same on every process, for different samples: the augmentation repeats W times.",
+                "worker_info = torch.utils.data.get_worker_info()\nif worker_info is not None:\n"
+                "    torch.manual_seed(worker_info.id)",
+                "worker_info = torch.utils.data.get_worker_info()\nif worker_info is not None:\n"
+                "    torch.manual_seed(worker_info.id + 104729 * int(os.environ.get(\"RANK\", \"0\")))",
+                "Safe: the seeds stay distinct for every worker of every process while a process has fewer than "
+                "104729 workers.",
+            ),
+        ),
+        Rule(
             "DDP324",
             "loader-batch-of-batches",
             "error",

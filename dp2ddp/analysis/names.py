@@ -346,3 +346,9 @@ CYCLIC_SCHEDULERS: dict[str, tuple[str, ...]] = {
 # The last part of a library function or class that opens a file in the mode it is given (second argument
 # or `mode=`): `h5py.File`, `tarfile.open`, `gzip.open`, `zipfile.ZipFile`, `numpy.memmap`, `pandas.HDFStore`.
 FILE_OPENERS = frozenset({"open", "File", "ZipFile", "TarFile", "memmap", "HDFStore"})
+
+# Calls that seed a random generator of the process with their one argument.
+SEEDING_CALLS = frozenset({
+    "torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all",
+    "numpy.random.seed", "random.seed",
+})  # fmt: skip

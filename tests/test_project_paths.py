@@ -515,3 +515,38 @@ def test_a_script_whose_sys_path_line_names_its_own_folder_stays_in_its_reposito
     (tmp_path / "outer" / "other.py").write_text("x = 1\n")
     (repository / "main.py").write_text("import sys\nsys.path.append('./')\nsys.path.insert(0, '../..')\n")
     assert project_root(repository / "main.py") == repository
+
+
+def test_a_model_class_imported_through_a_sys_path_folder_is_read_for_unused_parameters(tmp_path: Path) -> None:
+    """`sys.path.append('core')`, then `from network import Net`: Net's attention uses its positional embedding only
+    under an option, so the wrap needs find_unused_parameters (without it DDP stops at the second step)."""
+    root = tmp_path / "repo"
+    (root / "core").mkdir(parents=True)
+    (root / "core" / "attention.py").write_text(
+        "import torch.nn as nn\n\n\nclass Attention(nn.Module):\n    def __init__(self, args):\n"
+        "        super().__init__()\n        self.args = args\n        self.qk = nn.Linear(4, 4)\n"
+        "        self.pos_emb = nn.Linear(4, 4)\n\n    def forward(self, x):\n        if self.args.position:\n"
+        "            return self.pos_emb(x)\n        return self.qk(x)\n",
+        encoding="utf-8",
+    )
+    (root / "core" / "network.py").write_text(
+        "import torch.nn as nn\nfrom attention import Attention\n\n\nclass Net(nn.Module):\n"
+        "    def __init__(self, args):\n        super().__init__()\n        self.att = Attention(args)\n\n"
+        "    def forward(self, x):\n        return self.att(x)\n",
+        encoding="utf-8",
+    )
+    (root / "train.py").write_text(
+        "import sys\nsys.path.append('core')\nimport argparse\nimport torch\nimport torch.nn as nn\n"
+        "from torch.utils.data import DataLoader, TensorDataset\nfrom network import Net\n\n\n"
+        "def main(args):\n    model = nn.DataParallel(Net(args))\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4, shuffle=True)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    for (x,) in loader:\n"
+        "        loss = model(x).sum()\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\n\n"
+        "if __name__ == '__main__':\n    parser = argparse.ArgumentParser()\n    parser.add_argument('--position', action='store_true')\n"
+        "    main(parser.parse_args())\n",
+        encoding="utf-8",
+    )
+    completed = _cli(root, "convert", "--project", "train.py")
+    assert completed.returncode == 0, completed.stderr
+    assert "wrap_ddp(Net(args), find_unused_parameters=True)" in (root / "train.py").read_text(encoding="utf-8")
+    assert "DDP215" in completed.stdout + completed.stderr

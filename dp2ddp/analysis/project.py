@@ -1035,7 +1035,16 @@ class Project:
                 defining = self.modules.get(target)
                 if defining is not None and target != name and cls in defining.skipping:
                     found.append((f"{name}.{bound}", defining.skipping[cls], self.site(defining, defining.classes[cls])))
-        return tuple(found)
+        # As this module's own imports spell it: `from network import RAFTGMA` after `sys.path.append("core")`
+        # names `network.RAFTGMA`, the class of core/network.py.
+        for bound, (source, attribute, written) in module.bindings.items():
+            if attribute is None:
+                continue
+            target, cls = self._defined_in(source, attribute)
+            defining = self.modules.get(target)
+            if defining is not None and target != module.name and cls in defining.skipping:
+                found.append((written, defining.skipping[cls], self.site(defining, defining.classes[cls])))
+        return tuple(dict.fromkeys(found))
 
     def _bases(self, module: _Module, name: str) -> set[str]:
         """The project modules that define the base classes of class ``name``, followed up the hierarchy."""

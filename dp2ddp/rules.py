@@ -412,6 +412,24 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP247",
+            "wrap-once-guard",
+            "note",
+            "the DataParallel wrap depends on `{condition}`, which only keeps `{model}` from being wrapped twice: the "
+            "model is wrapped whichever way it goes, and the test accepts the DDP model too, so the wrap converts "
+            "where it is",
+            doc=_doc(
+                "Finds a wrap under `if not isinstance(model, nn.DataParallel):` that wraps that same model, with no "
+                "`else`.",
+                "A helper handed either a bare or a wrapped model wraps it once. The condition is about the model, "
+                "not the machine, and every process takes the same branch; convert makes the `isinstance` accept "
+                "DistributedDataParallel too, so a converted model is not wrapped again.",
+                "if not isinstance(model, nn.DataParallel):\n    model = nn.DataParallel(model)",
+                "if not isinstance(model, (nn.DataParallel, DistributedDataParallel)):\n    model = wrap_ddp(model)",
+                "Safe: whichever way the test goes, the model every process trains is wrapped once.",
+            ),
+        ),
+        Rule(
             "DDP246",
             "data-parallel-first-gpu",
             "note",

@@ -80,9 +80,10 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
             import torch
             if opt.isTrain and not opt.fp16:
                 model = torch.nn.DataParallel(model)
+            model(x).sum().backward()
             """,
             ["3:DDP207"],
-            id="a wrap under a condition that is not about GPUs",
+            id="a wrap under a condition that is not about GPUs, with training after it on either path",
         ),
         pytest.param(
             """

@@ -614,3 +614,35 @@ def test_a_wrap_in_a_project_data_parallel_subclass_lists_every_finding_in_one_r
     result = convert_project(tmp_path, {tmp_path / "parallel.py": parallel, tmp_path / "train.py": plain})
     followed = result.files[tmp_path / "train.py"]
     assert isinstance(followed, ConvertResult) and [(f.line, f.code) for f in followed.findings if f.severity == "error"] == [(14, "DDP220")]
+
+
+def test_a_wrap_inside_a_model_class_does_not_make_an_inference_script_that_imports_it_a_program_to_convert(tmp_path: Path) -> None:
+    """`ASTModel.__init__` wraps a pretrained copy of itself in DataParallel only to load its checkpoint: a part of
+    the model, left as it is (DDP201). The demo that imports the model class runs inference and stays as it was;
+    the training script that wraps the model converts."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "models.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self, pretrained=False):\n"
+        "        super().__init__()\n        if pretrained:\n            base = nn.DataParallel(Net())\n"
+        "            base.load_state_dict(torch.load('base.pt'))\n            self.body = base.module.body\n"
+        "        else:\n            self.body = nn.Linear(4, 1)\n\n    def forward(self, x):\n        return self.body(x)\n",
+        encoding="utf-8",
+    )
+    (root / "demo.py").write_text(
+        "import torch\nfrom models import Net\n\nmodel = Net()\nprint(model(torch.randn(2, 4)))\n", encoding="utf-8"
+    )
+    (root / "train.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom models import Net\n\n\n"
+        "def main():\n    model = nn.DataParallel(Net())\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4, shuffle=True)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    for x, y in loader:\n"
+        "        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\n\n"
+        "if __name__ == '__main__':\n    main()\n",
+        encoding="utf-8",
+    )
+    result = convert_project(root, _sources(root))
+    demo = result.files[root / "demo.py"]
+    assert not (isinstance(demo, ConvertResult) and demo.changed)
+    train = result.files[root / "train.py"]
+    assert isinstance(train, ConvertResult) and "wrap_ddp(Net())" in train.output

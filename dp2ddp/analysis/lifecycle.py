@@ -31,8 +31,8 @@ from libcst.metadata import Assignment
 
 from . import names
 from .parameters import MODULE_METHODS, PARAMETER_FREE, skipping_classes, unfreezing_methods
-from .syntax import DEVICE_MOVE, MAIN_GUARD, REDUCTION, argument, call_to, code_of, parameter_for, without_device_move
-from .script import inside_helper
+from .syntax import DEVICE_MOVE, MAIN_GUARD, REDUCTION, argument, call_to, code_of, parameter_for, resolves_to, without_device_move
+from .script import entry_point, inside_helper
 from .effects import is_rank_guard
 
 if TYPE_CHECKING:
@@ -474,6 +474,9 @@ class ModelLifecycle:
             # A model built again and wrapped again under a flag: on the path that skips it, the model
             # is the one wrapped earlier.
             return Hazard(test, "DDP240", (("condition", code_of(test)), ("line", str(earlier))))
+        if len(flags) == 1 and isinstance(flags[0], cst.If) and flags[0].orelse is None and self._wraps_once(wrap, flags[0].test):
+            # `if not isinstance(model, nn.DataParallel): model = nn.DataParallel(model)`: wrapped either way.
+            return Hazard(test, "DDP247", (("condition", code_of(test)), ("model", wrap.target or "")))
         untrained = self._untrained_path(wrap, flags)
         if untrained is not None:
             # `if args.test_only: <wrap>; <evaluate>; sys.exit(0)`, or `if args.train: <wrap>; <train> else:
@@ -485,6 +488,18 @@ class ModelLifecycle:
             # path the model is a wrapped one.
             return Hazard(unwrapped, "DDP243", (("condition", code_of(test)), ("unwrap", code_of(unwrapped))))
         return None
+
+    def _wraps_once(self, wrap: Wrap, test: cst.BaseExpression) -> bool:
+        """``not isinstance(model, nn.DataParallel)`` around ``model = nn.DataParallel(model)``: the test only keeps a
+        wrapped model from being wrapped again (and accepts the DDP model once converted), so the model is wrapped
+        whichever way it goes."""
+        if wrap.target is None or wrap.inner != wrap.target:
+            return False
+        if not m.matches(test, m.UnaryOperation(operator=m.Not(), expression=m.Call(func=m.Name("isinstance"), args=[m.Arg(), m.Arg()]))):
+            return False
+        checked, classes = test.expression.args  # type: ignore[attr-defined]
+        spelled = [classes.value] if not isinstance(classes.value, cst.Tuple) else [e.value for e in classes.value.elements]
+        return code_of(checked.value) == wrap.target and any(self.analysis.matches(c, resolves_to(names.DATA_PARALLEL)) for c in spelled)
 
     def _untrained_path(self, wrap: Wrap, flags: list[cst.If | cst.IfExp]) -> str | None:
         """Which path of the flags around ``wrap`` trains nothing, where that makes the wrap safe to convert in place:
@@ -509,9 +524,29 @@ class ModelLifecycle:
             return None  # an `elif` chain: more paths than two
         statements = list(block.body)
         after = statements[statements.index(outer) + 1 :]
-        if (other is None or not self._trains(other)) and not any(self._trains(s) for s in after) and isinstance(self._scope_of(outer), cst.FunctionDef):
+        # At module level only after the model was handed to the project's code that trains it (`train(model, ...)`
+        # of another module, then `if args.final_eval: <wrap>; <load the best>; <evaluate>`), in a script that runs
+        # its top level after setup_distributed().
+        runs_after_setup = isinstance(self._scope_of(outer), cst.FunctionDef) or (
+            entry_point(self.analysis) == "top" and self._handed_to_the_project(wrap, statements[: statements.index(outer)])
+        )
+        if (other is None or not self._trains(other)) and not any(self._trains(s) for s in after) and runs_after_setup:
             return "the other branch"
         return None
+
+    def _handed_to_the_project(self, wrap: Wrap, before: list[cst.CSTNode]) -> bool:
+        """Whether one of ``before`` hands the model ``wrap`` wraps to a function of this file that trains, or to one of
+        another module of the project."""
+        model = wrap.inner or wrap.target
+        project = self.analysis.role.project_calls
+        for statement in before:
+            for call in self.analysis.within(statement, cst.Call):
+                trains = code_of(call.func) in self._training_functions or {q.name for q in self.analysis.qualified_names(call.func)} & project
+                if trains and any(
+                    m.matches(arg.value, m.Name(model)) for arg in call.args if model
+                ):
+                    return True
+        return False
 
     def _trains(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` runs a backward pass, itself or through a function of this file it calls."""

@@ -343,6 +343,9 @@ class Project:
                 if _is_main_guard(statement) and module.path in self._importers:
                     demo.append(range(statement.lineno, (statement.end_lineno or statement.lineno) + 1))
         returns: list[ast.Return] = []
+        # What the methods of model classes hold: a DataParallel there wraps a part of the model (its file's own
+        # analysis leaves it, DDP201), such as a pretrained network wrapped only to load its checkpoint.
+        in_models = {id(n) for cls in module.classes.values() if is_model_class(cls) for n in ast.walk(cls)}
         for node in ast.walk(module.tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 module.import_nodes.append(node)
@@ -357,7 +360,7 @@ class Project:
                     continue
                 # A DataParallel-like class (`DataParallelWithCallback`) wraps as DataParallel does: its
                 # module is refused (DDP229, DDP234), and holds back the programs that reach it.
-                if (name in _WRAP_NAMES or names.is_data_parallel_like(name)) and not _wraps_part_of_a_model(node):
+                if (name in _WRAP_NAMES or names.is_data_parallel_like(name)) and not _wraps_part_of_a_model(node) and id(node) not in in_models:
                     module.wraps.append(node)
                 elif name == "DataLoader":
                     module.loaders.append(node)

@@ -430,6 +430,41 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP248",
+            "step-agreed-on-the-averaged-loss",
+            "note",
+            "`{step}` runs only when `{test}` holds, a test of the loss; the test now reads the loss averaged over "
+            "processes, as DataParallel's loss was the whole batch's, so every process steps or skips together",
+            doc=_doc(
+                "Finds an optimizer step after `backward()` under an `if` whose test reads only the loss (`if "
+                "loss.item() < threshold: optimizer.step()`).",
+                "Under DataParallel one process tested the whole batch's loss. After the split each process would "
+                "test its own share's: one process steps while another skips, and the replicas drift apart. The "
+                "averaged loss is the same number on every process.",
+                "loss.backward()\nif loss.item() < 10:\n    optimizer.step()",
+                "loss.backward()\nif all_reduce_mean(loss.item()) < 10:\n    optimizer.step()",
+                "Safe: the test reads the number DataParallel read, up to how the batch is divided.",
+            ),
+        ),
+        Rule(
+            "DDP249",
+            "step-on-some-processes",
+            "error",
+            "`{step}` runs only when `{test}` holds, which reads `{value}`, computed from this process's share of the "
+            "batch: one process would step while another does not, and the replicas drift apart; the file is left "
+            "as it was: test values averaged over processes (`all_reduce_mean(...)`), then convert again",
+            doc=_doc(
+                "Finds an optimizer step after `backward()` under an `if` whose test reads something computed from "
+                "the loss other than the loss itself (`last = loss.item()`, then `if loss.item() < 3 * last:`).",
+                "Each process tests its own numbers. Where they differ, some processes step and others do not: the "
+                "gradients were averaged, but the weights no longer are the same on every process.",
+                "loss.backward()\nif loss.item() < 3 * last:\n    optimizer.step()\n    last = loss.item()",
+                "loss.backward()\nloss_value = all_reduce_mean(loss.item())\nif loss_value < 3 * last:\n"
+                "    optimizer.step()\n    last = loss_value",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP246",
             "data-parallel-first-gpu",
             "note",

@@ -88,6 +88,20 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
         pytest.param(
             """
             import torch
+            model = torch.nn.DataParallel(model)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                if loss.item() < 3 * last:
+                    optimizer.step()
+                    last = loss.item()
+            """,
+            ["7:DDP249"],
+            id="an optimizer step under a test of a value each process computed from its own loss",
+        ),
+        pytest.param(
+            """
+            import torch
             if args.teacher:
                 G = torch.nn.DataParallel(G)
                 D = torch.nn.DataParallel(D)

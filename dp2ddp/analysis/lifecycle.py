@@ -1479,6 +1479,8 @@ class ModelLifecycle:
                 continue
             by_loop.setdefault(loop, []).append(backward)
             self._skippable(backward, loop)
+        for backward in backwards:
+            self._gated_step(backward)
         for loop, found in by_loop.items():
             forwards = [
                 c for c in self.analysis.within(loop, cst.Call)
@@ -1808,6 +1810,54 @@ class ModelLifecycle:
                 break
             if isinstance(ancestor, cst.Try) and not all(_reraises(handler) for handler in ancestor.handlers):
                 self.blockers.append(Hazard(ancestor, "DDP220", (("how", "an error caught here skips it on one process"),)))
+
+    def _gated_step(self, backward: cst.Call) -> None:
+        """``optimizer.step()`` after a backward, under an ``if`` on this process's loss (``if loss < 3 * last:``, a
+        skip of steps whose loss spikes). Under DataParallel the loss was the whole batch's and one process stepped
+        or not; here one process may step while another does not, and the replicas drift apart. A test on the loss
+        alone now reads it averaged over processes (DDP248); a test on anything else this process computed from
+        its batch is an error (DDP249)."""
+        function = next((a for a in self.analysis.ancestors(backward) if isinstance(a, cst.FunctionDef)), self.analysis.module)
+        if not m.matches(backward.func, m.Attribute(value=m.Name())):
+            return
+        loss = backward.func.value.value  # type: ignore[attr-defined]
+        # Names computed from the loss in its function (`loss_value = loss.item()`, `last = loss.item()`).
+        # A value reduced over processes (`all_reduce_mean(loss.item())`) is the same everywhere.
+        derived = {loss}
+        assigns = [a for a in self.analysis.within(function, cst.Assign) if not m.matches(a.value, REDUCTION)]
+        while True:
+            more = {
+                code_of(t.target) for a in assigns
+                if {code_of(n) for kind in (cst.Name, cst.Attribute) for n in self.analysis.within(a.value, kind)} & derived
+                for t in a.targets if isinstance(t.target, (cst.Name, cst.Attribute))
+            } - derived  # fmt: skip
+            if not more:
+                break
+            derived |= more
+        for step in self.analysis.within(function, cst.Call):
+            if not m.matches(step, m.Call(func=m.Attribute(attr=m.Name("step")), args=[])) or not self.analysis.is_after(step, backward):
+                continue
+            if "optim" not in code_of(step.func.value).lower():  # type: ignore[attr-defined]
+                continue
+            tests = []
+            for ancestor in self.analysis.ancestors(step):
+                if ancestor is function:
+                    break
+                if isinstance(ancestor, cst.If) and self.analysis.is_after(ancestor, backward):
+                    tests.append(ancestor.test)
+            for test in tests:
+                read = [n for n in self.analysis.within(test, cst.Name) if n.value in derived and not self._reduced(n)]
+                read += [a for a in self.analysis.within(test, cst.Attribute) if code_of(a) in derived and not self._reduced(a)]
+                if not read:
+                    continue
+                others = [n for n in read if not (isinstance(n, cst.Name) and n.value == loss)]
+                if self.converting and not others:
+                    for name in read:
+                        self.agreed_losses.add(self._outermost_chain(name, through_calls=True))  # type: ignore[arg-type]
+                    self.findings.append(Hazard(test, "DDP248", (("test", code_of(test)), ("step", code_of(step)))))
+                else:
+                    self.blockers.append(Hazard(test, "DDP249", (("test", code_of(test)), ("step", code_of(step)), ("value", code_of(others[0] if others else read[0])))))
+                return
 
     def _reduced(self, node: cst.CSTNode) -> bool:
         """Inside ``all_reduce_mean(...)`` or another reduction: the same value on every process."""

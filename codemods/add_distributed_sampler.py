@@ -1226,10 +1226,23 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         batch = argument(call, BATCH_SIZE, "batch_size")
         if not isinstance(batch, cst.Name):
             return None
-        bindings = [b for b in self.analysis.bindings(batch) or [] if b is not None]
-        for binding in bindings if len(bindings) > 1 else []:
-            if isinstance(binding.value, cst.Integer) and int(binding.value.evaluated_value) < max(COMMON_WORLD_SIZES):
-                return int(binding.value.evaluated_value), binding
+        scope = self.analysis.scopes.get(batch)
+        if scope is None or batch.value not in scope:
+            return None
+        assignments = list(scope[batch.value])
+        for assignment in assignments if len(assignments) > 1 else []:
+            node = getattr(assignment, "node", None)
+            binding = next((a for a in self.analysis.ancestors(node) if isinstance(a, cst.Assign)), None) if node is not None else None
+            if binding is None or len(binding.targets) != 1:
+                continue
+            value, target = binding.value, binding.targets[0].target
+            if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+                # `batch_size, shuffle = 1, False`
+                value = next((v.value for t, v in zip(target.elements, value.elements) if t.value is node), value)
+            elif target is not node:
+                continue
+            if isinstance(value, cst.Integer) and int(value.evaluated_value) < max(COMMON_WORLD_SIZES):
+                return int(value.evaluated_value), binding
         return None
 
     def _literal_batch(self, call: cst.Call) -> int | None:

@@ -452,7 +452,8 @@ RULES: dict[str, Rule] = {
             "error",
             "`{step}` runs only when `{test}` holds, which reads `{value}`, computed from this process's share of the "
             "batch: one process would step while another does not, and the replicas drift apart; the file is left "
-            "as it was: test values averaged over processes (`all_reduce_mean(...)`), then convert again",
+            "as it was: test the loss itself (convert then averages it), or step unconditionally, convert, and test "
+            "again on values reduced with `all_reduce_mean(...)`",
             doc=_doc(
                 "Finds an optimizer step after `backward()` under an `if` whose test reads something computed from "
                 "the loss other than the loss itself (`last = loss.item()`, then `if loss.item() < 3 * last:`).",

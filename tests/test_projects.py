@@ -646,3 +646,47 @@ def test_a_wrap_inside_a_model_class_does_not_make_an_inference_script_that_impo
     assert not (isinstance(demo, ConvertResult) and demo.changed)
     train = result.files[root / "train.py"]
     assert isinstance(train, ConvertResult) and "wrap_ddp(Net())" in train.output
+
+
+_MODELS = (
+    "import torch.nn as nn\n\n\ndef define_net():\n    net = nn.DataParallel(nn.Linear(8, 1))\n    return net\n\n\n"
+    "def create_model():\n    net = define_net()\n    return net\n"
+)
+_SOLVER = (
+    "import torch\nimport torch.nn as nn\nfrom models import create_model\n\n\n"
+    "class Solver:\n    def __init__(self):\n        self.model = create_model()\n"
+    "        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)\n        self.x = torch.Tensor()\n\n"
+    "    def feed_data(self, batch):\n        x, y = batch\n        self.x.resize_(x.size()).copy_(x)\n        self.y = y\n\n"
+    "    def train_step(self):\n        self.optimizer.zero_grad()\n        total = 0.0\n        for i in range(2):\n"
+    "            xs = self.x.narrow(0, i * 4, 4)\n            ys = self.y.narrow(0, i * 4, 4)\n"
+    "            loss = nn.functional.mse_loss(self.model(xs), ys) / 2\n            loss.backward()\n"
+    "            total += loss.item()\n        {step}\n        return total\n"
+)
+
+
+@pytest.mark.parametrize("step, refused", [("self.optimizer.step()", False), ("if total < 3 * self.last:\n            self.optimizer.step()\n            self.last = total", True)])
+def test_a_solver_fed_its_batches_by_another_module_trains_on_the_split_loader(tmp_path: Path, step: str, refused: bool) -> None:
+    """`solver.feed_data(batch)` then `solver.train_step()`, the model from a factory that calls the wrapping one:
+    the sub-batches the solver cuts from what it is fed are the split loader's (no DDP317), and a step skipped on
+    its own loss sum is refused (DDP249)."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "solver.py").write_text(_SOLVER.replace("{step}", step), encoding="utf-8")
+    (root / "models.py").write_text(_MODELS, encoding="utf-8")
+    (root / "train.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom solver import Solver\n\n\n"
+        "def main():\n    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8, shuffle=True)\n"
+        "    solver = Solver()\n    for epoch in range(2):\n        for batch in loader:\n            solver.feed_data(batch)\n"
+        "            loss = solver.train_step()\n\n\nif __name__ == '__main__':\n    main()\n",
+        encoding="utf-8",
+    )
+    result = convert_project(root, _sources(root))
+    solver = result.files[root / "solver.py"]
+    codes = {f.code for f in solver.findings} if isinstance(solver, ConvertResult) else set()
+    assert "DDP317" not in codes
+    assert ("DDP249" in codes) is refused
+    train = result.files[root / "train.py"]
+    if not refused:
+        models = result.files[root / "models.py"]
+        assert isinstance(train, ConvertResult) and "DistributedSampler" in train.output
+        assert isinstance(models, ConvertResult) and "wrap_ddp(" in models.output

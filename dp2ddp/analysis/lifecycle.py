@@ -1824,13 +1824,15 @@ class ModelLifecycle:
         # Names computed from the loss in its function (`loss_value = loss.item()`, `last = loss.item()`).
         # A value reduced over processes (`all_reduce_mean(loss.item())`) is the same everywhere.
         derived = {loss}
-        assigns = [a for a in self.analysis.within(function, cst.Assign) if not m.matches(a.value, REDUCTION)]
+        bindings = [
+            (t.target, a.value) for a in self.analysis.within(function, cst.Assign) if not m.matches(a.value, REDUCTION) for t in a.targets
+        ] + [(a.target, a.value) for a in self.analysis.within(function, cst.AugAssign)]  # `loss_batch += loss.item()`
         while True:
             more = {
-                code_of(t.target) for a in assigns
-                if {code_of(n) for kind in (cst.Name, cst.Attribute) for n in self.analysis.within(a.value, kind)} & derived
-                for t in a.targets if isinstance(t.target, (cst.Name, cst.Attribute))
-            } - derived  # fmt: skip
+                code_of(target) for target, value in bindings
+                if isinstance(target, (cst.Name, cst.Attribute))
+                and {code_of(n) for kind in (cst.Name, cst.Attribute) for n in self.analysis.within(value, kind)} & derived
+            } - derived
             if not more:
                 break
             derived |= more

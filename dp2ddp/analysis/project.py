@@ -373,6 +373,19 @@ class Project:
             wraps = [call for call in module.wraps if call.lineno in inside]
             if wraps and any(r.lineno in inside for r in returns):
                 module.factories[name] = wraps[0]
+        # A function that returns what a factory of its module returns (`create_model(opt)` returning
+        # `define_net(opt)`, which wraps) hands out the wrapped model too.
+        changed = True
+        while changed:
+            changed = False
+            for name, function in module.functions.items():
+                if name in module.factories:
+                    continue
+                made = next((c for c in ast.walk(function) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                             and c.func.id in module.factories and _returns_the_value_of(function, c)), None)
+                if made is not None:
+                    module.factories[name] = module.factories[made.func.id]  # type: ignore[attr-defined]
+                    changed = True
 
     def _read_parameters(self) -> None:
         """Which model classes may leave a sub-module without a gradient: a class built from another module's
@@ -1513,6 +1526,17 @@ def _statements(block: cst.CSTNode) -> list[cst.CSTNode]:
     if isinstance(block, (cst.IndentedBlock, cst.SimpleStatementSuite)):
         return list(block.body)
     return []
+
+
+def _returns_the_value_of(function: ast.FunctionDef | ast.AsyncFunctionDef, call: ast.Call) -> bool:
+    """Whether ``function`` returns what ``call`` gives: ``return call(...)``, or a name bound to it and returned."""
+    bound = {
+        t.id for a in ast.walk(function) if isinstance(a, ast.Assign) and a.value is call for t in a.targets if isinstance(t, ast.Name)
+    }  # fmt: skip
+    return any(
+        isinstance(r, ast.Return) and (r.value is call or (isinstance(r.value, ast.Name) and r.value.id in bound))
+        for r in ast.walk(function)
+    )
 
 
 def _wraps_part_of_a_model(call: ast.Call) -> bool:

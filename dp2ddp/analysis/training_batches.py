@@ -174,8 +174,13 @@ class TrainingBatches:
         if function is None or [c for c in self.analysis.callers(function) if not m.matches(c, on_parts)]:
             return False
         source = self.iterated_root(source, function)
+        # A piece of an attribute (`self.LR.narrow(0, i * n, n)`, `self.x.chunk(k)[i]`): the attribute's batches.
+        while isinstance(source, (cst.Call, cst.Subscript)) and (
+            isinstance(source, cst.Subscript) or m.matches(source.func, m.Attribute(attr=m.Name(m.MatchIfTrue(lambda n: n in _PIECES))))
+        ):
+            source = source.value if isinstance(source, cst.Subscript) else source.func.value  # type: ignore[attr-defined]
         if m.matches(source, m.Attribute(value=m.Name("self"), attr=m.Name())):
-            return self._given_to_the_constructor(source, function)  # type: ignore[arg-type]
+            return self._given_to_the_constructor(source, function) or self._fed_by_a_method(source, function)  # type: ignore[arg-type]
         if not isinstance(source, cst.Name):
             return False
         scope = self.analysis.scopes.get(source)
@@ -196,6 +201,37 @@ class TrainingBatches:
         binds = m.Assign(targets=[m.AssignTarget(m.Attribute(value=m.Name("self"), attr=m.Name(attribute.attr.value)))])
         values = [a.value for a in self.analysis.findall_in(cls, binds)]  # type: ignore[attr-defined]
         return bool(values) and all(isinstance(v, cst.Name) and v.value in parameters for v in values)
+
+    def _fed_by_a_method(self, attribute: cst.Attribute, function: cst.FunctionDef) -> bool:
+        """``self.LR``, filled by a method of the class from what it is handed (``feed_data(self, batch)``:
+        ``self.LR = batch["LR"]``, or ``self.LR.resize_(x.size()).copy_(x)``), a method no code of this file calls:
+        the callers elsewhere hand it their loader's batches, as a solver's ``feed_data`` then ``train_step``."""
+        cls = next((a for a in self.analysis.ancestors(function) if isinstance(a, cst.ClassDef)), None)
+        if cls is None or not isinstance(cls.body, cst.IndentedBlock):
+            return False
+        name = attribute.attr.value
+        target = m.Attribute(value=m.Name("self"), attr=m.Name(name))
+        fed = False
+        for method in (s for s in cls.body.body if isinstance(s, cst.FunctionDef)):
+            parameters = {p.name.value for p in (*method.params.params[1:], *method.params.kwonly_params)}
+            locals_from = set(parameters)
+            for assign in self.analysis.within(method, cst.Assign):  # `input = batch["LR"]`: one hop from a parameter
+                if {n.value for n in self.analysis.within(assign.value, cst.Name)} & parameters:
+                    locals_from |= {n.value for t in assign.targets for n in self.analysis.within(t.target, cst.Name)}
+            values = [a.value for a in self.analysis.within(method, cst.Assign) if any(m.findall(t.target, target) for t in a.targets)]
+            values += [
+                c.args[0].value for c in self.analysis.within(method, cst.Call)
+                if m.matches(c.func, m.Attribute(attr=m.Name("copy_"))) and c.args and self.analysis.findall_in(c.func, target)
+            ]  # fmt: skip
+            for value in values:
+                if m.matches(value, m.Call(args=[]) | m.Name("None")):
+                    continue  # a placeholder filled later (`self.LR = self.Tensor()`)
+                if not {n.value for n in self.analysis.within(value, cst.Name)} & locals_from:
+                    return False  # filled from something of the class's own making
+                if [c for c in self.analysis.callers(method) if not m.matches(c, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("self")))))]:
+                    return False  # this file hands it its data
+                fed = True
+        return fed
 
     def iterated_root(self, source: cst.CSTNode, function: cst.FunctionDef) -> cst.CSTNode:
         """What ``source`` iterates, through ``iter``/``enumerate``/``tqdm`` and local names bound once to them.
@@ -561,6 +597,10 @@ class TrainingBatches:
             if function is not None and self.reaches(function.body, holders, depth - 1):
                 return True
         return False
+
+
+# Methods that take a piece of a tensor: a batch split into sub-batches.
+_PIECES = frozenset({"narrow", "chunk", "split", "view", "reshape", "to", "cuda", "float", "contiguous"})
 
 
 def _constant(value: cst.BaseExpression) -> object:

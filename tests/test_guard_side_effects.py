@@ -918,3 +918,31 @@ def test_a_test_that_the_run_folder_is_new_takes_the_main_process_answer_where_e
     codes = {f.split(":")[1] for f in findings}
     assert ("DDP429" in codes, "DDP430" in codes) == (shared, not shared)
     assert ("if main_process_value(os.path.exists(out)):" in output) is shared
+
+
+def test_a_data_file_opened_to_read_and_update_stays_the_real_file_on_every_process() -> None:
+    """`h5py.File(name, "r+")` holding the data set is read by every process: sent to os.devnull off the main
+    process, the others would read no data."""
+    output, findings = _convert(
+        """
+        import h5py
+        import torch
+
+        def load(name):
+            f = h5py.File(name, "r+")
+            data = f["data"][:]
+            f.close()
+            return data
+
+        def main():
+            data = load("train.h5")
+            model = torch.nn.DataParallel(Net())
+            out = h5py.File("out.h5", "w")
+            out["x"] = data
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert 'f = h5py.File(name, "r+")' in output
+    assert "os.devnull" in output  # the file opened to write only is still the main process's alone

@@ -56,8 +56,9 @@ def _analysis_of(reader: Analysis | Planner) -> Analysis:
 
 
 def opens_for_writing(reader: Analysis | Planner, node: cst.CSTNode) -> bool:
-    """``open(path, "w")`` and every other mode that creates or changes a file; so too a library's file
-    opener given such a mode (``h5py.File(path, "w")``, ``tarfile.open(path, "w:gz")``, ``np.memmap(mode="w+")``)."""
+    """``open(path, "w")`` and every other mode that creates or changes a file, but ``r+``, which reads it too; so
+    too a library's file opener given such a mode (``h5py.File(path, "w")``, ``tarfile.open(path, "w:gz")``,
+    ``np.memmap(mode="w+")``)."""
     if not isinstance(node, cst.Call):
         return False
     analysis = _analysis_of(reader)
@@ -66,7 +67,9 @@ def opens_for_writing(reader: Analysis | Planner, node: cst.CSTNode) -> bool:
     ):
         return False
     mode = argument(node, 1, "mode")
-    return isinstance(mode, cst.SimpleString) and bool(WRITE_MODE.search(mode.evaluated_value))
+    # `r+` reads the file it may change (`h5py.File(name, "r+")` holding the data set): every process needs the
+    # real file, so it is no writer to send to os.devnull off the main process.
+    return isinstance(mode, cst.SimpleString) and bool(WRITE_MODE.search(mode.evaluated_value)) and not str(mode.evaluated_value).startswith("r")
 
 
 @dataclass(frozen=True)

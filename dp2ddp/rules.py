@@ -466,6 +466,31 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP250",
+            "optimizer-over-unregistered-tensors",
+            "error",
+            "this optimizer steps `{call}`, tensors the model makes ({site}) but does not register as parameters: DDP "
+            "averages only the gradients of registered parameters, so each process would step its own and they "
+            "would drift apart; the file is left as it was: make them `nn.Parameter`s of the model (DDP then averages "
+            "their gradients) and build the other optimizers from the other parameters only, then convert again",
+            doc=_doc(
+                "Finds an optimizer built over a method of the wrapped model (`model.module.arch_parameters()`) that "
+                "returns tensors the model class makes with `requires_grad=True` (`Variable(...)`, "
+                "`torch.randn(..., requires_grad=True)`) instead of `nn.Parameter`.",
+                "A DARTS search model keeps its architecture weights as plain tensors. DataParallel's one process "
+                "stepped them once. Under DDP each process steps them with the gradient of its own share of the "
+                "batch, since DDP averages only registered parameters: the architectures drift apart, and the one "
+                "found is rank 0's.",
+                "self.alphas = Variable(1e-3 * torch.randn(k, n), requires_grad=True)\n...\n"
+                "optimizer_a = torch.optim.Adam(model.module.arch_parameters(), lr=6e-3)",
+                "self.alphas = nn.Parameter(1e-3 * torch.randn(k, n))\n...\n"
+                "weights = [p for name, p in model.named_parameters() if 'alphas' not in name]\n"
+                "optimizer = torch.optim.SGD(weights, lr=0.1)\n"
+                "optimizer_a = torch.optim.Adam(model.module.arch_parameters(), lr=6e-3)",
+                "No fix: the file is left as it was.",
+            ),
+        ),
+        Rule(
             "DDP246",
             "data-parallel-first-gpu",
             "note",

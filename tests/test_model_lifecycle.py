@@ -102,6 +102,24 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
         pytest.param(
             """
             import torch
+            class Search(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.alphas = Variable(torch.randn(2), requires_grad=True)
+                    self._arch = [self.alphas]
+                def arch_parameters(self):
+                    return self._arch
+                def forward(self, x):
+                    return x * self.alphas[0]
+            model = torch.nn.DataParallel(Search())
+            optimizer_a = torch.optim.Adam(model.module.arch_parameters(), lr=0.01)
+            """,
+            ["13:DDP250"],
+            id="an optimizer over tensors the model makes but does not register as parameters",
+        ),
+        pytest.param(
+            """
+            import torch
             if args.teacher:
                 G = torch.nn.DataParallel(G)
                 D = torch.nn.DataParallel(D)

@@ -690,3 +690,29 @@ def test_a_solver_fed_its_batches_by_another_module_trains_on_the_split_loader(t
         models = result.files[root / "models.py"]
         assert isinstance(train, ConvertResult) and "DistributedSampler" in train.output
         assert isinstance(models, ConvertResult) and "wrap_ddp(" in models.output
+
+
+def test_an_optimizer_over_a_search_model_s_unregistered_tensors_of_another_module_is_refused(tmp_path: Path) -> None:
+    """`optimizer_a = Adam(model.module.arch_parameters())`, where the model class of another module keeps its
+    architecture weights as tensors with requires_grad, not parameters: DDP would not average them (DDP250)."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "search.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Search(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.op = nn.Linear(8, 1)\n        self.alphas = torch.zeros(2, requires_grad=True)\n\n"
+        "    def arch_parameters(self):\n        return [self.alphas]\n\n    def forward(self, x):\n        return self.op(x) * self.alphas.softmax(0)[0]\n",
+        encoding="utf-8",
+    )
+    (root / "train.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom search import Search\n\n\n"
+        "def main():\n    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8, shuffle=True)\n"
+        "    model = nn.DataParallel(Search())\n    optimizer_a = torch.optim.Adam(model.module.arch_parameters(), lr=0.01)\n"
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n        optimizer_a.zero_grad()\n"
+        "        loss.backward()\n        optimizer_a.step()\n\n\nif __name__ == '__main__':\n    main()\n",
+        encoding="utf-8",
+    )
+    result = convert_project(root, _sources(root))
+    train = result.files[root / "train.py"]
+    assert isinstance(train, ConvertResult) and not train.changed
+    assert [(f.code, f.line) for f in train.findings if f.code == "DDP250"] == [("DDP250", 10)]
+    assert "search.py:9" in next(f.message for f in train.findings if f.code == "DDP250")

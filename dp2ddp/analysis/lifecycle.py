@@ -30,7 +30,7 @@ import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from . import names
-from .parameters import MODULE_METHODS, PARAMETER_FREE, skipping_classes, unfreezing_methods
+from .parameters import MODULE_METHODS, PARAMETER_FREE, skipping_classes, unfreezing_methods, unregistered_tensor_methods
 from .syntax import DEVICE_MOVE, MAIN_GUARD, REDUCTION, argument, call_to, code_of, parameter_for, resolves_to, without_device_move
 from .script import entry_point, inside_helper
 from .effects import is_rank_guard
@@ -1442,11 +1442,25 @@ class ModelLifecycle:
         return train is not None and bool(m.findall(train, FREEZES))
 
     def _optimizers(self) -> None:
-        """An optimizer over a module no DDP wrap holds: its gradients are never averaged."""
+        """An optimizer over a module no DDP wrap holds, or over tensors a model returns but does not register as
+        parameters (DDP250): their gradients are never averaged."""
+        try:
+            own = {method: f"line {line}" for method, line in unregistered_tensor_methods(ast.parse(self.analysis.code)).items()}
+        except (SyntaxError, ValueError):
+            own = {}
+        unregistered = {**{method: str(site) for method, site in self.analysis.role.unregistered_tensors}, **own}
         for call in self.analysis.nodes(cst.Call):
             qualified = {q.name for q in self.analysis.qualified_names(call.func)}
             if not any(q.startswith("torch.optim.") and q.rsplit(".", 1)[-1][:1].isupper() and "lr_scheduler" not in q for q in qualified):
                 continue
+            stepped = argument(call, 0, "params")
+            if (
+                isinstance(stepped, cst.Call) and isinstance(stepped.func, cst.Attribute)
+                and stepped.func.attr.value in unregistered and not stepped.args
+                and self._is_model(stepped.func.value)
+            ):
+                site = unregistered[stepped.func.attr.value]
+                self.blockers.append(Hazard(call, "DDP250", (("call", code_of(stepped)), ("site", site))))
             for parameters in self.analysis.within(call, cst.Call):
                 if not m.matches(parameters, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
                     continue

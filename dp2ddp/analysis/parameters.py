@@ -353,3 +353,42 @@ def unfreezing_methods(tree: ast.Module) -> set[str]:
                     found.add(function.name)
     return found
 
+
+def unregistered_tensor_methods(tree: ast.Module) -> dict[str, int]:
+    """Methods of the model classes of ``tree`` that return tensors the model does not register as parameters,
+    with the line where such a tensor is made: ``arch_parameters()`` returning ``self._arch_parameters``, a list
+    of ``self.alphas_normal = Variable(torch.randn(k, n), requires_grad=True)``. An optimizer over them steps
+    tensors DDP never synchronises."""
+    found: dict[str, int] = {}
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and is_model_class(n)):
+        made: dict[str, int] = {}  # self attributes bound to a tensor that requires grad and is no nn.Parameter
+        lists: dict[str, list[str]] = {}  # self attributes bound to a list or tuple of self attributes
+        for node in ast.walk(cls):
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1 or not _is_self_attribute(node.targets[0]):
+                continue
+            attribute = node.targets[0].attr  # type: ignore[attr-defined]
+            value = node.value
+            if isinstance(value, (ast.List, ast.Tuple)) and all(_is_self_attribute(e) for e in value.elts):
+                lists[attribute] = [e.attr for e in value.elts]  # type: ignore[attr-defined]
+            elif isinstance(value, ast.Call) and _unregistered_tensor(value):
+                made[attribute] = node.lineno
+        for method in (s for s in cls.body if isinstance(s, ast.FunctionDef)):
+            for ret in (r for r in ast.walk(method) if isinstance(r, ast.Return) and r.value is not None):
+                returned = [ret.value] if not isinstance(ret.value, (ast.List, ast.Tuple)) else list(ret.value.elts)
+                for value in returned:
+                    if not _is_self_attribute(value):
+                        continue
+                    names = lists.get(value.attr, [value.attr])  # type: ignore[attr-defined]
+                    lines = [made[n] for n in names if n in made]
+                    if lines:
+                        found.setdefault(method.name, lines[0])
+    return found
+
+
+def _unregistered_tensor(call: ast.Call) -> bool:
+    """``Variable(x, requires_grad=True)`` or ``torch.randn(..., requires_grad=True)``: a tensor that trains, made
+    without ``nn.Parameter``."""
+    spelled = ast.unparse(call.func)
+    if spelled.rpartition(".")[2] == "Parameter":
+        return False
+    return any(k.arg == "requires_grad" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords)

@@ -39,7 +39,7 @@ from .deep import run_deep
 from .effects import is_rank_guard, opens_for_writing, under_rank_guard
 from .losses import pairing_losses, referenced
 from .module import Analysis
-from .parameters import is_model_class, skipping_classes, unfreezing_methods
+from .parameters import is_model_class, skipping_classes, unfreezing_methods, unregistered_tensor_methods
 from .paths import sys_path_folders
 from .roles import ModuleRole, Site
 from .steps import Flag, dotted, repeated_forwards, step_flags
@@ -841,6 +841,7 @@ class Project:
                 meter_classes=frozenset(meters.get(name, ())) if name in self.converted else frozenset(),
                 freezing_classes=frozenset(freezing.get(name, ())),
                 unfreezing_methods=self._program_unfreezing(name) if name in self.converted else frozenset(),
+                unregistered_tensors=self._program_unregistered(name) if name in self.converted else (),
                 program_functions=self._program_functions(name) if name in self.converted else frozenset(),
                 saved_attributes=self._program_saved_attributes(name) if name in self.converted else frozenset(),
                 downloading_classes=self._downloading_classes(name) if name in self.converted else frozenset(),
@@ -951,6 +952,17 @@ class Project:
         """What the other modules of module ``name``'s programs define that makes parameters trainable."""
         program = set(self.reachable(name)).union(*(reached for reached in self.reach.values() if name in reached))
         return frozenset().union(*(unfreezing_methods(self.modules[other].tree) for other in sorted(program - {name})))
+
+    def _program_unregistered(self, name: str) -> tuple[tuple[str, Site], ...]:
+        """What the model classes of the other modules of module ``name``'s programs return that they do not register
+        as parameters: (method, where such a tensor is made)."""
+        program = set(self.reachable(name)).union(*(reached for reached in self.reach.values() if name in reached))
+        found: dict[str, Site] = {}
+        for other in sorted(program - {name}):
+            module = self.modules[other]
+            for method, line in unregistered_tensor_methods(module.tree).items():
+                found.setdefault(method, Site(module.path.relative_to(self.root).as_posix(), line))
+        return tuple(sorted(found.items()))
 
     def _program_functions(self, name: str) -> frozenset[str]:
         """The names of every function and method the other modules of module ``name``'s programs define."""

@@ -75,6 +75,9 @@ class ModuleRole:
     # Methods and functions of the other modules of this module's programs that make parameters trainable
     # (`features.unfix(ratio)` setting requires_grad = True): called on a wrapped model, DDP never syncs them.
     unfreezing_methods: frozenset[str] = frozenset()
+    # Methods of the model classes of this module's programs that return tensors the model does not register as
+    # parameters (`arch_parameters()` of a DARTS search model), with where one is made: DDP never syncs them.
+    unregistered_tensors: tuple[tuple[str, Site], ...] = ()
     # Names of every function and method the other modules of this module's programs define: a method called on
     # the wrapped model under none of these names (nor nn.Module's) runs code convert cannot read.
     program_functions: frozenset[str] = frozenset()

@@ -352,6 +352,106 @@ CASES = [
         ),
     ),
     pytest.param(
+        "DDP249",
+        _script(
+            "model = nn.DataParallel(nn.Linear(4, 1))\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            last = 10.0
+            for epoch in range(2):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    if loss.item() < 3 * last:
+                        optimizer.step()
+                        last = loss.item()
+            """,
+        ),
+        # the test of the loss itself, which convert averages over processes
+        _script(
+            "model = nn.DataParallel(nn.Linear(4, 1))\n",
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    if loss.item() < 30:
+                        optimizer.step()
+            """,
+        ),
+    ),
+    pytest.param(
+        "DDP250",
+        _script(
+            """
+            class Search(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.op = nn.Linear(4, 1)
+                    self.alphas = torch.zeros(2, requires_grad=True)
+
+                def arch_parameters(self):
+                    return [self.alphas]
+
+                def forward(self, x):
+                    return self.op(x) * self.alphas.softmax(0)[0]
+
+
+            model = nn.DataParallel(Search())
+            """,
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.SGD(model.module.op.parameters(), lr=0.1)
+            optimizer_a = torch.optim.Adam(model.module.arch_parameters(), lr=0.01)
+            for epoch in range(2):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    optimizer_a.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    optimizer_a.step()
+            """,
+        ),
+        # registered as a parameter; the weights' optimizer was already built from the other parameters
+        _script(
+            """
+            class Search(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.op = nn.Linear(4, 1)
+                    self.alphas = nn.Parameter(torch.zeros(2))
+
+                def arch_parameters(self):
+                    return [self.alphas]
+
+                def forward(self, x):
+                    return self.op(x) * self.alphas.softmax(0)[0]
+
+
+            model = nn.DataParallel(Search())
+            """,
+            """
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+            optimizer = torch.optim.SGD(model.module.op.parameters(), lr=0.1)
+            optimizer_a = torch.optim.Adam(model.module.arch_parameters(), lr=0.01)
+            for epoch in range(2):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    optimizer_a.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    optimizer_a.step()
+            """,
+        ),
+    ),
+    pytest.param(
         "DDP242",
         _script(
             "from backbones import Net\nmodel = nn.DataParallel(Net())\n",

@@ -1492,43 +1492,52 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         ``data_provider(args, flag)`` of another module built: the project leaves that function's loader whole,
         and this file takes this process's share of it after each binding whose batches reach a backward.
         """
-        builders = dict(analysis.role.split_builders)
+        builders: dict[str, list[int]] = {}
+        for qualified, position in analysis.role.split_builders:
+            builders.setdefault(qualified, []).append(position)
         if not builders:
             return
         for assign in analysis.nodes(cst.Assign):
             if len(assign.targets) != 1 or not isinstance(assign.value, cst.Call):
                 continue
-            position = next((builders[q.name] for q in analysis.qualified_names(assign.value.func) if q.name in builders), None)
-            if position is None:
-                continue
+            positions = next((builders[q.name] for q in analysis.qualified_names(assign.value.func) if q.name in builders), [])
+            if positions:
+                self._split_where_trained(analysis, assign, positions)
+
+    def _split_where_trained(self, analysis: Analysis, assign: cst.Assign, positions: list[int]) -> None:
+        """The share of each loader of what ``assign`` binds (at ``positions`` of it), taken after each binding that
+        trains; the others stay whole."""
+        targets: list[cst.BaseExpression] = []
+        for position in positions:
             target = assign.targets[0].target
             if position >= 0:
                 if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) <= position:
                     continue
                 target = target.elements[position].value
-            training: list[_Site] = []
-            evaluation: list[_Site] = []
-            # Returned by a function of this file (`_get_data(flag)`), it is judged where that function's callers bind it.
-            for bound, where in self._returned_again(target) or [(target, assign)]:
-                holders = self.batches.loader_holders([], analysis.target_holders(bound))
-                statement = analysis.parents.get(where)
-                if self.batches.feeds_backward(holders) and isinstance(statement, cst.SimpleStatementLine):
-                    if m.matches(bound, m.Name() | m.Attribute(value=m.Name())):
-                        training.append(_Site(bound, where, statement))
-                else:
-                    evaluation.append(_Site(bound, where, statement))  # type: ignore[arg-type]
-            builder = code_of(assign.value.func)
-            lines = ", ".join(sorted({str(analysis.position(site.assign).start.line) for site in evaluation}, key=int)) or "another module"
-            for site in training:
-                keep = self.keep_per_process_batch or self._pair_loss is not None
-                if not split_where_used(analysis, analysis.target_holders(site.target, depth=0)):  # converted already
-                    self.split_at_use.setdefault(site.statement, []).append((code_of(site.target), keep))
-                    self.split_helper_needed = True
-                self.split_names.add(code_of(site.target))
-                analysis.sharded_names.add(code_of(site.target).rsplit(".", 1)[-1])
-                self.report(site.assign, "DDP327", loader=code_of(site.target), builder=builder, lines=lines)
-                if self._pair_loss is not None and not self.keep_per_process_batch:
-                    self._report_pairing(site.assign.value, batch=f"{code_of(site.target)}.batch_size")  # type: ignore[arg-type]
+            targets.append(target)
+        training: list[_Site] = []
+        evaluation: list[_Site] = []
+        # Returned by a function of this file (`_get_data(flag)`), it is judged where that function's callers bind it.
+        for bound, where in [found for target in targets for found in self._returned_again(target) or [(target, assign)]]:
+            holders = self.batches.loader_holders([], analysis.target_holders(bound))
+            statement = analysis.parents.get(where)
+            if self.batches.feeds_backward(holders) and isinstance(statement, cst.SimpleStatementLine):
+                if m.matches(bound, m.Name() | m.Attribute(value=m.Name())):
+                    training.append(_Site(bound, where, statement))
+            else:
+                evaluation.append(_Site(bound, where, statement))  # type: ignore[arg-type]
+        builder = code_of(assign.value.func)  # type: ignore[attr-defined]
+        lines = ", ".join(sorted({str(analysis.position(site.assign).start.line) for site in evaluation}, key=int)) or "another module"
+        for site in training:
+            keep = self.keep_per_process_batch or self._pair_loss is not None
+            if not split_where_used(analysis, analysis.target_holders(site.target, depth=0)):  # converted already
+                self.split_at_use.setdefault(site.statement, []).append((code_of(site.target), keep))
+                self.split_helper_needed = True
+            self.split_names.add(code_of(site.target))
+            analysis.sharded_names.add(code_of(site.target).rsplit(".", 1)[-1])
+            self.report(site.assign, "DDP327", loader=code_of(site.target), builder=builder, lines=lines)
+            if self._pair_loss is not None and not self.keep_per_process_batch:
+                self._report_pairing(site.assign.value, batch=f"{code_of(site.target)}.batch_size")  # type: ignore[arg-type]
 
     def _returned_again(self, bound: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.Assign]]:
         """Where the callers of the function that bound ``bound`` bind it, when the function returns it:
@@ -1546,12 +1555,19 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         return [found for value in returned for found in self.analysis.returned_to(value)]
 
     def _report_data_from_elsewhere(self, analysis: Analysis, loaders: list[cst.CSTNode]) -> None:
-        unsplit = [u for u in self.batches.unsplit_batches(loaders) if not analysis.reads(u.source) & self.split_names]
+        # Batches of a loader split where it is bound, read there or handed a function as its parameter (`train(train_loader)`).
+        unsplit = [
+            u for u in self.batches.unsplit_batches(loaders)
+            if not analysis.reads(u.source) & self.split_names and not self.batches.handed_from(u.source, self.split_names)
+        ]  # fmt: skip
         for found in unsplit:
             self.report(found.node, found.code, source=found.spelled)
+        handed = self.batches.handed_unsplit(loaders)
+        for found in handed:
+            self.report(found.node, "DDP345", source=found.spelled, callee=found.callee, site=found.site)
         wraps = self.facts.model_wraps or self.facts.imported_wraps
         role = analysis.role
-        if not loaders and not unsplit and wraps and not role.loader_sources and not role.program_loaders and not role.evaluates_only:
+        if not loaders and not unsplit and not handed and wraps and not role.loader_sources and not role.program_loaders and not role.evaluates_only:
             # A script run on its own that trains through another module (`engine.run(model)`) would train every
             # process on that module's unsplit loader; a module others import only builds the model.
             runs = main_guard(analysis.module) is not None and self._handed_to_another_module(analysis)

@@ -166,6 +166,8 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             return
         for statement in analysis.nodes(cst.If):
             function = _function_of(analysis, statement)
+            if self._only_makes_directories(statement):
+                continue  # `if not exists(d): makedirs(d)`: with `exist_ok=True` a late process does the same
             for test in analysis.within(statement.test, cst.Call):
                 path = _tested_path(analysis, test)
                 later = [c for c in made.get((function, path), []) if analysis.index[c] > analysis.last[statement]] if path else []
@@ -176,6 +178,24 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
                     self.report(test, "DDP429", test=code_of(test), call=code_of(later[0].func))
                 else:
                     self.report(test, "DDP430", test=code_of(test), call=code_of(later[0].func))
+
+    def _only_makes_directories(self, statement: cst.If) -> bool:
+        """Whether every statement ``statement`` runs in either branch makes a directory, which every process may do."""
+        branches: list[cst.BaseSuite] = [statement.body]
+        orelse = statement.orelse
+        while orelse is not None:
+            branches.append(orelse.body)
+            orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+        lines = [line for branch in branches for line in (branch.body if isinstance(branch, cst.IndentedBlock) else [branch])]
+        return all(
+            isinstance(line, cst.SimpleStatementLine)
+            and all(
+                isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+                and (self.effects.makes_directory_everywhere(small.value) or self._pathlib_mkdir(small.value))
+                for small in line.body
+            )
+            for line in lines
+        )  # fmt: skip
 
     def _run_by_every_process(self, assign: cst.Assign | cst.If) -> bool:
         """Whether every process runs ``assign`` together, once per call, so that a broadcast there pairs up: it is in

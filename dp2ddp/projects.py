@@ -10,6 +10,7 @@ reused as it is.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,8 +25,11 @@ from dp2ddp.analysis import names
 from dp2ddp.analysis.project import Project
 from dp2ddp.analysis.roles import ModuleRole
 from dp2ddp.api import ConversionError, ConvertOptions, ConvertResult, convert_source, deeply, with_output_checked
+from dp2ddp.codemods._base import Finding
 from dp2ddp.codemods._base import helper_insertion_index
 from dp2ddp.conversion import DEFAULT_HELPERS_MODULE, INFERENCE_ONLY, NO_DATA_PARALLEL, HelpersMode
+from dp2ddp.output_check import _original_lines
+from dp2ddp.rules import RULES
 
 # The first lines of a helpers module convert wrote; the digest covers everything after them,
 # so an edit by hand is seen and the module is never overwritten.
@@ -124,6 +128,7 @@ def convert_project(
     result.files = dict(sorted(result.files.items()))
     if not options.attributing:
         _check_outputs(root, sources, result)
+    _refuse_work_at_import(project, result)
     _hold_back_programs_with_a_refusal(project, result)
     named = result.files.get(entry) if entry is not None else None
     unparsed = sorted(project.unparsed_imports({entry})) if entry is not None else []
@@ -142,27 +147,33 @@ def convert_project(
         return result
     definitions = _defined_helpers(existing) if existing is not None else {}
     edited = existing is not None and not _unedited(existing)
+    moved_out: dict[Path, dict[str, str]] = {}
     for path, converted in result.files.items():
         if isinstance(converted, ConvertResult) and converted.changed:
             try:
                 output, moved = deeply(
                     converted.source, _move_helpers_out, converted.source, converted.output, helpers_import
                 )
-            except ConversionError as error:  # nested deeper than even that room: this file fails, the others go on
+                result.files[path] = _recheck(converted, output, options, roles.get(path))
+            except ConversionError as error:  # this file is left as it was, and so is the rest of its program
                 result.files[path] = error
                 continue
-            missing = sorted(set(moved) - definitions.keys())
-            if edited and missing:
-                raise ProjectError(
-                    f"{helpers_path} was edited by hand and has no {', '.join(missing)}, which "
-                    f"{path} needs: add them there (or delete the file to have it written again), then run convert again"
-                )
-            for name, code in moved.items():
-                definitions.setdefault(name, code)
-            try:
-                result.files[path] = _recheck(converted, output, options, roles.get(path))
-            except ConversionError as error:
-                result.files[path] = error  # reported for this file, which is left as it was
+            moved_out[path] = moved
+    # A file that failed here holds back the other modules of its program, as a refused one does above:
+    # half a program converted would not run.
+    _hold_back_programs_with_a_refusal(project, result)
+    for path, moved in moved_out.items():
+        converted = result.files[path]
+        if not isinstance(converted, ConvertResult) or not converted.changed:
+            continue
+        missing = sorted(set(moved) - definitions.keys())
+        if edited and missing:
+            raise ProjectError(
+                f"{helpers_path} was edited by hand and has no {', '.join(missing)}, which "
+                f"{path} needs: add them there (or delete the file to have it written again), then run convert again"
+            )
+        for name, code in moved.items():
+            definitions.setdefault(name, code)
     if definitions:
         after = existing if edited else _helpers_module(definitions)
         assert after is not None
@@ -230,6 +241,77 @@ def _refused(converted: ConvertResult | ConversionError) -> bool:
     return not converted.changed and any(f.severity == "error" for f in converted.findings)
 
 
+# What needs the process group, called by name in converted code: every helper but these, which work before it exists.
+_WORK_WITHOUT_A_GROUP = frozenset({names.MAIN_PROCESS_HELPER, names.LOCAL_DEVICE_HELPER, names.SHARDED_SAMPLER_HELPER})
+_QUERIES_WITHOUT_A_GROUP = frozenset({"is_initialized", "is_available", "is_nccl_available", "is_gloo_available"})
+
+
+def _refuse_work_at_import(project: Project, result: ProjectResult) -> None:
+    """Refuse a module that others import where convert made code that runs at import need the process group.
+
+    Module-level code of an imported module runs when the entry point imports it, before its main block calls
+    setup_distributed(): a loader built there and split (`batch_size=8 // dist.get_world_size()`) raises on every
+    process, also where the module has a `__main__` block of its own. An entry point no module imports starts
+    the process group before its own module-level code.
+    """
+    imported = set().union(*(module.imports for module in project.modules.values()))
+    for path, converted in list(result.files.items()):
+        module = project.by_path.get(path)
+        if module is None or module.name not in imported:
+            continue  # an entry point no module imports: its launch wrapper starts the group before such code
+        if not isinstance(converted, ConvertResult) or not converted.changed:
+            continue
+        added = _group_calls_at_import(converted.output) - {code for _, code in _group_calls_at_import_lines(converted.source)}
+        if not added:
+            continue
+        lines = _original_lines(converted.source, converted.output)
+        where = path.relative_to(project.root).as_posix()
+        rule = RULES["DDP346"]
+        by_line: dict[int, list[str]] = {}
+        for line, code in _group_calls_at_import_lines(converted.output):
+            if code in added and code not in by_line.setdefault(line, []):
+                by_line[line].append(code)
+        # One finding for each statement, naming the smallest of the calls it would make: `dist.get_rank()` in
+        # `DrawnPerProcess(dataset, dist.get_rank())`.
+        findings = [
+            Finding("DDP346", rule.message.format(call=min(codes, key=len), module=where), lines.get(line, (1, False))[0], 1, rule.severity)
+            for line, codes in sorted(by_line.items()) if codes
+        ]
+        result.files[path] = ConvertResult(converted.source, converted.source, (*converted.findings, *findings), converted.reason)
+
+
+def _group_calls_at_import(text: str) -> set[str]:
+    return {code for _, code in _group_calls_at_import_lines(text)}
+
+
+def _group_calls_at_import_lines(text: str) -> list[tuple[int, str]]:
+    """The calls that need the process group in the code ``text`` runs at import (outside functions and the
+    ``__main__`` block), with their lines: ``dist.get_world_size()``, ``wrap_ddp(...)``."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    found: list[tuple[int, str]] = []
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.Call):
+            func = node.func
+            needs = (
+                isinstance(func, ast.Name) and func.id in names.HELPERS and func.id not in _WORK_WITHOUT_A_GROUP
+                or isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "dist"
+                and func.attr not in _QUERIES_WITHOUT_A_GROUP
+            )  # fmt: skip
+            if needs:
+                found.append((node.lineno, ast.unparse(node)))
+        pending.extend(ast.iter_child_nodes(node))
+    return sorted(found)
+
+
 def _hold_back_programs_with_a_refusal(project: Project, result: ProjectResult) -> None:
     """Leave every module of a program unchanged where one of its modules is refused.
 
@@ -283,7 +365,9 @@ def _hold_back_programs_with_a_refusal(project: Project, result: ProjectResult) 
         blocker = refused.get(find(module.name))
         if blocker is not None:
             where = blocker.relative_to(project.root).as_posix()
-            if _refused(result.files[blocker]):
+            if isinstance(result.files[blocker], ConversionError):
+                reason = f"{where}, which is part of the same program, failed (see its error): converting this file alone would break it"
+            elif _refused(result.files[blocker]):
                 reason = f"{where}, which is part of the same program, is refused: converting this file alone would break it"
             else:
                 reason = (

@@ -2013,6 +2013,51 @@ RULES: dict[str, Rule] = {
             ),
         ),
         Rule(
+            "DDP345",
+            "training-data-handed-unsplit",
+            "error",
+            "`{source}` is handed to `{callee}`, whose training loop ({site}) iterates it, and it is no DataLoader "
+            "convert can split: every process would train on all of it; the file is left as it was: build a "
+            "DataLoader over the data in this file (from its dataset, with `batch_size=` and `shuffle=`) and hand "
+            "that to `{callee}`, then convert again",
+            doc=_doc(
+                "Finds, in a project, a call of another module's function or class whose training loop iterates "
+                "one of its parameters (`def train_epoch(model, loader, ...)`, or a trainer whose `__init__` keeps "
+                "`self.data_iter = data_iter` and loops over it around a `backward()`), handed something that is "
+                "not a DataLoader this file or the program's loader modules build: an iterator class, a generator, "
+                "a library's iterator. The finding is where that value is made.",
+                "The module that trains cannot tell what it is handed; the caller chooses the data. convert splits "
+                "DataLoaders by giving them a DistributedSampler. Anything else would give every process every "
+                "batch: the run looks distributed, and is one GPU's training W times over.",
+                "data_iter = TextPairIterator(corpus, batch_size=32)\ntrainer = Trainer(model, data_iter, optimizer)\n"
+                "trainer.train()",
+                "dataset = TextPairDataset(corpus)\nloader = DataLoader(dataset, batch_size=32, shuffle=True)\n"
+                "trainer = Trainer(model, loader, optimizer)\ntrainer.train()",
+                "Safe: nothing is converted until the data comes through a DataLoader convert can split.",
+            ),
+        ),
+        Rule(
+            "DDP346",
+            "process-group-needed-at-import",
+            "error",
+            "`{call}` would run when {module} is imported, before the entry point's main block starts the process "
+            "group, and raise on every process; the file is left as it was: build what it splits or reduces in a "
+            "function the program calls once it runs (or drop it if nothing uses it), then convert again",
+            doc=_doc(
+                "Finds, in a project, a module that other modules import and that would call something needing the "
+                "process group at import time once converted: a loader built at module level and split "
+                "(`batch_size=8 // dist.get_world_size()`), a model wrapped in DDP at module level.",
+                "An entry point imports its modules at its top, and starts the process group in its main block, "
+                "after them. Code a module runs at import therefore runs before the process group exists, and "
+                "`dist.get_world_size()` raises there: the converted program would crash at its first line.",
+                "# data.py\ntrain_loader = DataLoader(train_set, batch_size=32, shuffle=True)\n\n"
+                "# train.py\nfrom data import train_loader",
+                "# data.py\ndef make_train_loader():\n    return DataLoader(train_set, batch_size=32, shuffle=True)\n\n"
+                "# train.py\nfrom data import make_train_loader\ntrain_loader = make_train_loader()",
+                "Safe: nothing is converted until the module's import-time code needs no process group.",
+            ),
+        ),
+        Rule(
             "DDP324",
             "loader-batch-of-batches",
             "error",

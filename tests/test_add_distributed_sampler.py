@@ -1866,3 +1866,48 @@ def test_a_conditional_shuffle_stays_one_test_in_the_sampler_it_becomes() -> Non
     assert result.changed
     compile(result.output, "converted.py", "exec")
     assert "RandomSampler(data) if (True if sampler is None else False) else SequentialSampler(data)" in result.output
+
+
+_GROUPED = """import torch
+from torch.utils.data import DataLoader
+
+
+def group_collate(batch):
+{body}
+
+
+def main():
+    model = torch.nn.DataParallel(Net())
+    loader = DataLoader(ds, batch_size=64, shuffle=True, collate_fn=group_collate)
+    for epoch in range(2):
+        for i, batchs in enumerate(loader):
+            for j, batch in enumerate(batchs):
+                model(batch).sum().backward()
+"""
+
+
+@pytest.mark.parametrize(
+    "body, refused",
+    [
+        # groups of 16 samples: a divided batch makes fewer groups of the same size
+        ("    output = []\n    for i in range(0, len(batch), 16):\n        output.append(torch.stack(batch[i:i + 16]))\n    return output", True),
+        ("    n = len(batch) // 16\n    output = []\n    for i in range(n):\n        output.append(torch.stack(batch[i * 16:(i + 1) * 16]))\n    return output", True),
+        # 4 groups of len(batch) // 4: a divided batch makes 4 smaller groups, each this process's share
+        ("    size = len(batch) // 4\n    output = list()\n    for i in range(4):\n        output.append(torch.stack(batch[i * size:(i + 1) * size]))\n    return output", False),
+    ],
+    ids=["fixed size by range step", "fixed size by a count from the batch", "fixed number of groups"],
+)
+def test_sub_batches_through_enumerate_are_split_only_where_the_collate_cuts_a_fixed_number(body: str, refused: bool) -> None:
+    """`for i, batchs in enumerate(loader): for j, batch in enumerate(batchs):` is the loader-batch-of-batches shape
+    too. Where the collate cuts a fixed number of groups (FastSpeech's batch expansion), dividing the loader's batch
+    divides each group, and the loader is split; where its groups have a fixed size, DDP324 stays."""
+    from dp2ddp.api import convert_source
+
+    source = _GROUPED.replace("{body}", body)
+    result = convert_source(source)
+    errors = [(f.line, f.code) for f in result.findings if f.severity == "error"]
+    if refused:
+        inner = source.splitlines().index("            for j, batch in enumerate(batchs):") + 1
+        assert errors == [(inner, "DDP324")]
+    else:
+        assert errors == [] and "sampler=DistributedSampler(ds, shuffle=True)" in result.output

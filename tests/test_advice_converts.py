@@ -737,6 +737,16 @@ CASES = [
 
 
 # Errors only a project has: each case is a folder (path -> source), converted as one project.
+# A trainer of another module that loops over the data its constructor keeps.
+_TRAINER_MODULE = (
+    "import torch.nn as nn\n\n\nclass Trainer:\n    def __init__(self, model, data_iter, optimizer):\n"
+    "        self.model, self.data_iter, self.optimizer = model, data_iter, optimizer\n"
+    "        self.batches = data_iter\n\n"
+    "    def train(self, epochs):\n        for epoch in range(epochs):\n            for x, y in self.batches:\n"
+    "                loss = nn.functional.mse_loss(self.model(x), y)\n                self.optimizer.zero_grad()\n"
+    "                loss.backward()\n                self.optimizer.step()\n"
+)
+
 PROJECT_CASES = [
     pytest.param(
         "DDP228",
@@ -795,6 +805,50 @@ PROJECT_CASES = [
             + '\n\n\nif __name__ == "__main__":\n    main()\n',
         },
         id="a GPU selected in an options module converts once it is the local rank",
+    ),
+    pytest.param(
+        "DDP345",
+        {
+            "trainer.py": _TRAINER_MODULE,
+            "train.py": dedent(HEADER)
+            + "from trainer import Trainer\n\n\nclass Pairs:\n    def __init__(self, x, y, batch_size):\n"
+            "        self.x, self.y, self.batch_size = x, y, batch_size\n\n    def __iter__(self):\n"
+            "        for i in range(0, len(self.x), self.batch_size):\n"
+            "            yield self.x[i:i + self.batch_size], self.y[i:i + self.batch_size]\n\n\n"
+            "def main():\n    model = nn.DataParallel(nn.Linear(4, 1))\n"
+            "    data = Pairs(torch.randn(32, 4), torch.randn(32, 1), 8)\n"
+            "    Trainer(model, data, torch.optim.SGD(model.parameters(), lr=0.1)).train(2)\n"
+            '\n\nif __name__ == "__main__":\n    main()\n',
+        },
+        {
+            "trainer.py": _TRAINER_MODULE,
+            "train.py": dedent(HEADER)
+            + "from trainer import Trainer\n\n\ndef main():\n    model = nn.DataParallel(nn.Linear(4, 1))\n"
+            "    data = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n"
+            "    Trainer(model, data, torch.optim.SGD(model.parameters(), lr=0.1)).train(2)\n"
+            '\n\nif __name__ == "__main__":\n    main()\n',
+        },
+        id="an iterator handed to another module's trainer converts once it is a DataLoader",
+    ),
+    pytest.param(
+        "DDP346",
+        {
+            "data.py": "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+            "spare_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n",
+            "train.py": dedent(HEADER)
+            + "from data import *\n\n\ndef main():\n    model = nn.DataParallel(nn.Linear(4, 1))\n"
+            + "\n".join("    " + line for line in dedent(TRAIN).strip().splitlines())
+            + '\n\n\nif __name__ == "__main__":\n    main()\n',
+        },
+        {
+            "data.py": "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\ndef spare_loader():\n"
+            "    return DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n",
+            "train.py": dedent(HEADER)
+            + "from data import *\n\n\ndef main():\n    model = nn.DataParallel(nn.Linear(4, 1))\n"
+            + "\n".join("    " + line for line in dedent(TRAIN).strip().splitlines())
+            + '\n\n\nif __name__ == "__main__":\n    main()\n',
+        },
+        id="a loader an imported module builds at import converts once a function builds it",
     ),
 ]
 

@@ -716,3 +716,142 @@ def test_an_optimizer_over_a_search_model_s_unregistered_tensors_of_another_modu
     assert isinstance(train, ConvertResult) and not train.changed
     assert [(f.code, f.line) for f in train.findings if f.code == "DDP250"] == [("DDP250", 10)]
     assert "search.py:9" in next(f.message for f in train.findings if f.code == "DDP250")
+
+
+def _with_racing_run_folder(root: Path, body: str) -> None:
+    """model_factory_package, whose train.py tests its output folder with ``body`` before every process makes it."""
+    shutil.copytree(PROJECTS / "model_factory_package" / "before", root)
+    train = root / "train.py"
+    text = train.read_text(encoding="utf-8")
+    made = "    os.makedirs(opt.out, exist_ok=True)\n"
+    assert made in text
+    train.write_text(text.replace(made, f"    if os.path.exists(opt.out):\n{body}{made}"), encoding="utf-8")
+
+
+def test_a_racing_existence_test_converts_stably_with_the_helpers_module(tmp_path: Path) -> None:
+    """The main process's answer (DDP429) is taken once, from the helpers module, and converting the converted
+    tree changes nothing."""
+    root = tmp_path / "project"
+    _with_racing_run_folder(root, '        raise SystemExit(f"{opt.out} exists: choose a new folder")\n')
+    result, tree, findings = _converted_tree(root)
+    assert any(" DDP429 " in line for line in findings)
+    assert tree["train.py"].count("main_process_value(os.path.exists(opt.out))") == 1
+    _write_tree(root, tree)
+    again, tree_again, _ = _converted_tree(root)
+    assert tree_again == tree and not any(isinstance(r, ConvertResult) and r.changed for r in again.files.values())
+
+
+def test_a_folder_made_only_where_missing_takes_no_broadcast(tmp_path: Path) -> None:
+    """`if os.path.exists(d)` whose branches only make folders: every process may run them, so nothing is shared."""
+    root = tmp_path / "project"
+    _with_racing_run_folder(root, "        os.makedirs(os.path.join(opt.out, 'old'), exist_ok=True)\n")
+    _, tree, findings = _converted_tree(root)
+    assert "main_process_value" not in tree["train.py"] and not any(" DDP429 " in line or " DDP430 " in line for line in findings)
+
+
+def test_a_module_that_fails_late_holds_back_its_whole_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module whose converted text fails its last check is left as it was, and so is every module of its
+    program: none is written half-converted, and no helpers module is written for them."""
+    import dp2ddp.projects as projects
+
+    real = projects._recheck
+
+    def failing(converted, output, options, role):  # type: ignore[no-untyped-def]
+        if "def parse_args" in output:
+            raise ConversionError("internal error: the project's conversion is not stable; please report this project")
+        return real(converted, output, options, role)
+
+    monkeypatch.setattr(projects, "_recheck", failing)
+    root = PROJECTS / "model_factory_package" / "before"
+    result = convert_project(root, _sources(root))
+    assert isinstance(result.files[root / "train.py"], ConversionError)
+    factory = result.files[root / "models" / "__init__.py"]
+    assert isinstance(factory, ConvertResult) and not factory.changed
+    assert factory.reason is not None and "train.py, which is part of the same program, failed" in factory.reason
+    assert result.helpers is None
+
+
+_FIT_MAIN = (
+    "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+    "from trainer import fit\n\n\ndef main():\n"
+    "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n"
+    "    net = nn.Linear(loader.dataset.tensors[0].shape[1], 1)\n"
+    "    for param in net.parameters():\n        param.requires_grad = True\n"
+    "    model = nn.DataParallel(net)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    fit(model, loader, optimizer, epochs=2)\n\n\nif __name__ == '__main__':\n    main()\n"
+)
+_FIT = (
+    "import torch.nn as nn\n\n\ndef fit(model, loader, optimizer, epochs):\n    for epoch in range(epochs):\n"
+    "        for x, y in loader:\n            loss = nn.functional.mse_loss(model(x), y)\n            optimizer.zero_grad()\n"
+    "            loss.backward()\n            optimizer.step()\n"
+)
+
+
+def test_a_model_sized_from_the_loader_is_no_pass_over_it(tmp_path: Path) -> None:
+    """`nn.Linear(loader.dataset..., 1)` reads a fact of the loader, and a loop over the model's parameters is no
+    pass over the data: with the epochs counted in another module, the loader's sampler reshuffles every pass
+    by itself (DDP322). Before, that loop was taken for the one pass, and the DistributedSampler repeated
+    one order every epoch."""
+    sources = {tmp_path / "main.py": _FIT_MAIN, tmp_path / "trainer.py": _FIT}
+    result = convert_project(tmp_path, sources)
+    main = result.files[tmp_path / "main.py"]
+    assert isinstance(main, ConvertResult) and main.changed
+    assert "sampler=ShardedSampler(RandomSampler(" in main.output and "DistributedSampler(" not in main.output
+    assert any(f.code == "DDP322" for f in main.findings)
+
+
+_CFG_TRAINER = (
+    "import torch.nn as nn\nfrom tqdm import tqdm\n\n\nclass Trainer:\n"
+    "    def __init__(self, cfg, model, data_iter, optimizer):\n"
+    "        self.cfg, self.model, self.data_iter, self.optimizer = cfg, model, data_iter, optimizer\n"
+    "        self.data_iter = data_iter\n        self.cfg = cfg\n\n"
+    "    def train(self):\n        for e in range(self.cfg['epochs']):\n            bar = tqdm(self.data_iter)\n"
+    "            for x, y in bar:\n                loss = nn.functional.mse_loss(self.model(x), y)\n"
+    "                self.optimizer.zero_grad()\n                loss.backward()\n                self.optimizer.step()\n"
+)
+_CFG_MAIN = (
+    "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+    "import trainer\n\n\ndef main():\n    cfg = {'epochs': 2}\n    model = nn.DataParallel(nn.Linear(4, 1))\n"
+    "    data = {data}\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    trainer.Trainer(cfg, model, data, optimizer).train()\n\n\nif __name__ == '__main__':\n    main()\n"
+)
+
+
+@pytest.mark.parametrize(
+    "data, refused",
+    [
+        ("DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)", False),
+        ("list(zip(torch.randn(32, 4).split(8), torch.randn(32, 1).split(8)))", True),
+    ],
+    ids=["a DataLoader is split", "a list of batches is refused where it is made"],
+)
+def test_data_handed_to_another_module_s_trainer_must_be_split(tmp_path: Path, data: str, refused: bool) -> None:
+    """The trainer's loop (through `tqdm(self.data_iter)`) trains on what its constructor is handed: a DataLoader
+    of the caller is split there; anything else is refused at the caller (DDP345). The config, read only for
+    `range(self.cfg['epochs'])`, is no data."""
+    sources = {tmp_path / "main.py": _CFG_MAIN.replace("{data}", data), tmp_path / "trainer.py": _CFG_TRAINER}
+    result = convert_project(tmp_path, sources)
+    main = result.files[tmp_path / "main.py"]
+    assert isinstance(main, ConvertResult)
+    errors = [f for f in main.findings if f.severity == "error"]
+    if refused:
+        assert not main.changed and [(f.code, f.line) for f in errors] == [("DDP345", 11)]
+        assert "`data` is handed to `trainer.Trainer`, whose training loop (trainer.py:14)" in errors[0].message
+    else:
+        assert main.changed and errors == [] and "sampler=ShardedSampler(RandomSampler(" in main.output
+
+
+def test_a_data_loader_re_exported_by_a_project_module_is_torch_s(tmp_path: Path) -> None:
+    """`from dataset import DataLoader`, where dataset.py imports it from torch: the loader is split as torch's.
+    Before, it was no DataLoader to the analysis, and its training loop was refused as unsplit (DDP317)."""
+    dataset = "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\ndef make():\n" \
+        "    return TensorDataset(torch.randn(32, 4), torch.randn(32, 1))\n"
+    train = _EPOCH_MAIN.replace(
+        "from torch.utils.data import DataLoader, TensorDataset\n", "from dataset import DataLoader, make\n"
+    ).replace("DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)),", "DataLoader(make(),")
+    sources = {tmp_path / "main.py": train, tmp_path / "train.py": _EPOCH_TRAIN, tmp_path / "dataset.py": dataset}
+    result = convert_project(tmp_path, sources)
+    main = result.files[tmp_path / "main.py"]
+    assert isinstance(main, ConvertResult) and main.changed, main
+    assert [f for f in main.findings if f.severity == "error"] == []
+    assert "sampler=ShardedSampler(RandomSampler(dataset))" in main.output

@@ -183,3 +183,73 @@ def test_training_batches_read_straight_off_a_builder_kept_whole_are_refused(tmp
     findings = [f.code for outcome in result.files.values() if isinstance(outcome, ConvertResult) for f in outcome.findings]
     assert "DDP317" in findings
     assert not any(isinstance(o, ConvertResult) and o.changed for o in result.files.values())
+
+
+WRAPPED_FACTORY = """\
+from torch.utils.data import DataLoader
+
+
+def get_loader(dataset, split, batch_size, shuffle=True, train=True, fast=False):
+    if fast:
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=train)
+    else:
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle)
+    return loader
+
+
+def get_loaders(dataset, batch_size):
+    train_loader = get_loader(dataset, "train", batch_size, True)
+    val_loader = get_loader(dataset, "dev", batch_size, False, train=False)
+    return train_loader, val_loader
+"""
+
+WRAPPED_TRAIN = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import TensorDataset
+
+import factory
+
+
+class Learner:
+    def __init__(self):
+        self.net = nn.DataParallel(nn.Linear(4, 1))
+        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    def train_step(self, x, y):
+        self.optimizer.zero_grad()
+        nn.functional.mse_loss(self.net(x), y).backward()
+        self.optimizer.step()
+
+
+def train(loader, learner):
+    for x, y in loader:
+        learner.train_step(x, y)
+
+
+def main():
+    dataset = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    learner = Learner()
+    train_loader, val_loader = factory.get_loaders(dataset, 8)
+    for epoch in range(2):
+        train(train_loader, learner)
+        with torch.no_grad():
+            print(sum(nn.functional.mse_loss(learner.net(x), y).item() for x, y in val_loader))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_builder_its_module_wraps_for_both_splits_is_split_where_the_caller_trains(tmp_path: Path) -> None:
+    """`get_loader(dataset, split, ...)` builds each split's loader (in one of two branches), and `get_loaders()`
+    of its own module hands on the "train" and the "dev" one. The caller trains on the first through a learner it
+    hands a function: that one is split where it is bound, and the validation loader stays whole. Before, both
+    were split inside `get_loader`, and every process validated on its own shard."""
+    converted = _convert(tmp_path, {"factory.py": WRAPPED_FACTORY, "train.py": WRAPPED_TRAIN})
+    assert "Sampler" not in converted["factory.py"].output
+    train = converted["train.py"].output
+    assert "    train_loader, val_loader = factory.get_loaders(dataset, 8)\n    train_loader = split_loader(train_loader)\n" in train
+    assert "val_loader = split_loader" not in train
+    assert [f.code for f in converted["train.py"].findings].count("DDP327") == 1

@@ -929,11 +929,18 @@ class ModelLifecycle:
                 return self.analysis.is_after(node, anchor) and (self._is_model(node, held) or bool(self.analysis.reads(node) & held))
             return bool(self.analysis.reads(node) & held) or bool(self.analysis.findall_in(node, m.Attribute(attr=m.Name("module"))))
 
+        freezes = self.analysis.findall_in(self.analysis.module, FREEZES)
+        # Every freeze of the file comes after the wrap, in its function: every parameter required gradients
+        # when DDP was built, and unfreezing what such a freeze froze (`p.requires_grad = False` around an
+        # evaluation, then `True` before the next step) gives back the parameters DDP synchronises.
+        refrozen = {
+            code_of(frozen) for freeze in freezes if (frozen := self._switched(freeze)) is not None
+        } if all(self._scope_of(f) is wrap.scope and self.analysis.is_after(f, anchor) for f in freezes) else set()
         for unfreeze in self.analysis.findall_in(self.analysis.module, UNFREEZES):
             if self._scope_of(unfreeze) is wrap.scope and not self.analysis.is_after(unfreeze, anchor):
                 continue
             unfrozen = self._switched(unfreeze)
-            if unfrozen is None:
+            if unfrozen is None or code_of(unfrozen) in refrozen:
                 continue
             if self._scope_of(unfreeze) is not wrap.scope and not self.analysis.findall_in(unfrozen, m.Attribute(attr=m.Name("module"))):
                 continue  # a model of the script's own making, frozen and unfrozen before any wrap sees it

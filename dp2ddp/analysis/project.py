@@ -35,6 +35,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from . import names
+from .collates import cuts_fixed_groups
 from .deep import run_deep
 from .effects import is_rank_guard, opens_for_writing, under_rank_guard
 from .losses import pairing_losses, referenced
@@ -89,7 +90,8 @@ class _Module:
     skipping: dict[str, str] = field(default_factory=dict)
     # Classes that subclass DataParallel (`DataParallelWithCallback`), with their definitions.
     subclasses: dict[str, ast.ClassDef] = field(default_factory=dict)
-    # What `from x import *` of project modules binds here to modules outside the project (`nn` -> `torch.nn`).
+    # What `from x import *` of project modules binds here to modules outside the project (`nn` -> `torch.nn`), and
+    # the names imported by name that such a module re-exports (`from dataset import DataLoader`).
     star_bindings: dict[str, str] = field(default_factory=dict)
     # Calls whose value is thrown away (`save_checkpoint(...)` alone on its line), by id: only such a call can be
     # guarded where it is made, since other processes would get None for a value that is used.
@@ -120,9 +122,93 @@ class _Module:
                 return found
             found |= more
 
+    @cached_property
+    def batch_parameters(self) -> dict[str, tuple[tuple[str, int, int], ...]]:
+        """Functions and classes whose training loop draws its batches from what they are handed: by name, each
+        parameter as (name, position among the positional parameters, the loop's line).
+
+        ``def train_epoch(model, loader, ...)`` looping ``for x, y in loader:`` around a ``backward()``; a class
+        whose ``__init__`` binds ``self.data_iter = data_iter`` and one of whose methods loops over it. The caller
+        chooses the data: what it hands in must be split.
+        """
+        found: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        for name, function in self.functions.items():
+            positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+            trained = [(p, i, line) for i, p in enumerate(positional) if (line := _trains_over(function, p)) is not None]
+            if trained:
+                found[name] = tuple(trained)
+        for name, cls in self.classes.items():
+            methods = [s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            init = next((s for s in methods if s.name == "__init__"), None)
+            if init is None:
+                continue
+            positional = [a.arg for a in (*init.args.posonlyargs, *init.args.args)][1:]
+            bound = {
+                target.attr: node.value.id
+                for node in ast.walk(init) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                for target in node.targets
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+            }  # fmt: skip
+            trained = []
+            for attribute, parameter in bound.items():
+                if parameter not in positional:
+                    continue
+                line = next((ln for method in methods if (ln := _trains_over(method, f"self.{attribute}")) is not None), None)
+                if line is not None:
+                    trained.append((parameter, positional.index(parameter), line))
+            if trained:
+                found[name] = tuple(trained)
+        return found
+
+    @cached_property
+    def fixed_group_collates(self) -> frozenset[str]:
+        """Functions that cut the batch they are handed into a fixed number of groups (a collate_fn)."""
+        return frozenset(name for name, function in self.functions.items() if cuts_fixed_groups(function))
+
     @property
     def is_package(self) -> bool:
         return self.path.name == "__init__.py"
+
+
+# Calls that yield the items of what they are handed: a loop over one walks the handed object's batches. Other calls
+# make something new of it (`get_loader(dataset, ...)` builds, and splits, a loader of its own).
+_PASSES_ITEMS_ON = frozenset({"enumerate", "iter", "tqdm", "zip", "islice", "cycle", "chain", "trange"})
+
+
+def _dotted_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted_name(node.value)}.{node.attr}"
+    return ""
+
+
+def _trains_over(function: ast.FunctionDef | ast.AsyncFunctionDef, spelled: str) -> int | None:
+    """The line of a loop of ``function`` that iterates ``spelled`` (a name or ``self.x``), directly or through a
+    name bound to a call over it (``bar = tqdm(self.data_iter)``), around a ``backward()``; None where none does."""
+    attribute = spelled.removeprefix("self.") if spelled.startswith("self.") else None
+    names = set() if attribute is not None else {spelled}
+
+    def iterates(node: ast.expr) -> bool:
+        """Whether ``node`` is the object itself or a call that yields its items (``enumerate(...)``, ``tqdm(...)``),
+        not a fact of it (``range(self.cfg.n_epochs)``) or something made from it (``get_loader(dataset, ...)``)."""
+        if isinstance(node, ast.Name):
+            return node.id in names
+        if isinstance(node, ast.Attribute):
+            return attribute is not None and node.attr == attribute and isinstance(node.value, ast.Name) and node.value.id == "self"
+        if isinstance(node, ast.Call) and _dotted_name(node.func).rpartition(".")[2] in _PASSES_ITEMS_ON:
+            return any(iterates(a) for a in node.args)
+        return False
+
+    assigns = [n for n in ast.walk(function) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)]
+    for _ in range(2):
+        names |= {t.id for node in assigns if iterates(node.value) for t in node.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(function):
+        if not isinstance(node, (ast.For, ast.AsyncFor)) or not iterates(node.iter):
+            continue
+        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward" for n in ast.walk(node)):
+            return node.lineno
+    return None
 
 
 # A draw from Python's, NumPy's or torch's shared random state (not a seed, a state or a generator of its own).
@@ -465,8 +551,12 @@ class Project:
                     module.bindings[alias.asname or alias.name] = (submodule, None, qualified)
                 else:
                     module.bindings[alias.asname or alias.name] = (target, alias.name, qualified)
+                    # `from dataset import DataLoader` where dataset.py imports it from torch: torch's DataLoader.
+                    outside = self._outside_bindings(target, every_name=True).get(alias.name)
+                    if outside is not None:
+                        module.star_bindings.setdefault(alias.asname or alias.name, outside)
 
-    def _outside_bindings(self, target: str, seen: frozenset[str] = frozenset()) -> dict[str, str]:
+    def _outside_bindings(self, target: str, seen: frozenset[str] = frozenset(), every_name: bool = False) -> dict[str, str]:
         """What a star import of project module ``target`` binds to modules outside the project, from its
         top-level imports: `import torch.nn as nn` binds `nn` to `torch.nn`, `import torch.nn` binds `torch`;
         and what its own star imports of project modules bind (`from .transforms import *` in a package)."""
@@ -492,6 +582,8 @@ class Project:
             elif isinstance(statement, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in statement.targets):
                 if isinstance(statement.value, (ast.List, ast.Tuple)):
                     exported = {e.value for e in statement.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        if every_name:
+            return found  # a name imported by name is bound whatever `__all__` says
         # `__all__` decides what a star import binds; without it, every name without a leading underscore.
         return {name: q for name, q in found.items() if (name in exported if exported is not None else not name.startswith("_"))}
 
@@ -708,6 +800,7 @@ class Project:
         project_calls: dict[str, set[str]] = {}
         training_calls: dict[str, set[str]] = {}
         step_calls: dict[str, dict[str, tuple[Flag, ...]]] = {}
+        batch_parameters: dict[str, dict[tuple[str, str], tuple[int, Site]]] = {}
         meters: dict[str, set[str]] = {}
         freezing: dict[str, set[str]] = {}
         subclass_wraps: dict[str, list[tuple[str, Site]]] = {}
@@ -727,6 +820,9 @@ class Project:
                 step_calls.setdefault(module.name, {}).update(
                     (f"{qualified}.{name.partition('.')[2]}", flags) for name, flags in steppers.items() if name.partition(".")[0] == function
                 )
+                for parameter, position, line in self.modules[target].batch_parameters.get(function, ()):
+                    site = Site(self.modules[target].path.relative_to(self.root).as_posix(), line)
+                    batch_parameters.setdefault(module.name, {})[(qualified, parameter)] = (position, site)
                 if function in self.modules[target].meters:
                     meters.setdefault(module.name, set()).add(qualified)
                 if function in self.modules[target].freezing:
@@ -742,7 +838,7 @@ class Project:
                     site = self.site(loading, loading.loaders[0])
                     loader_sources.setdefault(module.name, []).append((qualified, site))
                 if (target, function) in self._shared_builders and target != module.name:
-                    split_builders.setdefault(module.name, []).append((qualified, self._shared_builders[target, function]))
+                    split_builders.setdefault(module.name, []).extend((qualified, p) for p in self._shared_builders[target, function])
                 if target not in self.converted:
                     callers.setdefault((target, function), []).append((module.name, qualified, self.site(module, call)))
                     if id(call) not in module.discarded:
@@ -833,6 +929,14 @@ class Project:
                 ),
                 training_calls=frozenset(training_calls.get(name, ())),
                 step_calls=tuple(sorted(step_calls.get(name, {}).items())) if name in self.converted or name in training else (),
+                fixed_group_collates=frozenset(
+                    bound for bound, (target, function, _) in module.bindings.items()
+                    if function is not None and target in self.modules and function in self.modules[target].fixed_group_collates
+                ),
+                batch_parameters=tuple(
+                    (qualified, parameter, position, site)
+                    for (qualified, parameter), (position, site) in sorted(batch_parameters.get(name, {}).items())
+                ) if name in self.converted else (),
                 batch_sizers=self._batch_sizers(module) if module.loaders else (),
                 augmentations=self._program_augmentations(name) if name in self.converted or name in self.loading else None,
                 pair_losses=self._program_pair_losses(name) if module.loaders else (),
@@ -915,37 +1019,61 @@ class Project:
         return None
 
     @cached_property
-    def _shared_builders(self) -> dict[tuple[str, str], int]:
+    def _shared_builders(self) -> dict[tuple[str, str], tuple[int, ...]]:
         """Functions of a loader module that build the training and the evaluation loaders alike, by (module,
-        function), with where their result holds the loader: -1 for the whole value, else its index in a tuple.
+        function), with where their result holds a loader: -1 for the whole value, else indices in a tuple.
 
         ``data_provider(args, flag)`` tells the splits apart by a string (``if flag == "test":``), or is asked
         for one (``get_loader("val")``). Split inside it, every loader it builds would be: each process would
         validate on its own shard and stop early on its own. Its callers take their share where they train.
         """
-        found: dict[tuple[str, str], int] = {}
+        found: dict[tuple[str, str], tuple[int, ...]] = {}
         requested = {
             (target, function)
             for module in self.by_path.values()
             for call, target, function, _ in self.calls(module)
-            if any(isinstance(a, ast.Constant) and isinstance(a.value, str) and _EVALUATION_REQUEST.search(a.value) for a in [*call.args, *(k.value for k in call.keywords)])
+            if _requests_evaluation(call)
         }
         for name in sorted(self.loading):
             module = self.modules[name]
-            for function in module.tree.body:
-                if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    continue
+            functions = [f for f in module.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            for function in functions:
                 inside = range(function.lineno, (function.end_lineno or function.lineno) + 1)
                 built = [loader for loader in module.loaders if loader.lineno in inside]
-                if len(built) != 1:
+                if not built:
                     continue
-                if not ((name, function.name) in requested or any(_asks_for_a_split(n) for n in ast.walk(function))):
+                calls = [
+                    c for c in ast.walk(module.tree)
+                    if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == function.name
+                ]  # fmt: skip
+                asked = any(_requests_evaluation(c) for c in calls)  # `get_loader(..., "dev", ...)` in its own module
+                if not ((name, function.name) in requested or asked or any(_asks_for_a_split(n) for n in ast.walk(function))):
                     continue
-                if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == function.name for c in ast.walk(module.tree)):
+                positions = {_loader_position(function, loader) for loader in built}
+                if len(positions) != 1 or None in positions:
+                    continue  # `if basic: loader = DataLoader(...) else: loader = DataLoader(...)`: one place
+                # Its own module may call it only in functions that hand its loaders on (`get_loaders()` returns
+                # the "train" and the "dev" one): those build the evaluation loaders too, and split nothing.
+                wrappers: dict[str, set[int]] = {}
+                for other in functions:
+                    if other is function or not any(
+                        isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == function.name for c in ast.walk(other)
+                    ):  # fmt: skip
+                        continue
+                    handed = _returned_calls(other, function.name)
+                    if handed is None:
+                        wrappers = {}
+                        break
+                    wrappers[other.name] = handed
+                wrapped = sum(
+                    1 for other in functions if other.name in wrappers
+                    for c in ast.walk(other) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == function.name
+                )  # fmt: skip
+                if calls and wrapped != len(calls):
                     continue  # its own module calls it too: that module's conversion splits it where it trains
-                position = _loader_position(function, built[0])
-                if position is not None:
-                    found[name, function.name] = position
+                found[name, function.name] = (positions.pop(),)  # type: ignore[assignment]
+                for wrapper, handed in wrappers.items():
+                    found.setdefault((name, wrapper), tuple(sorted(handed)))
         return found
 
     def _program_unfreezing(self, name: str) -> frozenset[str]:
@@ -1316,18 +1444,58 @@ class Project:
         return tuple(sorted({self.modules[name].path.parent for name in entries}))
 
 
-_EVALUATION_REQUEST = re.compile(r"val|test|eval|pred|infer", re.IGNORECASE)
+_EVALUATION_REQUEST = re.compile(r"val|test|eval|pred|infer|^dev$", re.IGNORECASE)
+# A comparison with one of these tells the data splits apart: `data_split == "train"` as much as `flag == "test"`.
+_SPLIT_NAME = re.compile(r"val|test|eval|pred|infer|^dev$|^train$", re.IGNORECASE)
 
 
 def _asks_for_a_split(node: ast.AST) -> bool:
-    """``flag == "test"``, ``split in ("val", "test")``: a comparison that tells the data splits apart."""
+    """``flag == "test"``, ``split in ("val", "test")``, ``data_split == "train"``: a comparison that tells the data
+    splits apart."""
     if not isinstance(node, ast.Compare):
         return False
     return any(
-        isinstance(c, ast.Constant) and isinstance(c.value, str) and _EVALUATION_REQUEST.search(c.value)
+        isinstance(c, ast.Constant) and isinstance(c.value, str) and _SPLIT_NAME.search(c.value)
         for operand in [node.left, *node.comparators]
         for c in ast.walk(operand)
     )
+
+
+def _requests_evaluation(call: ast.Call) -> bool:
+    """``get_loader("val")``, ``data_provider(args, flag="test")``: a call that asks for an evaluation split by name."""
+    return any(
+        isinstance(a, ast.Constant) and isinstance(a.value, str) and _EVALUATION_REQUEST.search(a.value)
+        for a in [*call.args, *(k.value for k in call.keywords)]
+    )
+
+
+def _returned_calls(function: ast.FunctionDef | ast.AsyncFunctionDef, callee: str) -> set[int] | None:
+    """Where every ``return`` of ``function`` holds what a call of ``callee`` returned, directly or through a name
+    bound to it: -1 for the whole value, else tuple indices; None where a return holds anything else, or none does.
+    ``train_loader = get_loader(..., "train"); val_loader = get_loader(..., "dev"); return train_loader, val_loader``."""
+
+    def is_call(value: ast.expr) -> bool:
+        return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == callee
+
+    bound = {
+        target.id for statement in ast.walk(function)
+        if isinstance(statement, ast.Assign) and is_call(statement.value)
+        for target in statement.targets if isinstance(target, ast.Name)
+    }  # fmt: skip
+
+    def holds(value: ast.expr) -> bool:
+        return is_call(value) or (isinstance(value, ast.Name) and value.id in bound)
+
+    positions: set[int] = set()
+    returns = [r for r in ast.walk(function) if isinstance(r, ast.Return) and r.value is not None]
+    for statement in returns:
+        if holds(statement.value):  # type: ignore[arg-type]
+            positions.add(-1)
+        elif isinstance(statement.value, ast.Tuple) and any(holds(e) for e in statement.value.elts):
+            positions |= {i for i, element in enumerate(statement.value.elts) if holds(element)}
+        else:
+            return None
+    return positions or None
 
 
 def _loader_position(function: ast.FunctionDef | ast.AsyncFunctionDef, loader: ast.Call) -> int | None:

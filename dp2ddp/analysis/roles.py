@@ -23,7 +23,8 @@ class ModuleRole:
     """What the rest of the project tells the conversion of one module."""
 
     # Names that `from x import *` of a project module binds here to something outside the project,
-    # with its qualified name (`nn` -> `torch.nn`): what the star import means is then known.
+    # with its qualified name (`nn` -> `torch.nn`): what the star import means is then known. Also names
+    # imported by name that such a module re-exports (`from dataset import DataLoader`).
     star_bindings: tuple[tuple[str, str], ...] = ()
     # Qualified names, as this module spells them, of project functions that return a wrapped
     # model, each with where it wraps: `create_model(opt)` is then this module's wrap.
@@ -118,8 +119,8 @@ class ModuleRole:
     # Functions of this module that build the training and the evaluation loaders alike (`data_provider(args,
     # flag)`): their loaders stay whole here, and the callers split what they train on.
     whole_builders: frozenset[str] = frozenset()
-    # Such functions of other modules, as this module calls them, with where their result holds the loader:
-    # -1 for the whole value, else its index in the returned tuple.
+    # Such functions of other modules, as this module calls them, with where their result holds a loader:
+    # -1 for the whole value, else its index in the returned tuple; once for each loader the tuple holds.
     split_builders: tuple[tuple[str, int], ...] = ()
     # Qualified names of the other project functions and classes this module calls whose module, or one it
     # imports, wraps a model or trains (`EdgeConnect(config)`, whose `train()` runs DDP's backward): code
@@ -129,6 +130,14 @@ class ModuleRole:
     # run (`utils.train_step`), and of such methods of their classes (`loss.LossCompute.__call__`): a loop that calls
     # one trains on the batches it hands it. Each comes with the flags that choose whether it takes its step.
     step_calls: tuple[tuple[str, tuple[Flag, ...]], ...] = ()
+    # Qualified names of the other project functions and classes this module calls whose training loop iterates
+    # what they are handed (`train.Trainer(cfg, model, data_iter, ...)`), each with that parameter's name, its
+    # position, and where the loop is: what this module hands there must be split here.
+    batch_parameters: tuple[tuple[str, str, int, Site], ...] = ()
+    # Functions of other project modules imported here that cut the batch they are handed into a fixed number of
+    # groups (a collate_fn): a loader that collates with one yields as many training batches per item, whatever its
+    # batch, so dividing its batch divides each of them.
+    fixed_group_collates: frozenset[str] = frozenset()
     # Where the distributed helpers come from: a module of the project, or None to inline them.
     helpers_module: str | None = None
 

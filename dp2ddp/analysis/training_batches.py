@@ -19,10 +19,12 @@ import libcst.matchers as m
 
 from dp2ddp.analysis import names
 from dp2ddp.analysis.steps import Flag, flags_at, skips_step, step_flags
+from dp2ddp.analysis.collates import cuts_fixed_groups
 from dp2ddp.analysis.syntax import call_to, code_of, parameter_for
 
 if TYPE_CHECKING:
     from dp2ddp.analysis.module import Analysis, Holder
+    from dp2ddp.analysis.roles import Site
 
 # Batches drawn at random in the training loop: synthetic data, with no data set to split.
 RANDOM_DRAWS = frozenset(
@@ -43,6 +45,16 @@ class UnsplitBatches:
     spelled: str  # what produces the batches, as the finding names it
     source: cst.CSTNode
     loop: cst.For | cst.While
+
+
+@dataclass(frozen=True)
+class HandedBatches:
+    """Data handed to another module's function or class that trains on it, which no split loader provides."""
+
+    node: cst.CSTNode  # where to report: the value handed, or where the name handed is bound
+    spelled: str  # the value handed, as written
+    callee: str  # the function or class, as written
+    site: Site  # the loop that trains on it
 
 
 class TrainingBatches:
@@ -73,8 +85,10 @@ class TrainingBatches:
                 continue
             if self._unpacks_a_loader_batch(source, loop, holders):
                 # The loader's batch holds several training batches (a collate_fn groups them): dividing its
-                # batch_size would change how many a process trains on per step, not their size.
-                found.append(UnsplitBatches(source, "DDP324", code_of(source), source, loop))
+                # batch_size would change how many a process trains on per step, not their size; unless the
+                # collate cuts a fixed number of groups, each `len(batch) // K` samples.
+                if not self._collated_in_fixed_groups(loop, loaders):
+                    found.append(UnsplitBatches(source, "DDP324", code_of(source), source, loop))
                 continue
             if self._never_bound(source):
                 continue  # a fragment: where its batches come from is not for this file to say
@@ -85,6 +99,46 @@ class TrainingBatches:
             where = self._bound_in_function(source, loop) or source
             found.append(UnsplitBatches(where, "DDP317", self._unfollowed(source, loop), source, loop))
         return found
+
+    def handed_unsplit(self, loaders: list[cst.CSTNode]) -> list[HandedBatches]:
+        """What this file hands another module's function or class whose training loop iterates it
+        (``train.Trainer(cfg, model, data_iter, ...)``), where it is no loader this file splits or the program's
+        loader modules split: every process would train on all of it.
+
+        A constant, a name this file never binds, a parameter of the caller's own function (its callers choose)
+        and values drawn at random are not this file's to judge.
+        """
+        entries = self.analysis.role.batch_parameters
+        if not entries:
+            return []
+        holders = self.loader_holders(loaders)
+        found: list[HandedBatches] = []
+        for call in self.analysis.nodes(cst.Call):
+            qualified = {q.name for q in self.analysis.qualified_names(call.func)}
+            for callee, parameter, position, site in entries:
+                if callee not in qualified:
+                    continue
+                arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == parameter), None)
+                positional = [a for a in call.args if a.keyword is None]
+                if arg is None and position < len(positional) and not any(a.star for a in positional[: position + 1]):
+                    arg = positional[position]
+                if arg is None or self._split_or_chosen_elsewhere(arg.value, holders):
+                    continue
+                bound = self._bound_in_function(arg.value, call)
+                found.append(HandedBatches(bound or arg.value, code_of(arg.value), code_of(call.func), site))
+        return found
+
+    def _split_or_chosen_elsewhere(self, value: cst.BaseExpression, holders: list[Holder]) -> bool:
+        if _constant(value) is not ... or self._never_bound(value) or self._draws_at_random(value):
+            return True
+        if self.reaches(value, holders, depth=2) or self.from_project_loader(value):
+            return True
+        if isinstance(value, cst.Name):
+            scope = self.analysis.scopes.get(value)
+            return scope is not None and value.value in scope and any(
+                isinstance(getattr(a, "node", None), cst.Param) for a in scope[value.value]
+            )
+        return False
 
     def from_project_loader(self, source: cst.BaseExpression) -> bool:
         """Whether ``source`` reads what a call of a project function that builds the program's loaders returned."""
@@ -120,9 +174,9 @@ class TrainingBatches:
         produced = self.analysis.flows_from(seeds) if seeds else set()
         calls = self.analysis.within(source, cst.Call)
         direct = any(splits(q.name) for call in calls for q in self.analysis.qualified_names(call.func))
-        return direct or bool(self.analysis.reads(source) & produced) or self._handed_from(source, produced)
+        return direct or bool(self.analysis.reads(source) & produced) or self.handed_from(source, produced)
 
-    def _handed_from(self, source: cst.CSTNode, produced: set[str]) -> bool:
+    def handed_from(self, source: cst.CSTNode, produced: set[str]) -> bool:
         """Whether ``source`` is a parameter of its function (``def run_epoch(model, loader, ...)``) and every call
         of that function in this file passes it something read off the program's split loaders."""
         if not isinstance(source, cst.Name) or not produced:
@@ -144,13 +198,45 @@ class TrainingBatches:
         return True
 
     def _unpacks_a_loader_batch(self, source: cst.CSTNode, loop: cst.For | cst.While, holders: list[Holder]) -> bool:
-        """``for batchs in loader: for batch in batchs:``: the inner loop walks a batch the outer one drew."""
+        """``for batchs in loader: for batch in batchs:``: the inner loop walks a batch the outer one drew, also as
+        ``enumerate(batchs)`` and from an outer ``for i, batchs in enumerate(loader):``."""
+        while isinstance(source, cst.Call) and m.matches(source.func, m.Name("enumerate") | m.Name("iter")) and source.args:
+            source = source.args[0].value
         if not isinstance(source, cst.Name):
             return False
         for outer in self.analysis.ancestors(loop):
-            if isinstance(outer, cst.For) and m.matches(outer.target, m.Name(source.value)):
+            drawn = outer.target if isinstance(outer, cst.For) else None
+            if isinstance(drawn, cst.Tuple) and len(drawn.elements) == 2 and m.matches(outer.iter, m.Call(func=m.Name("enumerate"))):  # type: ignore[union-attr]
+                drawn = drawn.elements[1].value  # `for i, batchs in enumerate(loader):`
+            if isinstance(outer, cst.For) and m.matches(drawn, m.Name(source.value)):
                 return self.reaches(outer.iter, holders, depth=2)
         return False
+
+    def _collated_in_fixed_groups(self, loop: cst.For | cst.While, loaders: list[cst.CSTNode]) -> bool:
+        """Whether every loader of the file an outer loop around ``loop`` iterates collates with a function that cuts
+        its batch into a fixed number of groups (``collate_fn=collate_fn_tensor``), of this file or of another
+        module of the project."""
+        outers = [a.iter for a in self.analysis.ancestors(loop) if isinstance(a, cst.For)]
+        drawn = [
+            loader for loader in loaders
+            if isinstance(loader, cst.Call) and any(self.reaches(o, self.analysis.holders(loader), depth=2) for o in outers)  # type: ignore[arg-type]
+        ]  # fmt: skip
+        if not drawn:
+            return False
+        for loader in drawn:
+            collate = next((a.value for a in loader.args if a.keyword is not None and a.keyword.value == "collate_fn"), None)  # type: ignore[attr-defined]
+            if not isinstance(collate, cst.Name):
+                return False
+            if collate.value in self.analysis.role.fixed_group_collates:
+                continue
+            own = [f for f in self.analysis.nodes(cst.FunctionDef) if f.name.value == collate.value and isinstance(self.analysis.parents.get(f), cst.Module)]
+            try:
+                parsed = ast.parse(code_of(own[0]).strip()).body[0] if len(own) == 1 else None
+            except SyntaxError:
+                parsed = None
+            if not isinstance(parsed, (ast.FunctionDef, ast.AsyncFunctionDef)) or not cuts_fixed_groups(parsed):
+                return False
+        return True
 
     def _draws_at_random(self, source: cst.CSTNode) -> bool:
         calls = self.analysis.within(source, cst.Call)
@@ -346,11 +432,27 @@ class TrainingBatches:
             derived = [
                 a.value for a in self.analysis.nodes(cst.Assign)
                 if m.matches(a.value, m.Call())
-                and (self.analysis.reads_any(a.value, holders) or any(self.encloses(a.value, loader) for loader in loaders))
+                and (self._handed_a_loader(a.value, holders) or any(self.encloses(a.value, loader) for loader in loaders))
             ]  # fmt: skip
             known = {(h.spelled, id(h.scope)) for h in holders}
             holders += [h for value in derived for h in self.analysis.holders(value) if (h.spelled, id(h.scope)) not in known]
         return holders
+
+    def _handed_a_loader(self, value: cst.BaseExpression, holders: list[Holder]) -> bool:
+        """Whether ``value`` is handed a loader itself (``iter(loader)``, ``tqdm(enumerate(loader))``), not only a
+        fact about it: ``Net(num_classes=loader.dataset.num_class)`` or ``len(loader)`` holds no loader."""
+        start, end = self.analysis.index[value], self.analysis.last[value]
+        for holder in holders:
+            for read in holder.reads:
+                if not start <= self.analysis.index[read] <= end:
+                    continue
+                arg = self.analysis.parents.get(read)
+                if m.matches(arg, m.Attribute(attr=m.Name("__iter__"))):
+                    return True  # `loader.__iter__()`
+                call = self.analysis.parents.get(arg) if isinstance(arg, cst.Arg) else None
+                if isinstance(call, cst.Call) and not m.matches(call.func, m.Name("len")):
+                    return True
+        return False
 
     @cached_property
     def steps(self) -> list[tuple[cst.Call, set[str]]]:
@@ -463,6 +565,8 @@ class TrainingBatches:
         if not isinstance(receiver, cst.Name):
             return None
         bindings = self.analysis.bindings(receiver) or []
+        if bindings and all(b is None for b in bindings):
+            bindings = self._bound_by_callers(receiver)  # `def train(opt, loader, model)`, called with `model = VSE(opt)`
         if not bindings or any(b is None or not isinstance(b.value, cst.Call) for b in bindings):
             return None
         found: tuple[Flag, ...] | None = None
@@ -476,6 +580,21 @@ class TrainingBatches:
             if flags is None:
                 return None
             found = flags
+        return found
+
+    def _bound_by_callers(self, parameter: cst.Name) -> list[cst.Assign | None]:
+        """The bindings of what every call of this file hands a function as its parameter ``parameter``; empty where
+        a call hands it anything but a name, or the function has no caller here."""
+        function = next((a for a in self.analysis.ancestors(parameter) if isinstance(a, cst.FunctionDef)), None)
+        if function is None or parameter.value not in {p.name.value for p in function.params.params}:
+            return []
+        found: list[cst.Assign | None] = []
+        callers = self.analysis.callers(function)
+        for call in callers:
+            arg = next((a for a in call.args if parameter_for(function, call, a) == parameter.value), None)
+            if arg is None or not isinstance(arg.value, cst.Name):
+                return []
+            found += self.analysis.bindings(arg.value) or [None]
         return found
 
     def batch_source(self, loop: cst.For | cst.While, loss: set[str]) -> cst.CSTNode | None:

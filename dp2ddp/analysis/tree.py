@@ -272,6 +272,8 @@ class Tree:
             found = scope.get_qualified_names_for(node) if scope is not None else set()
             if not found and scope is not None and self.role.star_bindings:
                 found = self._through_star_import(node, scope)
+            elif found and self.role.star_bindings:
+                found = self._reexported(node, found)
             self._qualified[node] = found
         return found
 
@@ -285,6 +287,16 @@ class Tree:
         bound = dict(self.role.star_bindings).get(head)
         if bound is None or head in scope:
             return set()
+        return {QualifiedName(bound + dot + rest, QualifiedNameSource.IMPORT)}
+
+    def _reexported(self, node: cst.CSTNode, found: Collection[QualifiedName]) -> Collection[QualifiedName]:
+        """``DataLoader`` bound by ``from dataset import DataLoader``, where the project module ``dataset`` imports it
+        from torch: what the project module re-exports is torch's."""
+        spelled = get_full_name_for_node(node)
+        head, dot, rest = (spelled or "").partition(".")
+        bound = dict(self.role.star_bindings).get(head)
+        if bound is None or not any(q.source is QualifiedNameSource.IMPORT and q.name.endswith(f".{spelled}") for q in found):
+            return found
         return {QualifiedName(bound + dot + rest, QualifiedNameSource.IMPORT)}
 
     @cached_property

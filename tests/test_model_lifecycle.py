@@ -156,6 +156,21 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
             """
             import torch
             model = torch.nn.DataParallel(model)
+
+            def train():
+                for x, y in loader:
+                    out = model(x)
+                    if torch.isnan(out).any():
+                        return
+                    out.sum().backward()
+            """,
+            ["9:DDP220"],
+            id="a return on this process's outputs ends its training alone",
+        ),
+        pytest.param(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
             it = 0
             for x, y in loader:
                 loss = model(x).sum()

@@ -1783,7 +1783,8 @@ class ModelLifecycle:
         return None
 
     def _skippable(self, backward: cst.Call, loop: cst.For | cst.While) -> None:
-        """A ``continue`` on a per-batch condition, or a ``try`` that swallows errors, before backward."""
+        """A ``continue`` on a per-batch condition before backward, a ``break`` or ``return`` on one anywhere in the
+        loop, or a ``try`` that swallows errors."""
         dependent = per_process_names(self.analysis, loop)
         # A `continue` before the backward skips it; a `break` anywhere leaves the loop while
         # the other processes go on to their next backward.
@@ -1791,7 +1792,10 @@ class ModelLifecycle:
             (skip, "this `continue` skips it on some batches")
             for skip in self.analysis.within(loop.body, cst.Continue)
             if self.analysis.is_before(skip, backward)
-        ] + [(stop, "this `break` leaves the loop on some batches") for stop in self.analysis.within(loop.body, cst.Break)]
+        ] + [(stop, "this `break` leaves the loop on some batches") for stop in self.analysis.within(loop.body, cst.Break)] + [
+            # `if torch.isnan(loss): return`: the function, and with it the loop, ends on this process alone.
+            (stop, "this `return` leaves the loop on some batches") for stop in self.analysis.within(loop.body, cst.Return)
+        ]
         start = loop.iter if isinstance(loop, cst.For) else loop.test
         losses = {code_of(b.func.value) for b in self.analysis.within(loop.body, cst.Call) if m.matches(b, _BACKWARD)}  # type: ignore[attr-defined]
 

@@ -401,6 +401,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         self.dist = "dist"
         # Loaders whose batch value also sizes something per step: they keep it per process.
         self.per_process_calls: set[cst.Call] = set()
+        # Batch samplers whose batches the loss pairs within: each process takes whole batches of them.
+        self.whole_batches: set[cst.CSTNode] = set()
         # Those of them that keep it because the loss pairs the samples of a batch (DDP342).
         self.paired: set[cst.Call] = set()
         # Loaders whose batch is an option defaulting below a common world size, with the default:
@@ -691,7 +693,13 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._report_sizing(call, sizing)
         elif self._pair_loss is not None and not self.keep_per_process_batch:
             self.per_process_calls.add(call)
-            self._report_pairing(call)
+            batches = own_sampler[2] if own_sampler is not None and own_sampler[0] == "batch_sampler" else None
+            if batches is not None:
+                # The loss pairs within the batch sampler's batches (P identities x K images): each process takes
+                # whole batches, every world_size-th, as `--batch per-process` does; a share of each would break the groups.
+                self.whole_batches.add(batches)
+            size = next((a.value for a in batches.args if a.keyword is not None and a.keyword.value == "batch_size"), None) if batches is not None else None
+            self._report_pairing(call, batch=code_of(size) if size is not None else ("len(batch)" if batches is not None else None))
         size = self._literal_batch(call)
         if size is not None and size < 2:
             # A batch of 1 cannot be split: `1 // world_size` is 0, which DataLoader refuses.
@@ -714,7 +722,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             # No batch_size: the batches are the batch sampler's, each split over the processes (DDP321).
             if reference is not None:
                 self.batch_sampled.add(code_of(reference))
-            self._report_batches(call, own_sampler[2])
+            if own_sampler[2] not in self.whole_batches:
+                self._report_batches(call, own_sampler[2])
         else:
             self._report_batch(call)
         if code_of(dataset) in self.rebuilt_data:
@@ -896,6 +905,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return "each process takes every world_size-th index"
         if self.keep_per_process_batch:
             return "each process takes every world_size-th batch, whole"
+        if self._pair_loss is not None:
+            return f"each process takes every world_size-th batch, whole, since {self._pairing_reason}"
         return "each process takes its share of every batch, so the global batch stays the sampler's"
 
     def _sampler_built_at(self, given: cst.BaseExpression) -> cst.Call | None:
@@ -1263,6 +1274,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         """The batch hazards a converted loader still has, so converting twice reports them again; check reads the same."""
         batch = argument(call, BATCH_SIZE, "batch_size")
         if batch is None:
+            # `batch_sampler=ShardedSampler(sampler)` without `split_batches`: whole batches per process, kept for
+            # a loss that pairs within them.
+            given = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "batch_sampler"), None)
+            whole = m.Call(func=m.Name(names.SHARDED_SAMPLER_HELPER), args=[m.Arg(keyword=None)])
+            if given is not None and m.matches(given, whole) and self._pair_loss is not None and not self.keep_per_process_batch:
+                self._report_pairing(call, batch="len(batch)")
             return
         hazard = divided_batch(self.analysis, batch)
         if hazard is not None:
@@ -1706,7 +1723,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return self._rank_in_seed(updated_node)
         edit = self.sampler_edits.get(original_node)
         if edit is not None:
-            return self._split_sampler(updated_node, edit)
+            return self._split_sampler(updated_node, edit, whole=original_node in self.whole_batches)
         if original_node not in self.plans:
             return updated_node
         split = self._split_loader(original_node, updated_node)
@@ -1839,10 +1856,10 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             args.insert(after + 1, keyword_arg("sampler", sampler, comma if after + 1 < len(args) else cst.MaybeSentinel.DEFAULT))
         return updated_node.with_changes(args=args)
 
-    def _split_sampler(self, sampler: cst.Call, edit: str) -> cst.Call:
+    def _split_sampler(self, sampler: cst.Call, edit: str, whole: bool = False) -> cst.Call:
         if edit in ("shuffle", "sequential"):
             return self._sampler(sampler.args[0].value, cst.Name("True" if edit == "shuffle" else "False"))
-        return self._sharded(sampler, batches=edit == "batch_sampler", site=self.sites.get(sampler))
+        return self._sharded(sampler, batches=edit == "batch_sampler" and not whole, site=self.sites.get(sampler))
 
     def _sharded(
         self,
@@ -1890,7 +1907,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
                         whole = times_world_size(batch, self.distributed_at(original_node))
                 arg = arg.with_changes(
                     value=self._sharded(
-                        arg.value, batches=keyword == "batch_sampler", batch_size=whole, site=self.sites.get(original_node)
+                        arg.value, batches=keyword == "batch_sampler" and original_node not in self.per_process_calls,
+                        batch_size=whole, site=self.sites.get(original_node),
                     )
                 )
             args.append(arg)

@@ -1544,7 +1544,14 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             else:
                 evaluation.append(_Site(bound, where, statement))  # type: ignore[arg-type]
         builder = code_of(assign.value.func)  # type: ignore[attr-defined]
-        lines = ", ".join(sorted({str(analysis.position(site.assign).start.line) for site in evaluation}, key=int)) or "another module"
+        at = {analysis.position(site.assign).start.line for site in evaluation}
+        if not at:
+            # `val_loader = get_loader(val=True)` on a line of its own: the other bindings of the builder's loaders.
+            at = {
+                analysis.position(other).start.line for other in analysis.nodes(cst.Assign)
+                if other is not assign and isinstance(other.value, cst.Call) and code_of(other.value.func) == builder
+            }  # fmt: skip
+        lines = ", ".join(str(line) for line in sorted(at)) or "another module"
         for site in training:
             keep = self.keep_per_process_batch or self._pair_loss is not None
             if not split_where_used(analysis, analysis.target_holders(site.target, depth=0)):  # converted already
@@ -1575,7 +1582,7 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         # Batches of a loader split where it is bound, read there or handed a function as its parameter (`train(train_loader)`).
         unsplit = [
             u for u in self.batches.unsplit_batches(loaders)
-            if not analysis.reads(u.source) & self.split_names and not self.batches.handed_from(u.source, self.split_names)
+            if not analysis.reads(u.source) & self.split_names and not self.batches.handed_from(u.source, self.split_names, u.loop)
         ]  # fmt: skip
         for found in unsplit:
             self.report(found.node, found.code, source=found.spelled)

@@ -289,6 +289,17 @@ def _codes(result) -> list[str]:  # type: ignore[no-untyped-def]
         pytest.param(
             """
             import torch
+            from torch import nn
+            head = {"linear": nn.Linear(512, 10), "bilinear": nn.Bilinear(512, 512, 10)}[args.head]
+            backbone = torch.nn.DataParallel(backbone)
+            optimizer = torch.optim.SGD([{"params": backbone.parameters()}, {"params": head.parameters()}], lr=0.1)
+            """,
+            ["6:DDP223"],
+            id="an optimizer over a module chosen from a dict of them and never wrapped",
+        ),
+        pytest.param(
+            """
+            import torch
             for name in self.model_names:
                 if isinstance(name, str) and self.opt.isTrain:
                     net = getattr(self, "net" + name)

@@ -855,3 +855,21 @@ def test_a_data_loader_re_exported_by_a_project_module_is_torch_s(tmp_path: Path
     assert isinstance(main, ConvertResult) and main.changed, main
     assert [f for f in main.findings if f.severity == "error"] == []
     assert "sampler=ShardedSampler(RandomSampler(dataset))" in main.output
+
+
+def test_an_optimizer_over_a_head_of_another_module_that_is_never_wrapped_is_refused(tmp_path: Path) -> None:
+    """`heads.MarginHead(...)`, a model class of another module, stepped beside the wrapped backbone: DDP would
+    never average its gradients, so the file is refused (DDP223). Before, only torch's and the file's own classes
+    counted as modules, and the head drifted apart on each process with exit 0."""
+    heads = "import torch.nn as nn\n\n\nclass MarginHead(nn.Module):\n    def __init__(self, d, n):\n" \
+        "        super().__init__()\n        self.fc = nn.Linear(d, n)\n\n    def forward(self, x):\n        return self.fc(x)\n"
+    train = _EPOCH_MAIN.replace("from train import train_epoch\n", "import heads\nfrom train import train_epoch\n").replace(
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        "    head = heads.MarginHead(1, 1)\n"
+        "    optimizer = torch.optim.SGD([{'params': model.parameters()}, {'params': head.parameters()}], lr=0.1)\n",
+    )
+    sources = {tmp_path / "main.py": train, tmp_path / "train.py": _EPOCH_TRAIN, tmp_path / "heads.py": heads}
+    result = convert_project(tmp_path, sources)
+    main = result.files[tmp_path / "main.py"]
+    assert isinstance(main, ConvertResult) and not main.changed
+    assert [f.code for f in main.findings if f.severity == "error"] == ["DDP223"]

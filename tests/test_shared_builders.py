@@ -253,3 +253,61 @@ def test_a_builder_its_module_wraps_for_both_splits_is_split_where_the_caller_tr
     assert "    train_loader, val_loader = factory.get_loaders(dataset, 8)\n    train_loader = split_loader(train_loader)\n" in train
     assert "val_loader = split_loader" not in train
     assert [f.code for f in converted["train.py"].findings].count("DDP327") == 1
+
+
+FLAG_FACTORY = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_loader(train=False, val=False):
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    return DataLoader(data, batch_size=8, shuffle=train)
+"""
+
+FLAG_TRAIN = """\
+import torch
+import torch.nn as nn
+from tqdm import tqdm
+
+import data
+
+
+def run(net, loader, optimizer, train=False):
+    tq = tqdm(loader)
+    total = 0.0
+    for x, y in tq:
+        loss = nn.functional.mse_loss(net(x), y)
+        if train:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        total += loss.item()
+    return total
+
+
+def main():
+    train_loader = data.get_loader(train=True)
+    val_loader = data.get_loader(val=True)
+    net = nn.DataParallel(nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(2):
+        run(net, train_loader, optimizer, train=True)
+        run(net, val_loader, optimizer, train=False)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_builder_asked_for_a_split_by_a_keyword_flag_is_split_where_the_shared_loop_trains(tmp_path: Path) -> None:
+    """`get_loader(train=True)` and `get_loader(val=True)` ask one builder for each split; one function runs both,
+    stepping only under `if train:`. The training binding is split where it is bound, the validation one stays
+    whole. Before, the batches of `tqdm(loader)` in the shared function were refused as unsplit (DDP317)."""
+    converted = _convert(tmp_path, {"data.py": FLAG_FACTORY, "train.py": FLAG_TRAIN})
+    train = converted["train.py"]
+    assert train.changed and [f for f in train.findings if f.severity == "error"] == []
+    assert "    train_loader = data.get_loader(train=True)\n    train_loader = split_loader(train_loader)\n" in train.output
+    assert "val_loader = split_loader" not in train.output
+    assert "Sampler" not in converted["data.py"].output

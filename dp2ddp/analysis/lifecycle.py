@@ -518,6 +518,8 @@ class ModelLifecycle:
         body = branch.body if isinstance(branch, cst.IndentedBlock) else branch.body.body  # type: ignore[union-attr]
         if not self._trains(branch) and body and self._leaves(body[-1]):
             return "this branch"
+        if self._others_leave(wrap, outer):
+            return "every other branch, which ends by leaving (`raise`, `sys.exit`, `return`),"
         other = outer.orelse if inside else outer.body
         block = self.analysis.parents.get(outer)
         if isinstance(other, cst.If) or not isinstance(block, (cst.IndentedBlock, cst.Module)):
@@ -533,6 +535,30 @@ class ModelLifecycle:
         if (other is None or not self._trains(other)) and not any(self._trains(s) for s in after) and runs_after_setup:
             return "the other branch"
         return None
+
+    def _others_leave(self, wrap: Wrap, outer: cst.If) -> bool:
+        """``if args.model == "dcp": <wrap> ... else: raise ValueError(...)``: every branch of ``outer``'s chain (``elif``s
+        and a final ``else``) but the one holding the wrap trains nothing and ends by leaving, so a process that goes
+        on past the chain has wrapped its model."""
+        branches: list[cst.BaseSuite] = []
+        node: cst.If | cst.Else | None = outer
+        while isinstance(node, cst.If):
+            branches.append(node.body)
+            node = node.orelse
+        if not isinstance(node, cst.Else):
+            return False  # no branch matched: the process goes on without the wrap
+        branches.append(node.body)
+        around = set(map(id, self.analysis.ancestors(wrap.call)))
+        holding = [b for b in branches if id(b) in around]
+        if len(holding) != 1:
+            return False
+        for branch in branches:
+            if branch is holding[0]:
+                continue
+            body = list(branch.body) if isinstance(branch, cst.IndentedBlock) else []
+            if not body or self._trains(branch) or not self._leaves(body[-1]):
+                return False
+        return True
 
     def _handed_to_the_project(self, wrap: Wrap, before: list[cst.CSTNode]) -> bool:
         """Whether one of ``before`` hands the model ``wrap`` wraps to a function of this file that trains, or to one of
@@ -641,7 +667,9 @@ class ModelLifecycle:
         name = code_of(statement.body[0].targets[0].target)  # type: ignore[attr-defined]
         node: cst.CSTNode = statement
         for condition in conditions:
-            if condition.orelse is not None or not isinstance(condition.body, cst.IndentedBlock):
+            if not isinstance(condition.body, cst.IndentedBlock):
+                return False
+            if condition.orelse is not None and not (condition is conditions[0] and self._moves_or_prints(condition.orelse, name)):
                 return False
             block = list(condition.body.body)
             if node not in block:
@@ -651,6 +679,21 @@ class ModelLifecycle:
                 return False
             node = condition
         return True
+
+    def _moves_or_prints(self, orelse: cst.If | cst.Else, name: str) -> bool:
+        """``else: print("single GPU"); model = model.cuda()``: a plain ``else`` of the wrap's own ``if`` that uses the
+        model only to move it to this process's device and leaves no other way: it may stay where it is while the
+        wrap moves out."""
+        if not isinstance(orelse, cst.Else) or not isinstance(orelse.body, cst.IndentedBlock) or m.findall(orelse, CONTROL_FLOW):
+            return False
+        # Only moves and calls that read nothing of the model (a print, a log line): a name the `else` binds alone
+        # (`single_device = True`) may decide later code, which would then disagree with the wrap.
+        return all(
+            self._moves_to_own_device(s, name)
+            or isinstance(s, cst.SimpleStatementLine) and all(isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in s.body)
+            and not _reads(s, name)
+            for s in orelse.body.body
+        )  # fmt: skip
 
     def _moves_to_own_device(self, statement: cst.BaseStatement, name: str) -> bool:
         """``model = model.cuda()``, ``model.to(device)`` with a device each process resolves to its own."""
@@ -1480,11 +1523,19 @@ class ModelLifecycle:
                     self.blockers.append(Hazard(owner, "DDP223", (("module", code_of(owner)),)))
 
     def _builds_module(self, value: cst.BaseExpression) -> bool:
-        """A call that builds a fresh module: a torch.nn or torchvision model class, or a model class of this file."""
+        """A call that builds a fresh module: a torch.nn or torchvision model class, or a model class of this file or
+        of another module of the project; or one of a dict of them chosen by key (``{"MCP": MarginCosineProduct(...),
+        "L": nn.Linear(...)}[args.classifier_type]``)."""
+        if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Dict) and value.value.elements:
+            return all(
+                isinstance(e, cst.DictElement) and self._builds_module(without_device_move(e.value)) for e in value.value.elements
+            )
         if not isinstance(value, cst.Call):
             return False
         qualified = {q.name for q in self.analysis.qualified_names(value.func)}
         if any(q.startswith(("torch.nn.", "torchvision.models.")) and "functional" not in q for q in qualified):
+            return True
+        if qualified & self.analysis.role.model_classes or code_of(value.func) in self.analysis.role.model_classes:
             return True
         classes = {c.name.value for c in self.analysis.nodes(cst.ClassDef)}
         return isinstance(value.func, cst.Name) and value.func.value in classes

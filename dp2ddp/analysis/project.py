@@ -929,6 +929,7 @@ class Project:
                 ),
                 training_calls=frozenset(training_calls.get(name, ())),
                 step_calls=tuple(sorted(step_calls.get(name, {}).items())) if name in self.converted or name in training else (),
+                model_classes=self._model_classes(module) if name in self.converted else frozenset(),
                 fixed_group_collates=frozenset(
                     bound for bound, (target, function, _) in module.bindings.items()
                     if function is not None and target in self.modules and function in self.modules[target].fixed_group_collates
@@ -1075,6 +1076,20 @@ class Project:
                 for wrapper, handed in wrappers.items():
                     found.setdefault((name, wrapper), tuple(sorted(handed)))
         return found
+
+    def _model_classes(self, module: _Module) -> frozenset[str]:
+        """The model classes (they define ``forward``) of other project modules, as ``module`` spells them: bound by
+        name (``from layers import MarginHead``) or read off a module it imports (``layer.MarginCosineProduct``)."""
+        found: set[str] = set()
+        for bound, (target, attribute, _) in module.bindings.items():
+            other = self.modules.get(target)
+            if other is None or other is module:
+                continue
+            if attribute is None:
+                found |= {f"{bound}.{name}" for name, cls in other.classes.items() if is_model_class(cls)}
+            elif attribute in other.classes and is_model_class(other.classes[attribute]):
+                found.add(bound)
+        return frozenset(found)
 
     def _program_unfreezing(self, name: str) -> frozenset[str]:
         """What the other modules of module ``name``'s programs define that makes parameters trainable."""
@@ -1462,10 +1477,14 @@ def _asks_for_a_split(node: ast.AST) -> bool:
 
 
 def _requests_evaluation(call: ast.Call) -> bool:
-    """``get_loader("val")``, ``data_provider(args, flag="test")``: a call that asks for an evaluation split by name."""
+    """``get_loader("val")``, ``data_provider(args, flag="test")``, ``get_loader(val=True)``: a call that asks for an
+    evaluation split by name."""
     return any(
         isinstance(a, ast.Constant) and isinstance(a.value, str) and _EVALUATION_REQUEST.search(a.value)
         for a in [*call.args, *(k.value for k in call.keywords)]
+    ) or any(
+        k.arg is not None and _EVALUATION_REQUEST.search(k.arg) and isinstance(k.value, ast.Constant) and k.value.value is True
+        for k in call.keywords
     )
 
 

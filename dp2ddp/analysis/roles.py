@@ -138,6 +138,9 @@ class ModuleRole:
     # groups (a collate_fn): a loader that collates with one yields as many training batches per item, whatever its
     # batch, so dividing its batch divides each of them.
     fixed_group_collates: frozenset[str] = frozenset()
+    # Model classes (they define `forward`) of other project modules, as this module spells them
+    # (`layer.MarginCosineProduct`): building one builds a module whose parameters an optimizer may step.
+    model_classes: frozenset[str] = frozenset()
     # Where the distributed helpers come from: a module of the project, or None to inline them.
     helpers_module: str | None = None
 

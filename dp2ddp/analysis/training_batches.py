@@ -176,25 +176,37 @@ class TrainingBatches:
         direct = any(splits(q.name) for call in calls for q in self.analysis.qualified_names(call.func))
         return direct or bool(self.analysis.reads(source) & produced) or self.handed_from(source, produced)
 
-    def handed_from(self, source: cst.CSTNode, produced: set[str]) -> bool:
-        """Whether ``source`` is a parameter of its function (``def run_epoch(model, loader, ...)``) and every call
-        of that function in this file passes it something read off the program's split loaders."""
-        if not isinstance(source, cst.Name) or not produced:
+    def handed_from(self, source: cst.CSTNode, produced: set[str], loop: cst.For | cst.While | None = None) -> bool:
+        """Whether ``source`` is a parameter of its function (``def run_epoch(model, loader, ...)``), or what its
+        function iterates of one (``tq = tqdm(loader)``), and every call of that function in this file passes it
+        something read off the program's split loaders; with ``loop``, calls whose flags skip the loop's step
+        (``run(net, val_loader, train=False)``) may pass anything, since they do not train."""
+        if not produced:
             return False
         function = next((a for a in self.analysis.ancestors(source) if isinstance(a, cst.FunctionDef)), None)
-        if function is None or source.value not in {p.name.value for p in function.params.params}:
+        if function is None:
+            return False
+        if not (isinstance(source, cst.Name) and source.value in {p.name.value for p in function.params.params}):
+            source = self.iterated_root(source, function)
+        if not isinstance(source, cst.Name) or source.value not in {p.name.value for p in function.params.params}:
             return False
         for binding in self.analysis.bindings(source) or ():
             if binding is not None and source.value not in self.analysis.reads(binding.value):
                 return False  # rebound to something else; `loader = tqdm(loader)` still holds what callers pass
+        steps = [s for s, _ in self.steps if loop is not None and self.encloses(loop, s)]
+        flags = self._flags_at(function, steps[0]) if steps else ()
         name = function.name.value
         called = [c for c in self.analysis.nodes(cst.Call) if m.matches(c.func, m.Name(name) | m.Attribute(value=m.Name("self"), attr=m.Name(name)))]
         if not called:
             return False
         for call in called:
             given = [a for a in call.args if parameter_for(function, call, a) == source.value]
-            if len(given) != 1 or not self.analysis.reads(given[0].value) & produced:
-                return False
+            if len(given) == 1 and self.analysis.reads(given[0].value) & produced:
+                continue
+            passed = {(arg.keyword.value if arg.keyword is not None else i): _constant(arg.value) for i, arg in enumerate(call.args)}
+            if flags and not any(arg.star for arg in call.args) and skips_step(flags, passed):
+                continue  # `run(net, val_loader, train=False)`: this call takes no step
+            return False
         return True
 
     def _unpacks_a_loader_batch(self, source: cst.CSTNode, loop: cst.For | cst.While, holders: list[Holder]) -> bool:
@@ -387,7 +399,12 @@ class TrainingBatches:
             return False
         read = [h for h in holders if any(self.encloses(source, r) for r in h.reads)]
         params = [h.binding for h in read]
-        if not read or any(not isinstance(p, cst.Param) or p not in self.analysis.within(function.params, cst.Param) for p in params):
+        own = list(self.analysis.within(function.params, cst.Param))
+        if read and any(not isinstance(p, cst.Param) or p not in own for p in params):
+            # `tq = tqdm(loader)`, then `for ... in tq:`: the parameter it iterates.
+            root = self.iterated_root(source, function)
+            params = [p for p in own if isinstance(root, cst.Name) and p.name.value == root.value]
+        if not read or not params or any(not isinstance(p, cst.Param) or p not in own for p in params):
             return False
         flags = self._flags_at(function, step)
         if not flags:

@@ -1483,3 +1483,29 @@ def test_a_list_of_modules_read_by_constant_indices_only_in_part_passes_find_unu
         """.replace("FORWARD", forward)
     )
     assert ("wrap_ddp(Counter(), find_unused_parameters=True)" in result.output) is unused, result.findings
+
+
+def test_an_optimizer_over_a_model_a_wrapped_trainer_holds_is_no_unwrapped_module() -> None:
+    """`trainer = DiffusionTrainer(net)`, then `trainer = DataParallel(trainer)`: DDP of the trainer registers the
+    net's parameters as its own, so stepping `net.parameters()` steps synchronised parameters (no DDP223)."""
+    result = _convert(
+        """
+        import torch
+        from torch import nn
+
+        class DiffusionTrainer(nn.Module):
+            def __init__(self, net):
+                super().__init__()
+                self.net = net
+
+            def forward(self, x):
+                return self.net(x).pow(2).mean()
+
+        net = nn.Linear(4, 4)
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+        trainer = DiffusionTrainer(net)
+        trainer = torch.nn.DataParallel(trainer)
+        """
+    )
+    assert "DDP223" not in {f.code for f in result.findings}
+    assert result.changed

@@ -1519,8 +1519,22 @@ class ModelLifecycle:
                     continue
                 root = code_of(owner).split(".")[0] if not code_of(owner).startswith("self.") else ".".join(code_of(owner).split(".")[:2])
                 built = self.assignments().get(root, [])
-                if built and all(self._builds_module(without_device_move(v)) for v in built):
+                if built and all(self._builds_module(without_device_move(v)) for v in built) and not self._held_by_a_wrap(root):
                     self.blockers.append(Hazard(owner, "DDP223", (("module", code_of(owner)),)))
+
+    def _held_by_a_wrap(self, module: str) -> bool:
+        """Whether ``module`` is handed to the building of something a wrap holds: ``trainer =
+        DiffusionTrainer(net_model, ...)``, then ``trainer = DataParallel(trainer)``; DDP of the trainer registers
+        ``net_model``'s parameters as its own, and averages their gradients."""
+        wrapped = {name for wrap in self.wraps for name in wrap.names}
+        for name, values in self.assignments().items():
+            if name not in wrapped:
+                continue
+            for value in values:
+                value = without_device_move(value)
+                if isinstance(value, cst.Call) and any(code_of(arg.value) == module for arg in value.args):
+                    return True
+        return False
 
     def _builds_module(self, value: cst.BaseExpression) -> bool:
         """A call that builds a fresh module: a torch.nn or torchvision model class, or a model class of this file or

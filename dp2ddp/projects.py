@@ -261,16 +261,16 @@ def _refuse_work_at_import(project: Project, result: ProjectResult) -> None:
             continue  # an entry point no module imports: its launch wrapper starts the group before such code
         if not isinstance(converted, ConvertResult) or not converted.changed:
             continue
-        added = _group_calls_at_import(converted.output) - {code for _, code in _group_calls_at_import_lines(converted.source)}
-        if not added:
+        before = {code for _, code in _group_calls_at_import(converted.source)}
+        by_line: dict[int, list[str]] = {}
+        for line, code in _group_calls_at_import(converted.output):
+            if code not in before and code not in by_line.setdefault(line, []):
+                by_line[line].append(code)
+        if not any(by_line.values()):
             continue
         lines = _original_lines(converted.source, converted.output)
         where = path.relative_to(project.root).as_posix()
         rule = RULES["DDP346"]
-        by_line: dict[int, list[str]] = {}
-        for line, code in _group_calls_at_import_lines(converted.output):
-            if code in added and code not in by_line.setdefault(line, []):
-                by_line[line].append(code)
         # One finding for each statement, naming the smallest of the calls it would make: `dist.get_rank()` in
         # `DrawnPerProcess(dataset, dist.get_rank())`.
         findings = [
@@ -280,11 +280,7 @@ def _refuse_work_at_import(project: Project, result: ProjectResult) -> None:
         result.files[path] = ConvertResult(converted.source, converted.source, (*converted.findings, *findings), converted.reason)
 
 
-def _group_calls_at_import(text: str) -> set[str]:
-    return {code for _, code in _group_calls_at_import_lines(text)}
-
-
-def _group_calls_at_import_lines(text: str) -> list[tuple[int, str]]:
+def _group_calls_at_import(text: str) -> list[tuple[int, str]]:
     """The calls that need the process group in the code ``text`` runs at import (outside functions and the
     ``__main__`` block), with their lines: ``dist.get_world_size()``, ``wrap_ddp(...)``."""
     try:

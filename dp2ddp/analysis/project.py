@@ -170,17 +170,13 @@ class _Module:
         return self.path.name == "__init__.py"
 
 
+def _encloses(function: ast.FunctionDef | ast.AsyncFunctionDef, node: ast.expr) -> bool:
+    return function.lineno <= node.lineno <= (function.end_lineno or function.lineno)
+
+
 # Calls that yield the items of what they are handed: a loop over one walks the handed object's batches. Other calls
 # make something new of it (`get_loader(dataset, ...)` builds, and splits, a loader of its own).
 _PASSES_ITEMS_ON = frozenset({"enumerate", "iter", "tqdm", "zip", "islice", "cycle", "chain", "trange"})
-
-
-def _dotted_name(node: ast.expr) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted_name(node.value)}.{node.attr}"
-    return ""
 
 
 def _trains_over(function: ast.FunctionDef | ast.AsyncFunctionDef, spelled: str) -> int | None:
@@ -196,7 +192,7 @@ def _trains_over(function: ast.FunctionDef | ast.AsyncFunctionDef, spelled: str)
             return node.id in names
         if isinstance(node, ast.Attribute):
             return attribute is not None and node.attr == attribute and isinstance(node.value, ast.Name) and node.value.id == "self"
-        if isinstance(node, ast.Call) and _dotted_name(node.func).rpartition(".")[2] in _PASSES_ITEMS_ON:
+        if isinstance(node, ast.Call) and (dotted(node.func) or "").rpartition(".")[2] in _PASSES_ITEMS_ON:
             return any(iterates(a) for a in node.args)
         return False
 
@@ -1038,15 +1034,16 @@ class Project:
         for name in sorted(self.loading):
             module = self.modules[name]
             functions = [f for f in module.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            own_calls: dict[str, list[ast.Call]] = {}
+            for call in ast.walk(module.tree):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
+                    own_calls.setdefault(call.func.id, []).append(call)
             for function in functions:
                 inside = range(function.lineno, (function.end_lineno or function.lineno) + 1)
                 built = [loader for loader in module.loaders if loader.lineno in inside]
                 if not built:
                     continue
-                calls = [
-                    c for c in ast.walk(module.tree)
-                    if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == function.name
-                ]  # fmt: skip
+                calls = own_calls.get(function.name, [])
                 asked = any(_requests_evaluation(c) for c in calls)  # `get_loader(..., "dev", ...)` in its own module
                 if not ((name, function.name) in requested or asked or any(_asks_for_a_split(n) for n in ast.walk(function))):
                     continue
@@ -1055,22 +1052,15 @@ class Project:
                     continue  # `if basic: loader = DataLoader(...) else: loader = DataLoader(...)`: one place
                 # Its own module may call it only in functions that hand its loaders on (`get_loaders()` returns
                 # the "train" and the "dev" one): those build the evaluation loaders too, and split nothing.
+                callers = [other for other in functions if other is not function and any(_encloses(other, c) for c in calls)]
                 wrappers: dict[str, set[int]] = {}
-                for other in functions:
-                    if other is function or not any(
-                        isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == function.name for c in ast.walk(other)
-                    ):  # fmt: skip
-                        continue
+                for other in callers:
                     handed = _returned_calls(other, function.name)
                     if handed is None:
                         wrappers = {}
                         break
                     wrappers[other.name] = handed
-                wrapped = sum(
-                    1 for other in functions if other.name in wrappers
-                    for c in ast.walk(other) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == function.name
-                )  # fmt: skip
-                if calls and wrapped != len(calls):
+                if not all(any(_encloses(w, c) for w in callers if w.name in wrappers) for c in calls):
                     continue  # its own module calls it too: that module's conversion splits it where it trains
                 found[name, function.name] = (positions.pop(),)  # type: ignore[assignment]
                 for wrapper, handed in wrappers.items():

@@ -600,6 +600,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self._report_pairing(call)
         lines = ", ".join(sorted({str(self.analysis.position(site.assign).start.line) for site in evaluation}, key=int))
         for site in training:
+            if code_of(site.target) in (target for target, _ in self.split_at_use.get(site.statement, [])):
+                continue  # `if mode == "train": loader = DataLoader(...) else: loader = DataLoader(...)`: one share
             if not split_where_used(self.analysis, self.analysis.target_holders(site.target, depth=0)):  # converted already
                 self.split_at_use.setdefault(site.statement, []).append((code_of(site.target), keep))
                 self.split_helper_needed = True
@@ -1554,6 +1556,8 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         lines = ", ".join(str(line) for line in sorted(at)) or "another module"
         for site in training:
             keep = self.keep_per_process_batch or self._pair_loss is not None
+            if code_of(site.target) in (target for target, _ in self.split_at_use.get(site.statement, [])):
+                continue
             if not split_where_used(analysis, analysis.target_holders(site.target, depth=0)):  # converted already
                 self.split_at_use.setdefault(site.statement, []).append((code_of(site.target), keep))
                 self.split_helper_needed = True
@@ -1714,6 +1718,15 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             self.worker_seeds.add(call)
             self.report(call, "DDP344", call=code_of(call))
 
+    def _built_in_a_loop(self, call: cst.Call) -> bool:
+        """Whether ``call`` runs in a loop of its own function, once for each pass or more."""
+        for ancestor in self.analysis.ancestors(call):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False
+            if isinstance(ancestor, (cst.For, cst.While)) and call not in self.analysis.within(ancestor.iter if isinstance(ancestor, cst.For) else ancestor.test, cst.Call):
+                return True
+        return False
+
     def _rank_in_seed(self, call: cst.Call) -> cst.Call:
         """``torch.manual_seed(worker_info.id)`` -> ``torch.manual_seed(worker_info.id + 104729 * rank)``: distinct
         for every worker of every process while workers are fewer than 104729; the rank comes from the launcher's
@@ -1745,8 +1758,12 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
             return split  # a generator of its own, or dicts of which any may hold one
         # The workers' seeds are drawn from the loader's generator: seeded alike on every process, they
         # would draw the same augmentations for different samples. Each process draws its own.
+        # A loader built anew on each pass (`iter(DataLoader(...))` every `epoch_size` steps) would get the same
+        # generator each time, so its workers would repeat the first pass's augmentations: its seed is drawn from
+        # torch's generator instead, which advances as the script's loader's own draw did.
+        base = "int(torch.empty((), dtype=torch.int64).random_())" if self._built_in_a_loop(original_node) else "torch.initial_seed()"
         seed = cst.parse_expression(
-            f"torch.Generator().manual_seed((torch.initial_seed() + {self.distributed_at(original_node)}.get_rank()) % 2**63)"
+            f"torch.Generator().manual_seed(({base} + {self.distributed_at(original_node)}.get_rank()) % 2**63)"
         )
         AddImportsVisitor.add_needed_import(self.context, "torch")
         if not unpacked:

@@ -96,7 +96,9 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         self.effects = analysis.effects
         role = analysis.role
         # In a project, a module converted only for its writers: only those functions change.
-        self.only_functions = {function for function, _, _ in role.guarded_functions} if role.guard_only else None
+        self.only_functions = (
+            {function for function, _, _ in role.guarded_functions} | set(role.directory_functions) if role.guard_only else None
+        )
         for function, writes, callers in role.guarded_functions:
             definition = next(s for s in analysis.module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value == function)
             shown = ", ".join(str(c) for c in callers[:3]) + (", ..." if len(callers) > 3 else "")
@@ -753,7 +755,7 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
         for ancestor in self.analysis.ancestors(call):
             if isinstance(ancestor, cst.If):
                 test = code_of(ancestor.test)
-                return path is not None and path in test and ("exist" in test or "isdir" in test)
+                return path is not None and path in test and any(word in test for word in ("exist", "isdir", "is_dir"))
         return False
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:

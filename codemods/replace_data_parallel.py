@@ -26,6 +26,7 @@ from dp2ddp.analysis import names
 from dp2ddp.analysis.module import Analysis
 from dp2ddp.analysis.syntax import DEVICE_MOVE, VISIBLE_DEVICES, argument, call_to, code_of, resolves_to, string_literal, without_device_move
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed, keyword_arg
+from .secure_checkpoints import LOCAL_DEVICE_HELPER_SOURCE
 
 # One statement per line and a one-line docstring, so that LibCST renders the
 # helper in the script's own indentation and newline style.
@@ -85,6 +86,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
         # DataParallel around a part of a model class, inside a model DDP wraps whole: the part stays, bare.
         self.unwrapped_parts: set[cst.Call] = set()
         self.needs_ddp_import = False
+        # A wrap moved below code that needs the model on its device already left a device move behind.
+        self.moves_early = False
 
     # -- detection, on the original tree --------------------------------------------
 
@@ -359,13 +362,21 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             became = self.became[anchor]
             last = list(became.nodes)[-1] if isinstance(became, cst.FlattenSentinel) else became
             index = next(i for i, statement in enumerate(body) if statement is moved)
+            # `model = DataParallel(model).cuda()`: the code between here and the wrap's new place ran with the
+            # model on its GPU (`optimizer.load_state_dict(...)` puts the state where the parameters are), so the
+            # model moves here still, and the wrap later.
+            early = bool(m.findall(wrap, DEVICE_MOVE))
             if wrap in self.lifecycle.split:
                 # `model = wrap_ddp(Net())` -> `model = Net()` here, `model = wrap_ddp(model)` later.
                 assign = moved.body[0]  # type: ignore[attr-defined]
                 call = assign.value
-                body[index] = moved.with_changes(body=[assign.with_changes(value=call.args[0].value)])  # type: ignore[attr-defined]
+                built = self._to_local_device(call.args[0].value) if early else call.args[0].value
+                body[index] = moved.with_changes(body=[assign.with_changes(value=built)])  # type: ignore[attr-defined]
                 target = assign.targets[0].target
                 moved = moved.with_changes(body=[assign.with_changes(value=call.with_changes(args=[cst.Arg(target), *call.args[1:]]))])  # type: ignore[attr-defined]
+            elif early and isinstance(call := moved.body[0].value, cst.Call) and call.args:  # type: ignore[attr-defined]
+                # `model = DataParallel(net).cuda()` -> `net.to(local_device())` here (a module moves in place).
+                body[index] = moved.with_changes(body=[cst.Expr(self._to_local_device(call.args[0].value))])
             else:
                 del body[index]
             position = next(i for i, statement in enumerate(body) if statement is last)
@@ -378,6 +389,10 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             body.insert(position + 1, moved.with_changes(leading_lines=[]))  # type: ignore[attr-defined]
         return body
 
+    def _to_local_device(self, model: cst.BaseExpression) -> cst.Call:
+        self.moves_early = True
+        return cst.Call(cst.Attribute(model, cst.Name("to")), [cst.Arg(cst.Call(cst.Name(names.LOCAL_DEVICE_HELPER)))])
+
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self.converting:
             if self.needs_ddp_import:
@@ -389,6 +404,8 @@ class ReplaceDataParallelCommand(Dp2ddpCodemod):
             AddImportsVisitor.add_needed_import(self.context, "torch")
             import_torch_distributed(self.context, self.facts.distributed_alias)
             updated_node = add_helper(updated_node, self.facts, names.WRAP_HELPER, WRAP_HELPER_SOURCE)
+            if self.moves_early:
+                updated_node = add_helper(updated_node, self.facts, names.LOCAL_DEVICE_HELPER, LOCAL_DEVICE_HELPER_SOURCE)
             for module in DATA_PARALLEL_IMPORT_MODULES:
                 for alias in self._imported_aliases(original_node, module):
                     RemoveImportsVisitor.remove_unused_import(self.context, module, "DataParallel", alias)

@@ -805,6 +805,8 @@ class DistributedHazards:
         kind = unsplit_sampler(self.analysis, given)
         if kind is None or not is_training_loader(call, reference, only_loader) or not self._trains_on(call):
             return
+        if split_where_used(self.analysis, self.analysis.holders(call)):
+            return  # `train_loader = split_loader(get_data("train"))`: its callers take their share
         keyword = "sampler" if sampler is not None else "batch_sampler"
         loader = code_of(reference) if reference is not None else "this loader"
         built = sampler_built_at(self.analysis, given)

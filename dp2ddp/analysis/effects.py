@@ -323,6 +323,18 @@ class ProcessEffects:
                 return receiver.removesuffix(".module") in self.models | self.analysis.lifecycle.model_names
         return matches(call, call_to(names.MAKE_DIRECTORY)) and not self.makes_directory_everywhere(call)
 
+    def fails_on_a_made_directory(self, call: cst.Call) -> bool:
+        """``os.makedirs(d)``, ``os.mkdir(d)`` or a pathlib ``path.mkdir(parents=True)`` without ``exist_ok``: it raises
+        where the directory exists, as it does once another process has made it."""
+        exist_ok = next((a for a in call.args if a.keyword is not None and a.keyword.value == "exist_ok"), None)
+        if exist_ok is not None and not m.matches(exist_ok.value, m.Name("False")):
+            return False
+        if self.analysis.matches(call, call_to(names.MAKE_DIRECTORY)):
+            return True
+        return m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))) and all(
+            a.keyword is not None and a.keyword.value in ("parents", "mode", "exist_ok") for a in call.args
+        )
+
     def makes_directory_everywhere(self, call: cst.Call) -> bool:
         """``os.makedirs(d, exist_ok=True)``, or a call guard_side_effects turns into one: every process may run it."""
         if not self.analysis.matches(call, call_to(names.MAKE_DIRECTORY)):

@@ -730,6 +730,18 @@ class Project:
                 return Site(self.modules[target].path.relative_to(self.root).as_posix(), line)
         return None
 
+    def makes_directories(self, target: str, function: str) -> bool:
+        """Whether ``function`` of ``target`` makes a directory in a way that fails where it exists
+        (``if not os.path.exists(d): os.makedirs(d)``): run by every process, all but the first can find it made
+        between the test and the call."""
+        analysis = self._analysis(target)
+        definition = next(
+            (s for s in analysis.module.body if isinstance(s, cst.FunctionDef) and s.name.value == function), None
+        ) if analysis is not None else None
+        return definition is not None and any(
+            analysis.effects.fails_on_a_made_directory(call) for call in analysis.within(definition.body, cst.Call)  # type: ignore[union-attr]
+        )
+
     def only_writes(self, target: str, function: str, depth: int = 2) -> bool:
         """Whether ``function`` of ``target`` does nothing but write: prints, logs, saves, files it opens
         itself; so the other processes miss nothing when a call of it runs on the main process only.
@@ -842,6 +854,7 @@ class Project:
         inside: dict[str, list[tuple[str, Site, tuple[Site, ...]]]] = {}
         at_call: dict[str, list[tuple[str, Site]]] = {}
         unguarded: dict[str, list[tuple[str, Site]]] = {}
+        directories: dict[str, set[str]] = {}
         # First the modules that train for converted callers, to a fixed point: they are converted
         # whole, so their own calls count as converted code's in what follows.
         training: set[str] = set()
@@ -863,6 +876,9 @@ class Project:
             if target in training or not any(caller in converted for caller, _, _ in sites):
                 continue
             all_converted = all(caller in converted for caller, _, _ in sites) and not self._unread_callers(target, function)
+            for maker in (f for f in self._writers_within(target, function) if self.makes_directories(target, f)):
+                # `utils.mkdir(d)`, now run by every process: `exist_ok=True` is right for any caller.
+                directories.setdefault(target, set()).add(maker)
             written = self.writes(target, function)
             if all_converted and function in self.modules[target].classes:
                 # `TrainOptions().parse()`: the writes may be in a base class of another module (BaseOptions).
@@ -913,6 +929,7 @@ class Project:
                 setup_elsewhere=setup_elsewhere,
                 evaluates_only=self._evaluates_only(name),
                 guarded_functions=tuple(inside.get(name, ())),
+                directory_functions=tuple(sorted(directories.get(name, ()))),
                 trains=name in training,
                 guarded_calls=tuple(dict.fromkeys(at_call.get(name, ()))),
                 unguarded_calls=tuple(dict.fromkeys(unguarded.get(name, ()))),

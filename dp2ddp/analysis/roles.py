@@ -40,6 +40,10 @@ class ModuleRole:
     # Functions of this module whose writes are guarded inside them, each with where it first writes
     # and its callers.
     guarded_functions: tuple[tuple[str, Site, tuple[Site, ...]], ...] = ()
+    # Functions of this module that converted code calls and that make a directory every process now makes
+    # (`if not os.path.exists(d): os.makedirs(d)`): each gets `exist_ok=True`, so no process fails on a
+    # directory another has just made.
+    directory_functions: tuple[str, ...] = ()
     # Other modules' writers that this module calls, by qualified name, each with where it writes:
     # guarded at the call, because code that is not converted calls them too.
     guarded_calls: tuple[tuple[str, Site], ...] = ()
@@ -147,12 +151,16 @@ class ModuleRole:
     @property
     def converts(self) -> bool:
         """Whether the project makes this module part of a DDP program it would not be on its own."""
-        return bool(self.imported_wraps or self.drives is not None or self.guarded_functions or self.splits_loaders or self.trains)
+        return bool(
+            self.imported_wraps or self.drives is not None or self.guarded_functions or self.directory_functions
+            or self.splits_loaders or self.trains
+        )  # fmt: skip
 
     @property
     def guard_only(self) -> bool:
-        """A module converted only for the writes of its functions that converted code calls."""
-        return bool(self.guarded_functions) and not (self.imported_wraps or self.drives is not None or self.splits_loaders or self.trains)
+        """A module converted only for the writes of its functions that converted code calls, or the directories
+        they make."""
+        return bool(self.guarded_functions or self.directory_functions) and not (self.imported_wraps or self.drives is not None or self.splits_loaders or self.trains)
 
     def batch_sized_by_caller(self, function: str, parameter: str) -> Site | None:
         return next((site for f, p, site in self.batch_sizers if (f, p) == (function, parameter)), None)

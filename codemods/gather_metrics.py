@@ -539,7 +539,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
         return is_training_loop(loop, self.training_loaders)
 
     def _plan_loop(self, loop: cst.For) -> None:
-        results = loop_results(self.analysis, loop, training=self._is_training_loop(loop))
+        results = loop_results(self.analysis, loop, training=self._is_training_loop(loop) or self._trains(loop))
         mixed = self._read_with_ungathered(loop, results.ungathered)
         plan = _LoopPlan([n for n in results.sums if n not in mixed], [n for n in results.means if n not in mixed], results.meters)
         if plan.sums or plan.means or plan.meters:

@@ -156,12 +156,27 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                     self.analysis.whole_loops.update(loops)
                     return False
             ungathered = loop_results(self.analysis, loop, training=False).ungathered
+            counted = self._counts_its_batches(loop)
+            if counted is not None:
+                why = f"`{code_of(counted)}` counts this process's batches, not the whole set's, so what it divides would be one shard's"
+                return self._keep_whole(counted, stem, loops, why)
             if ungathered:
                 statement, held = ungathered[0]
                 why = f"`{held}` keeps this process's share of the results, which convert cannot gather exactly"
                 return self._keep_whole(statement, stem, loops, why)
         self.analysis.gathered_loops.update(loops)
         return True
+
+    def _counts_its_batches(self, loop: cst.For) -> cst.Call | None:
+        """``len(test_loader)`` in the function of a loop over it (``mae / len(test_loader)``): sharded, the loader has
+        this process's batches only, and no reduction makes that count the whole set's."""
+        iterated = {n.value for n in self.analysis.within(loop.iter, cst.Name)}
+        owner = owner_of(self.analysis, loop)
+        for call in self.analysis.findall_in(owner, m.Call(func=m.Name("len"), args=[m.Arg(m.Name())])):
+            assert isinstance(call, cst.Call)
+            if call.args[0].value.value in iterated:  # type: ignore[attr-defined]
+                return call
+        return None
 
     def _keep_whole(self, where: cst.CSTNode, loader: str, loops: list[cst.For], why: str) -> bool:
         self.report(where, "DDP316", loader=loader, why=why)

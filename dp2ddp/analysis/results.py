@@ -71,6 +71,10 @@ def loop_results(analysis: Analysis, loop: cst.For, training: bool) -> LoopResul
             for v in values
         )  # fmt: skip
         kind = "sum" if sums else "mean"
+        if kind == "mean" and not training:
+            # Per-batch values summed over steps: evaluation shards differ in their numbers of batches and in the
+            # batch each takes, so no reduction gives the whole set's value; it is left for _ungathered.
+            continue
         if _read_after(analysis, owner, name, loop):
             (results.sums if kind == "sum" else results.means).append(name)
         results.running[name] = names.SUM_HELPER if kind == "sum" else names.MEAN_HELPER
@@ -145,12 +149,17 @@ def _reduced_already(analysis: Analysis, owner: cst.CSTNode, name: str, loop: cs
 
 
 def _read_after(analysis: Analysis, owner: cst.CSTNode, name: str, loop: cst.For) -> bool:
-    """Whether code after the loop reads ``name`` before binding it anew."""
-    for found in analysis.findall_in(owner, m.Name(name)):
-        if not analysis.is_after(found, loop):
-            continue
-        return not is_bound_here(analysis, found)
-    return False
+    """Whether code after the loop reads ``name`` before binding it anew: ``mae = mae / len(loader)`` reads it,
+    as the value of an assignment runs before its targets are bound."""
+
+    def runs_at(found: cst.CSTNode) -> int:
+        if not is_bound_here(analysis, found):
+            return analysis.index[found]
+        statement = next(a for a in analysis.ancestors(found) if isinstance(a, (cst.Assign, cst.For, cst.BaseSmallStatement, cst.BaseCompoundStatement)))
+        return analysis.last[statement] if isinstance(statement, cst.Assign) else analysis.index[found]
+
+    after = [found for found in analysis.findall_in(owner, m.Name(name)) if analysis.is_after(found, loop)]
+    return bool(after) and not is_bound_here(analysis, min(after, key=runs_at))
 
 
 def is_bound_here(analysis: Analysis, name: cst.CSTNode) -> bool:

@@ -29,7 +29,7 @@ from libcst.metadata import ParentNodeProvider, QualifiedNameProvider
 from dp2ddp.analysis.losses import CONTRASTIVE_CODE
 from dp2ddp.analysis.module import Analysis
 from ._base import Dp2ddpCodemod
-from dp2ddp.analysis.syntax import code_of, string_literal
+from dp2ddp.analysis.syntax import code_of, string_literal, without_device_move
 
 _TORCH_NN = m.MatchMetadataIfTrue(QualifiedNameProvider, lambda found: any(q.name.startswith("torch.nn.") for q in found))
 _SUMS = m.Arg(keyword=m.Name("reduction"), value=string_literal("sum")) | m.Arg(
@@ -62,10 +62,11 @@ class ScaleSummedLossesCommand(Dp2ddpCodemod):
             else:
                 summing_classes.add(cls.name.value)
         builds_summing = _SUMMED_TORCH_CALL | m.Call(func=m.Name(m.MatchIfTrue(lambda name: name in summing_classes)))
+        # `nn.L1Loss(size_average=False).cuda()`: moved to a device, the criterion sums all the same.
         self.summing = {
             code_of(target.target)
-            for assign in analysis.findall(m.Assign(value=builds_summing))
-            if isinstance(assign, cst.Assign)
+            for assign in analysis.nodes(cst.Assign)
+            if self.matches(without_device_move(assign.value), builds_summing)
             for target in assign.targets
         }
         analysis.summing_criteria |= self.summing

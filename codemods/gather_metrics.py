@@ -40,7 +40,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 
 from dp2ddp.analysis import names
 from dp2ddp.analysis.module import Analysis
-from dp2ddp.analysis.syntax import REDUCTION, code_of
+from dp2ddp.analysis.syntax import REDUCTION, call_to, code_of
 from ._base import Dp2ddpCodemod, add_helper, import_torch_distributed
 from dp2ddp.analysis.effects import is_rank_guard, under_rank_guard
 from dp2ddp.analysis.lifecycle import per_process_names
@@ -157,6 +157,10 @@ HELPER_NEEDS = {
     names.METER_HELPER: {names.SUM_HELPER},
     names.METER_COPY_HELPER: {names.METER_HELPER, names.MEAN_HELPER, names.SUM_HELPER},
 }
+
+# What a tqdm bar shows beside its count: `pbar.set_postfix(loss=...)`, `pbar.set_description(f"loss {loss:.3f}")`.
+_BAR_TEXT = frozenset({"set_postfix", "set_postfix_str", "set_description", "set_description_str"})
+
 
 @dataclass
 class _LoopPlan:
@@ -619,7 +623,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if in_inner_data_loop(self.analysis, line, loop):
                 continue  # That loop reports its own progress.
             calls = [s.value for s in line.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
-            if not calls or not all(self.effects.is_side_effect(c) for c in calls):
+            if not calls or not all(self.effects.is_side_effect(c) or self._shown_on_a_bar(c, loop) for c in calls):
                 continue
             if training and isinstance(loop, cst.For):  # a while loop names no batch
                 self._plan_global_sizes(loop, line)
@@ -651,6 +655,18 @@ class GatherMetricsCommand(Dp2ddpCodemod):
                 self._report_progress(line, why="as convert cannot prove every process reaches this line at the same step")
             else:
                 self._report_progress(line, why="as evaluation shards may give processes different numbers of steps")
+
+    def _shown_on_a_bar(self, call: cst.Call, loop: cst.For | cst.While) -> bool:
+        """``pbar.set_postfix(loss=...)`` on a tqdm bar of the loop's function: it shows what it is given, as a print
+        does (the bar draws on the main process only, but every process reaches the line)."""
+        if not m.matches(call.func, m.Attribute(value=m.Name(), attr=m.Name(m.MatchIfTrue(lambda a: a in _BAR_TEXT)))):
+            return False
+        bar = call.func.value.value  # type: ignore[attr-defined]
+        built = m.Assign(targets=[m.AssignTarget(m.Name(bar))], value=m.Call())
+        return any(
+            self.analysis.matches(assign.value, call_to(names.TQDM))  # type: ignore[attr-defined]
+            for assign in self.analysis.findall_in(owner_of(self.analysis, loop), built)
+        )
 
     def _built_from(self, loop: cst.For | cst.While, line: cst.SimpleStatementLine, read: set[str]) -> set[str]:
         """Names that the values of ``read``, as the loop binds them before ``line``, are computed from."""

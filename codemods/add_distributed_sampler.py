@@ -853,11 +853,38 @@ class AddDistributedSamplerCommand(Dp2ddpCodemod):
         if self.SHARDS_EVALUATION or len(stars) != 1 or stars[0].star != "**":
             return False
         shuffle = argument(call, SHUFFLE, "shuffle")
-        if shuffle is None or not m.matches(shuffle, m.Name("True")) or argument(call, BATCH_SIZE, "batch_size") is None:
+        if shuffle is None or argument(call, BATCH_SIZE, "batch_size") is None:
             return False
         if argument(call, SAMPLER, "sampler") is not None or argument(call, BATCH_SAMPLER, "batch_sampler") is not None:
             return False
+        if not m.matches(shuffle, m.Name("True")):
+            # `kwargs = {"num_workers": 4, "pin_memory": True} if use_cuda else {}`: every key it can hold is in
+            # sight, and none of them decides the split.
+            keys = self._only_literal_keys(stars[0].value)
+            return keys is not None and not keys & {"dataset", "batch_size", "shuffle", "sampler", "batch_sampler"}
         return not self._shows_a_sampler_key(stars[0].value)
+
+    def _only_literal_keys(self, mapping: cst.BaseExpression) -> set[str] | None:
+        """Every key a name bound once to dict literals (``{...} if c else {...}``) can hold, where nothing else in
+        this file adds to it or hands it on; None where that is not certain."""
+        if not isinstance(mapping, cst.Name):
+            return None
+        bindings = self.analysis.bindings(mapping)
+        if not bindings or len(bindings) != 1 or bindings[0] is None or len(bindings[0].targets) != 1:
+            return None
+        value = bindings[0].value
+        literals = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        keys: set[str] = set()
+        for literal in literals:
+            found = self._literal_keys(literal) if isinstance(literal, cst.Dict) else None
+            if found is None:
+                return None
+            keys |= found
+        target = bindings[0].targets[0].target
+        uses = self.analysis.references(target) if isinstance(target, cst.Name) else []
+        if any(not isinstance(self.analysis.parents.get(use), cst.Arg) for use in uses):
+            return None  # `kwargs["sampler"] = ...`, `kwargs.update(...)`: it may hold more
+        return keys
 
     def _shows_a_sampler_key(self, mapping: cst.BaseExpression) -> bool:
         """Whether this file puts a ``sampler`` key into the dict: in the literal or ``dict()`` it is bound to, by

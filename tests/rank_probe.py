@@ -79,6 +79,7 @@ def _described(index_sampler: object, dataset_size: int) -> dict[str, object]:
         "inner": type(inner).__name__ if inner is not None else None,
         "replacement": getattr(drawing, "replacement", False) is True,
         "split_batches": getattr(sampler, "split_batches", False) is True,
+        "shuffle": getattr(sampler, "shuffle", True) is not False,  # DistributedSampler(shuffle=False) keeps one order
         "endless": not hasattr(drawing, "__len__"),  # a sampler with no length: one pass the script stops
         "dataset_size": dataset_size,
         "indices": [],

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .module import Analysis
 
 # Names people give the objects they log through.
-LOGGER_NAME = re.compile(r"(^|_)(logger|log)$", re.IGNORECASE)
+LOGGER_NAME = re.compile(r"(^|[_.])(logger|log)$", re.IGNORECASE)
 # Tests that mean "only the main process": rank == 0, local_rank in [-1, 0], is_main_process(), ...
 # Not `max_rank` or `top_rank` of a retrieval metric, which count ranked results.
 RANK_GUARD = re.compile(r"(?<!max_)(?<!min_)(?<!top_)rank|main_process|is_main|is_master|master_process", re.IGNORECASE)

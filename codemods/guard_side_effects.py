@@ -114,11 +114,32 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
                 used = not isinstance(analysis.parents.get(call), cst.Expr)
                 why = "its value is used here" if used else "it does more than write (it changes state every process needs)"
                 self.report(call, "DDP108", call=code_of(call.func), site=unguarded, why=why)
+        if self.only_functions is not None:
+            self._report_shares_printed_in_forward(analysis)
         if self.only_functions is None:
             self._report_unknown_writers(analysis)
             self._report_per_process_paths(analysis)
             self._share_racing_tests(analysis)
             self._report_shell_commands(analysis)
+
+    def _report_shares_printed_in_forward(self, analysis: Analysis) -> None:
+        """``print(loss.item())`` in the ``forward`` of a criterion or model of a module converted for its writes:
+        what it is handed is this process's share of the batch, so the main process prints its own share's value
+        where DataParallel printed the whole batch's (DDP427)."""
+        for cls in analysis.nodes(cst.ClassDef):
+            if cls.name.value not in (self.only_functions or ()):
+                continue
+            for forward in analysis.within(cls.body, cst.FunctionDef):
+                if forward.name.value != "forward":
+                    continue
+                shares = {p.name.value for p in forward.params.params[1:]}
+                for assign in analysis.within(forward.body, cst.Assign):
+                    if analysis.reads(assign.value) & shares:
+                        shares |= {n.value for t in assign.targets for n in analysis.within(t.target, cst.Name)}
+                for call in analysis.within(forward.body, cst.Call):
+                    shown = sorted(analysis.reads(call) & shares)
+                    if shown and self.effects.is_side_effect(call) and isinstance(analysis.parents.get(call), cst.Expr):
+                        self.report(call, "DDP427", value=shown[0])
 
     def _report_shell_commands(self, analysis: Analysis) -> None:
         """``os.system("rm -rf tmp")`` and its subprocess kin, run for their effect on every process (DDP428)."""

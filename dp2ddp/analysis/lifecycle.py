@@ -1797,8 +1797,8 @@ class ModelLifecycle:
                     and self.analysis.index[c] < self.analysis.index[backward]
                     and self._loop(c) is loop and not self._without_graph(c)
                 ]  # fmt: skip
-                if len(forwards) < 2:
-                    continue
+                if not any(not self._exclusive(a, b) for i, a in enumerate(forwards) for b in forwards[i + 1 :]):
+                    continue  # `if mixup: out = net(mixed) else: out = net(x)`: one forward per step
                 self.static_graph.add(wrap.call)
                 lines = ", ".join(f"line {self.analysis.position(c).start.line}" for c in forwards)
                 details = (("model", code_of(forwards[0].func)), ("count", str(len(forwards))), ("lines", lines), ("reason", self.unused_parameters[wrap.call]))
@@ -1811,6 +1811,20 @@ class ModelLifecycle:
                 self.static_graph.add(wrap.call)
                 details = (("model", callee), ("count", "several"), ("lines", f"before the backward at {site}"), ("reason", self.unused_parameters[wrap.call]))
                 self.findings.append(Hazard(wrap.call, "DDP245", details))
+
+    def _exclusive(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether two nodes sit in different branches of one ``if``, so no pass runs both."""
+
+        def inside(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+            return self.analysis.index[outer] <= self.analysis.index[inner] <= self.analysis.last[outer]
+
+        for branch in self.analysis.ancestors(first):
+            if isinstance(branch, cst.If) and branch.orelse is not None:
+                if inside(branch.body, first) and inside(branch.orelse, second):
+                    return True
+                if inside(branch.orelse, first) and inside(branch.body, second):
+                    return True
+        return False
 
     def _without_graph(self, call: cst.Call) -> bool:
         """A forward under ``torch.no_grad()``: it builds no graph, so DDP prepares no backward for it."""

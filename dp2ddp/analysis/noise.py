@@ -80,8 +80,10 @@ def batch_noise_lines(analysis: Analysis, batch_values: set[str]) -> list[cst.Si
         for call in analysis.within(body, cst.Call):
             if not _is_draw(analysis, call, drawing) or _scope_of(analysis, call) is not scope or _over_parameters(analysis, call, step):
                 continue
-            # A drawing function of the file handed a batch shapes its draw from it: `noise_for(images)`.
-            handed = m.matches(call.func, m.Name()) and call.func.value in drawing and analysis.reads(call) & batch  # type: ignore[attr-defined]
+            # A drawing function of the file, or of another module, handed a batch shapes its draw from it:
+            # `noise_for(images)`, `provider.random_point_dropout(points)`, `mixup.aug(target, input_)`.
+            own = m.matches(call.func, m.Name()) and call.func.value in drawing  # type: ignore[attr-defined]
+            handed = (own or _foreign_draw(analysis, call)) and analysis.reads(call) & batch
             if not (handed or _reads_rows(analysis, call, rows, batch) or _shaped_like(analysis, call, batch)):
                 continue
             line = next((a for a in analysis.ancestors(call) if isinstance(a, cst.SimpleStatementLine)), None)
@@ -90,8 +92,29 @@ def batch_noise_lines(analysis: Analysis, batch_values: set[str]) -> list[cst.Si
     return [found[index] for index in sorted(found)]
 
 
+def _foreign_draw(analysis: Analysis, call: cst.Call) -> bool:
+    """A call of another project module's drawing function, or of a drawing method on an object built from one of
+    its classes in this function or module (``mixup = utils.MixUp_AUG()``, then ``mixup.aug(...)``)."""
+    drawing = analysis.role.drawing_calls
+    if not drawing:
+        return False
+    if {q.name for q in analysis.qualified_names(call.func)} & drawing or code_of(call.func) in drawing:
+        return True
+    if not m.matches(call.func, m.Attribute(value=m.Name(), attr=m.Name())):
+        return False
+    receiver, method = call.func.value, call.func.attr.value  # type: ignore[attr-defined]
+    for built in analysis.bindings(receiver) or []:
+        if built is not None and isinstance(built.value, cst.Call):
+            spelled = {q.name for q in analysis.qualified_names(built.value.func)} | {code_of(built.value.func)}
+            if any(f"{cls}.{method}" in drawing for cls in spelled):
+                return True
+    return False
+
+
 def _is_draw(analysis: Analysis, call: cst.Call, drawing: set[str]) -> bool:
     if m.matches(call.func, m.Name()) and call.func.value in drawing:  # type: ignore[attr-defined]
+        return True
+    if _foreign_draw(analysis, call):
         return True
     qualified = {q.name for q in analysis.qualified_names(call.func)}
     if qualified & TORCH_DRAWS or any(q.startswith("numpy.random.") and q not in _NUMPY_STATE for q in qualified):

@@ -123,6 +123,21 @@ class _Module:
             found |= more
 
     @cached_property
+    def draws(self) -> set[str]:
+        """Functions (``random_point_dropout``) and methods (``MixUp_AUG.aug``) that draw from Python's, NumPy's or
+        torch's shared random state and train nothing: handed a batch in a training step, they draw its noise."""
+        units: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = dict(self.functions)
+        for class_name, cls in self.classes.items():
+            units |= {f"{class_name}.{s.name}": s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        found = set()
+        for name, unit in units.items():
+            inside = range(unit.lineno, (unit.end_lineno or unit.lineno) + 1)
+            spelled = [text for call, text in self.calls if call.lineno in inside]
+            if any(_RANDOM_DRAW.match(text) for text in spelled) and not any(text.endswith(".backward") for text in spelled):
+                found.add(name)
+        return found
+
+    @cached_property
     def batch_parameters(self) -> dict[str, tuple[tuple[str, int, int], ...]]:
         """Functions and classes whose training loop draws its batches from what they are handed: by name, each
         parameter as (name, position among the positional parameters, the loop's line).
@@ -816,6 +831,7 @@ class Project:
         # (caller, qualified) of calls of another module's function whose value the caller uses.
         used: set[tuple[str, str]] = set()
         split_builders: dict[str, list[tuple[str, int]]] = {}
+        drawing: dict[str, set[str]] = {}
         for module in self.by_path.values():
             for call, target, function, qualified in self.calls(module):
                 project_calls.setdefault(module.name, set()).add(qualified)
@@ -831,6 +847,12 @@ class Project:
                 for parameter, position, line in self.modules[target].batch_parameters.get(function, ()):
                     site = Site(self.modules[target].path.relative_to(self.root).as_posix(), line)
                     batch_parameters.setdefault(module.name, {})[(qualified, parameter)] = (position, site)
+                drawn = self.modules[target].draws
+                if target != module.name and function in drawn:
+                    drawing.setdefault(module.name, set()).add(qualified)
+                drawing.setdefault(module.name, set()).update(
+                    f"{qualified}.{name.partition('.')[2]}" for name in drawn if target != module.name and name.partition(".")[0] == function
+                )
                 if function in self.modules[target].meters:
                     meters.setdefault(module.name, set()).add(qualified)
                 if function in self.modules[target].freezing:
@@ -943,6 +965,7 @@ class Project:
                 training_calls=frozenset(training_calls.get(name, ())),
                 step_calls=tuple(sorted(step_calls.get(name, {}).items())) if name in self.converted or name in training else (),
                 model_classes=self._model_classes(module) if name in self.converted else frozenset(),
+                drawing_calls=frozenset(drawing.get(name, ())),
                 fixed_group_collates=frozenset(
                     bound for bound, (target, function, _) in module.bindings.items()
                     if function is not None and target in self.modules and function in self.modules[target].fixed_group_collates

@@ -145,6 +145,9 @@ class ModuleRole:
     # Model classes (they define `forward`) of other project modules, as this module spells them
     # (`layer.MarginCosineProduct`): building one builds a module whose parameters an optimizer may step.
     model_classes: frozenset[str] = frozenset()
+    # Functions and methods of other project modules that draw from the shared random state, as this module spells
+    # them (`PC_Augmentation.random_point_dropout`, `utils.MixUp_AUG.aug`): handed a batch, they draw its noise.
+    drawing_calls: frozenset[str] = frozenset()
     # Where the distributed helpers come from: a module of the project, or None to inline them.
     helpers_module: str | None = None
 

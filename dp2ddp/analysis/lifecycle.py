@@ -513,13 +513,15 @@ class ModelLifecycle:
         assert isinstance(outer, cst.If)
         inside = any(a is outer.body for a in self.analysis.ancestors(wrap.call))
         branch = outer.body if inside else outer.orelse
+        if isinstance(branch, cst.If) and self._others_leave(wrap, outer):
+            return "every other branch (each wraps a model of its own, binds none, or leaves by `raise`, `sys.exit` or `return`)"
         if branch is None or not isinstance(branch, (cst.IndentedBlock, cst.Else)):
             return None
         body = branch.body if isinstance(branch, cst.IndentedBlock) else branch.body.body  # type: ignore[union-attr]
         if not self._trains(branch) and body and self._leaves(body[-1]):
             return "this branch"
         if self._others_leave(wrap, outer):
-            return "every other branch, which ends by leaving (`raise`, `sys.exit`, `return`),"
+            return "every other branch (each wraps a model of its own, binds none, or leaves by `raise`, `sys.exit` or `return`)"
         other = outer.orelse if inside else outer.body
         block = self.analysis.parents.get(outer)
         if isinstance(other, cst.If) or not isinstance(block, (cst.IndentedBlock, cst.Module)):
@@ -552,13 +554,27 @@ class ModelLifecycle:
         holding = [b for b in branches if id(b) in around]
         if len(holding) != 1:
             return False
+        wrapping = {id(b) for b in branches for w in self.wraps if id(b) in set(map(id, self.analysis.ancestors(w.call)))}
         for branch in branches:
             if branch is holding[0]:
                 continue
             body = list(branch.body) if isinstance(branch, cst.IndentedBlock) else []
-            if not body or self._trains(branch) or not self._leaves(body[-1]):
+            if not body or self._trains(branch):
                 return False
+            if id(branch) in wrapping or self._leaves(body[-1]) or self._binds_only_none(body):
+                # `elif name == "multi_scale": model_d = DataParallel(...)`, `if name == "no_gan": model_d = None`
+                continue
+            return False
         return True
+
+    @staticmethod
+    def _binds_only_none(body: list[cst.BaseStatement]) -> bool:
+        """``model_d = None``: the branch builds no model, so none trains unwrapped."""
+        return all(
+            isinstance(line, cst.SimpleStatementLine)
+            and all(isinstance(small, cst.Assign) and m.matches(small.value, m.Name("None")) for small in line.body)
+            for line in body
+        )
 
     def _handed_to_the_project(self, wrap: Wrap, before: list[cst.CSTNode]) -> bool:
         """Whether one of ``before`` hands the model ``wrap`` wraps to a function of this file that trains, or to one of

@@ -386,6 +386,23 @@ class GuardSideEffectsCommand(Dp2ddpCodemod):
             return updated_node  # The whole statement goes under one guard, one level up.
         return updated_node.with_changes(body=self._guarded(original_node.body, updated_node.body))
 
+    def leave_SimpleStatementSuite(
+        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
+    ) -> cst.BaseSuite:
+        """``else: print(...)`` beside a branch that must run everywhere: the print alone goes under the guard."""
+        owner = self.get_metadata(ParentNodeProvider, original_node)
+        while isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally)) or (
+            isinstance(owner, cst.If) and isinstance(parent := self.get_metadata(ParentNodeProvider, owner), cst.If) and parent.orelse is owner
+        ):
+            owner = self.get_metadata(ParentNodeProvider, owner)
+        if (isinstance(owner, COMPOUND) and self._kind(owner) == EFFECT) or self._kind(original_node) != EFFECT:
+            return updated_node  # guarded whole one level up, or no write of its own
+        if under_rank_guard(self, original_node) or not self._runs_in_program(original_node):
+            return updated_node
+        self.uses_helper = True
+        line = cst.SimpleStatementLine(body=[s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in updated_node.body])
+        return cst.IndentedBlock(body=[cst.If(test=_guard_call(), body=cst.IndentedBlock(body=[line]))])
+
     def _guarded(
         self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]
     ) -> list[cst.BaseStatement]:

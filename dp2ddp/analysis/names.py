@@ -168,6 +168,10 @@ SIDE_EFFECT_CALLS = frozenset(
         "torch.save",
         "torchvision.utils.save_image",
         "os.remove",
+        "os.unlink",
+        # A link to the latest checkpoint: made by a second process, it finds the first one's (FileExistsError).
+        "os.symlink",
+        "os.link",
         # Forcing a file to disk: once per run, and os.devnull, which the other processes write to, refuses it (EINVAL).
         "os.fsync",
         "os.fdatasync",

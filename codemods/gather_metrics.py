@@ -223,10 +223,7 @@ class GatherMetricsCommand(Dp2ddpCodemod):
             if loop in analysis.whole_loops:
                 continue  # every process counts the whole set already
             loaders = self._loader_names(loop)
-            # An evaluation loop's results are reduced only where its loader is known sharded (shard_evaluation
-            # gathered it): over a loader convert could not follow, every process may hold the whole set's count.
-            known = loop in analysis.gathered_loops or (bool(loaders) and (self._is_training_loop(loop) or self._trains(loop)))
-            if known and not under_rank_guard(self, loop):
+            if (loaders or loop in analysis.gathered_loops) and not under_rank_guard(self, loop):
                 self._plan_loop(loop)
         for loop in analysis.nodes(cst.While):
             if self._trains(loop) and not under_rank_guard(self, loop):

@@ -47,6 +47,20 @@ def {names.WRAP_HELPER}(model: torch.nn.Module, **kwargs) -> torch.nn.Module:
                 self.module = module
 
             def forward(self, *args, **kwargs):
+                # As DataParallel and DDP do, the inputs go to this process's GPU first: a loss
+                # module with no parameters is handed labels that are still on the CPU.
+                def moved(value):
+                    if isinstance(value, torch.Tensor):
+                        return value.to(device)
+                    if isinstance(value, dict):
+                        return {{key: moved(item) for key, item in value.items()}}
+                    if isinstance(value, (list, tuple)):
+                        items = [moved(item) for item in value]
+                        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+                    return value
+
+                if device is not None:
+                    args, kwargs = moved(args), moved(kwargs)
                 return self.module(*args, **kwargs)
 
         # DDP would have copied rank 0's weights to every process: a frozen network drawn at random

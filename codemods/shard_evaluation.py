@@ -45,6 +45,14 @@ def {names.EVALUATION_SHARD_HELPER}(dataset) -> range:
 '''
 
 
+def _stem(reference: cst.BaseExpression) -> str:
+    """The name the loops over a loader read: ``val_loader`` of ``self.val_loader``, and ``test_loader`` of
+    ``globals()["test_loader"] = load_testlist(...)``."""
+    if m.matches(reference, m.Subscript(value=m.Call(func=m.Name("globals")), slice=[m.SubscriptElement(m.Index(m.SimpleString()))])):
+        return reference.slice[0].slice.value.evaluated_value  # type: ignore[attr-defined]
+    return code_of(reference).rsplit(".", 1)[-1]
+
+
 class ShardEvaluationCommand(AddDistributedSamplerCommand):
     DESCRIPTION = "Shard evaluation DataLoaders so every sample is evaluated exactly once, with no padding."
     SHARDS_EVALUATION: ClassVar[bool] = True
@@ -106,7 +114,7 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
             reference, _ = self._binding(analysis.module, call, analysis.parents[call])
             if reference is None:
                 continue
-            loops, _ = self._loops_over(code_of(reference).rsplit(".", 1)[-1])
+            loops, _ = self._loops_over(_stem(reference))
             analysis.whole_loops.update(loops)
 
     def _keep_other_modules_evaluations_whole(self, analysis: Analysis) -> None:
@@ -129,7 +137,7 @@ class ShardEvaluationCommand(AddDistributedSamplerCommand):
                 return self._gathered("this loader", [loop])  # `for x, y in DataLoader(...):`
             # `return {"val": DataLoader(...)}`: where its results go is not followed, so they are not gathered.
             return self._keep_whole(call, "this loader", [], "convert cannot follow it to the loop that evaluates it")
-        stem = code_of(reference).rsplit(".", 1)[-1]
+        stem = _stem(reference)
         loops, unknown = self._loops_over(stem)
         if self.analysis.role.setup_elsewhere:
             # The `__main__` self-test of a module the project's programs import runs apart from them: its

@@ -138,6 +138,27 @@ def test_frozen_module_is_not_wrapped_in_ddp(helpers: Any) -> None:
     assert isinstance(trained, torch.nn.parallel.DistributedDataParallel)
 
 
+class _Devices(torch.nn.Module):
+    """A loss with no parameters: it reports where it was handed its inputs."""
+
+    def forward(self, output: Any, batch: Any) -> Any:
+        return output.device, batch["labels"].device, batch["pair"].loss.device, batch["sizes"]
+
+
+def test_a_module_with_nothing_to_train_gets_its_inputs_on_this_processs_device(
+    helpers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should move what a parameter-less module is handed to this process's GPU, as DataParallel and DDP do, so a
+    criterion handed labels still on the CPU computes on one device (the meta device stands in for the GPU)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: torch.device("meta"))
+    wrapped = helpers.wrap_ddp(_Devices())
+    batch = {"labels": torch.zeros(2), "pair": Pair(torch.ones(1), 0.5), "sizes": torch.Size([2, 3])}
+    output, labels, loss, sizes = wrapped(torch.ones(2), batch)
+    assert (output.type, labels.type, loss.type) == ("meta", "meta", "meta")
+    assert sizes == torch.Size([2, 3])
+
+
 def _two_processes(rank: int, store_path: str, results: Any) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     with warnings.catch_warnings():

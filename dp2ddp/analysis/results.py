@@ -84,13 +84,22 @@ def loop_results(analysis: Analysis, loop: cst.For, training: bool) -> LoopResul
 
 
 def _holds_a_count(analysis: Analysis, value: cst.BaseExpression, loop: cst.For) -> bool:
-    """``count += batch_size`` where the loop binds ``batch_size = data.size()[0]``: a count over samples."""
+    """``count += batch_size`` where the loop binds ``batch_size = data.size()[0]``: a count over samples; and
+    ``score += batch_score`` where it binds ``batch_score = (pred == a).sum()``: a sum over samples."""
     read = {n.value for n in analysis.within(value, cst.Name)}
     return any(
-        SAMPLE_COUNT.search(code_of(assign.value))
+        SAMPLE_COUNT.search(code_of(assign.value)) or _summed(assign.value)
         for assign in analysis.within(loop.body, cst.Assign)
         if any(isinstance(t.target, cst.Name) and t.target.value in read for t in assign.targets)
     )
+
+
+def _summed(value: cst.BaseExpression) -> bool:
+    """``(pred == y).sum()``, ``x.sum().item()``, ``x.float().sum().cpu()``: the value ends in a sum over the batch (not
+    ``x.sum() / len(y)``, a mean)."""
+    while m.matches(value, m.Call(func=m.Attribute(attr=m.Name("item") | m.Name("cpu") | m.Name("float") | m.Name("double")), args=[])):
+        value = value.func.value  # type: ignore[attr-defined]
+    return m.matches(value, m.Call(func=m.Attribute(attr=m.Name("sum")), args=[]))
 
 
 def summed_loss(analysis: Analysis, value: cst.BaseExpression, loop: cst.For) -> bool:

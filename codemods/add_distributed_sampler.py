@@ -228,7 +228,9 @@ class {names.WORKER_INIT_HELPER}:
             numpy = sys.modules.get("numpy")
             if numpy is not None:
                 numpy.random.seed((int(numpy.random.randint(0, 2**31)) + self.rank) % 2**32)
-            torch.manual_seed((torch.initial_seed() + self.rank) % 2**63)
+            # A draw from the seeded stream, not the seed plus the rank: with `seed + worker_id` seeds, that
+            # would give worker 1 of rank 0 and worker 0 of rank 1 the same stream.
+            torch.manual_seed((int(torch.randint(0, 2**62, ())) + self.rank) % 2**63)
 '''
 # What `random` and `numpy.random` offer that draws nothing from the shared state.
 NOT_DRAWS = frozenset({"seed", "getstate", "setstate", "get_state", "set_state", "Random", "RandomState", "default_rng", "Generator", "SeedSequence"})

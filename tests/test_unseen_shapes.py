@@ -369,6 +369,20 @@ def test_a_worker_init_fn_seeding_without_the_rank_draws_per_process() -> None:
     assert draws[0][:2] == draws[2][:2]  # and the same on every run
     assert all(a != b for a, b in zip(draws[0], draws[1]))  # another rank draws its own
 
+    # Seeded from the worker id alone, worker 0 of rank 1 draws nothing that worker 1 of rank 0 draws.
+    def seed_torch(worker_id: int) -> None:
+        torch.manual_seed(7 + worker_id)
+
+    state = torch.get_rng_state()
+    try:
+        namespace["WorkerInitPerProcess"](seed_torch, 1)(0)
+        second_rank_first_worker = float(torch.rand(1))
+        namespace["WorkerInitPerProcess"](seed_torch, 0)(1)
+        first_rank_second_worker = float(torch.rand(1))
+    finally:
+        torch.set_rng_state(state)
+    assert second_rank_first_worker != first_rank_second_worker
+
 
 # -- every parameter the forward may skip is found (obligation 3) --------------------------------------
 

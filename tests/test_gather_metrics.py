@@ -181,7 +181,7 @@ def test_a_metric_passed_by_a_keyword_of_the_same_name_keeps_its_keyword() -> No
             for epoch in range(2):
                 avg_loss = 0.0
                 for i, (x, y) in enumerate(loader):
-                    loss = model(x).sum()
+                    loss = model(x).mean()  # a per-batch mean: averaged over processes
                     loss.backward()
                     avg_loss += loss.item()
                     print("step", i, "avg", avg_loss / (i + 1), "meter", meter.avg_loss)
